@@ -1,0 +1,287 @@
+"""The KEEP / DISCARD / CRASH rule, as a pure function of what the gate observed.
+
+No pytest, no git, no I/O: the plugin gathers guard results, quality and lane outcomes and run
+errors, and this module turns them into one decision plus the greppable verdict line. Keeping it
+pure means every rule and its precedence is unit-testable without a GPU or a repository.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "CLASS_ORDER",
+    "ERROR_KINDS",
+    "LANE_VERDICTS",
+    "STATUSES",
+    "Decision",
+    "GuardResult",
+    "LaneOutcome",
+    "QualityOutcome",
+    "RunError",
+    "cumulative_class",
+    "decide",
+    "validate_class",
+    "verdict_line",
+]
+
+Status = Literal["KEEP", "DISCARD", "CRASH"]
+STATUSES: tuple[str, ...] = ("KEEP", "DISCARD", "CRASH")
+
+# Loosest last: a branch's cumulative class is the loosest class any kept commit claimed.
+CLASS_ORDER: tuple[str, ...] = ("exact", "numerical", "approximate", "quantization")
+
+LANE_VERDICTS: tuple[str, ...] = (
+    "FASTER",
+    "NOT_FASTER",
+    "SLOWER",
+    "UNSTABLE",
+    "REGRESSED",
+    "OK",
+    "MISSING",
+)
+ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    """One pre/post-run guard (branch, clean_tree, mutable_only, fixed_paths, ...)."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class QualityOutcome:
+    """Aggregate of the per-item quality tests of one run.
+
+    `failures` holds "item_id: metric x < threshold" lines, in corpus order. The class claim is
+    the separate check that the candidate's declared classification is allowed (e.g. semantic
+    metrics available for "approximate", zero regression for "quantization").
+    """
+
+    passed: int
+    total: int
+    failures: tuple[str, ...] = ()
+    class_claim_ok: bool = True
+    class_claim_reason: str = ""
+
+
+@dataclass(frozen=True)
+class LaneOutcome:
+    """Statistics verdict of one performance lane against the champion."""
+
+    name: str
+    objective: bool
+    verdict: str
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    reason: str = ""
+    peak_vram_gib: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.verdict not in LANE_VERDICTS:
+            raise ValueError(
+                f"lane {self.name!r}: unknown verdict {self.verdict!r}; "
+                f"valid: {', '.join(LANE_VERDICTS)}"
+            )
+
+
+@dataclass(frozen=True)
+class RunError:
+    """A harness/candidate failure; any of these makes the run a CRASH.
+
+    `item` and `seconds` are optional detail for non_finite/oom and timeout messages.
+    """
+
+    kind: str
+    message: str
+    item: str | None = None
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ERROR_KINDS:
+            raise ValueError(
+                f"unknown run error kind {self.kind!r}; valid: {', '.join(ERROR_KINDS)}"
+            )
+
+    def describe(self) -> str:
+        """Human reason for the ledger and verdict line."""
+        detail = f": {self.message}" if self.message else ""
+        if self.kind == "exception":
+            return f"candidate raised: {self.message or 'unknown error'}"
+        if self.kind == "non_finite":
+            where = f" in item {self.item}" if self.item else ""
+            return f"non-finite output{where}{detail}"
+        if self.kind == "oom":
+            where = f" in item {self.item}" if self.item else ""
+            return f"out of memory{where}{detail}"
+        # timeout
+        after = f" after {self.seconds:g}s" if self.seconds is not None else ""
+        return f"timeout{after}{detail}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: Status
+    reason: str  # the deciding (first) reason
+    reasons: tuple[str, ...]  # every objection found, in rule order
+
+
+def validate_class(name: str) -> str:
+    """Return the canonical class name, or raise ValueError listing the valid ones."""
+    canon = name.strip().lower() if isinstance(name, str) else name
+    if canon not in CLASS_ORDER:
+        raise ValueError(
+            f"unknown classification {name!r}; valid: {', '.join(CLASS_ORDER)}"
+        )
+    return canon
+
+
+def cumulative_class(classes: Iterable[str]) -> str:
+    """The loosest class among `classes` ("exact" when there are none)."""
+    rank = max((CLASS_ORDER.index(validate_class(c)) for c in classes), default=0)
+    return CLASS_ORDER[rank]
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def _speed_text(lane: LaneOutcome) -> str:
+    speed = "n/a" if _fmt(lane.speedup) == "n/a" else f"{_fmt(lane.speedup)}x"
+    return f"speedup {speed} ci95 [{_fmt(lane.ci_low)},{_fmt(lane.ci_high)}]"
+
+
+def _with_reason(text: str, reason: str) -> str:
+    return f"{text}: {reason}" if reason else text
+
+
+def decide(
+    *,
+    guards: Sequence[GuardResult],
+    quality: QualityOutcome | None,
+    lanes: Sequence[LaneOutcome],
+    errors: Sequence[RunError],
+    vram_budget_gib: float | None,
+    expected_items: int,
+) -> Decision:
+    """Apply the gate rules in order. Status comes from the first category that objects
+    (errors -> CRASH, everything else -> DISCARD); every objection is collected so the ledger
+    shows the full picture, not just the first failure."""
+    crash: list[str] = [e.describe() for e in errors]
+    discard: list[str] = []
+
+    discard += [_with_reason(f"guard {g.name}", g.reason or "failed") for g in guards if not g.ok]
+
+    if quality is None or quality.total < expected_items:
+        got = 0 if quality is None else quality.total
+        discard.append(f"incomplete quality run: {got}/{expected_items} items")
+    if quality is not None:
+        # Checked even on an incomplete run: a failure among the items that ran is still news.
+        if quality.passed < quality.total:
+            failed = quality.total - quality.passed
+            first = quality.failures[0] if quality.failures else ""
+            discard.append(_with_reason(f"quality {failed}/{quality.total} failed", first))
+        if not quality.class_claim_ok:
+            discard.append(f"class claim: {quality.class_claim_reason or 'not allowed'}")
+
+    objective = next((lane for lane in lanes if lane.objective), None)
+    if objective is None:
+        discard.append("no objective lane ran")
+    elif objective.verdict == "MISSING":
+        discard.append(_with_reason(f"objective lane {objective.name} missing", objective.reason))
+    elif objective.verdict == "UNSTABLE":
+        discard.append(
+            f"lane {objective.name} unstable: {objective.reason or _speed_text(objective)}"
+        )
+    elif objective.verdict != "FASTER":
+        discard.append(
+            _with_reason(
+                f"lane {objective.name} not faster than champion: {_speed_text(objective)}",
+                objective.reason,
+            )
+        )
+
+    discard += [
+        _with_reason(f"guard lane {lane.name} regressed", lane.reason)
+        for lane in lanes
+        if not lane.objective and lane.verdict == "REGRESSED"
+    ]
+
+    if vram_budget_gib is not None:
+        for lane in lanes:
+            peak = lane.peak_vram_gib
+            # A non-finite peak cannot prove it fits, so it fails closed.
+            if peak is not None and not (math.isfinite(peak) and peak <= vram_budget_gib):
+                discard.append(
+                    f"peak VRAM {_fmt(peak, 2)} GiB > budget {vram_budget_gib:.2f} GiB "
+                    f"(lane {lane.name})"
+                )
+
+    reasons = tuple(crash + discard)
+    if crash:
+        return Decision("CRASH", reasons[0], reasons)
+    if discard:
+        return Decision("DISCARD", reasons[0], reasons)
+    assert objective is not None  # no objection implies a FASTER objective lane
+    keep = f"lane {objective.name} faster: {_speed_text(objective)}"
+    return Decision("KEEP", keep, (keep,))
+
+
+_TOKEN_WS = re.compile(r"\s+")
+
+
+def _token(value: object) -> str:
+    """A key=value field must stay one whitespace-free token so the line splits cleanly."""
+    text = "" if value is None else str(value).strip()
+    return _TOKEN_WS.sub("_", text) or "n/a"
+
+
+def verdict_line(
+    decision: Decision,
+    *,
+    lane: str | None,
+    speedup: float | None,
+    ci_low: float | None,
+    ci_high: float | None,
+    quality_pass: int | None,
+    quality_total: int | None,
+    cls: str | None,
+    commit: str | None,
+    off_target: bool,
+) -> str:
+    """The last line of every gated run, e.g.
+    `DITAR VERDICT: KEEP lane=latency_b1 speedup=1.183x ci95=[1.171,1.195] quality=32/32
+    class=exact commit=abc1234` (one line), plus ` reason="..."` unless KEEP and
+    ` off_target=1` for off-target hardware."""
+    speed = _fmt(speedup)
+    quality = (
+        "n/a"
+        if quality_pass is None or quality_total is None
+        else f"{quality_pass}/{quality_total}"
+    )
+    parts = [
+        f"DITAR VERDICT: {decision.status}",
+        f"lane={_token(lane)}",
+        f"speedup={speed if speed == 'n/a' else speed + 'x'}",
+        f"ci95=[{_fmt(ci_low)},{_fmt(ci_high)}]",
+        f"quality={quality}",
+        f"class={_token(cls)}",
+        f"commit={_token(commit)}",
+    ]
+    if decision.status != "KEEP":
+        one_line = re.sub(r"[\r\n]+", " ", decision.reason).strip()
+        escaped = one_line.replace("\\", "\\\\").replace('"', '\\"')
+        parts.append(f'reason="{escaped}"')
+    if off_target:
+        parts.append("off_target=1")
+    return " ".join(parts)

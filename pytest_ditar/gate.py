@@ -1,0 +1,379 @@
+"""The gate: decides whether a run is a full gated run, checks guards before any candidate
+code runs, and at session end turns results into KEEP / DISCARD / CRASH with git actions."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import gitops
+from .decision import (Decision, GuardResult, LaneOutcome, QualityOutcome, RunError, cumulative_class, decide,
+                       validate_class, verdict_line)
+from .errors import CandidateError, DitarError
+from .guard import check_guards, hash_fixed_paths
+from .ledger import Ledger
+from .quality import aggregate, check_contract, compute_metrics
+from .session import DitarSession
+from .snapshot import load_snapshot, verify_snapshot, write_snapshot
+
+TRAILER = "Ditar-Class:"
+
+
+@dataclass(frozen=True)
+class ExperimentMeta:
+    cls: str
+    description: str
+
+
+def read_meta(root: Path, cls_opt: str | None, desc_opt: str | None) -> ExperimentMeta | None:
+    """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject."""
+    msg = gitops.commit_message(root)
+    subject = msg.strip().splitlines()[0] if msg.strip() else ""
+    cls = cls_opt
+    if not cls:
+        for line in msg.splitlines():
+            if line.strip().lower().startswith(TRAILER.lower()):
+                cls = line.split(":", 1)[1].strip()
+    if not cls:
+        return None
+    return ExperimentMeta(validate_class(cls), desc_opt or subject)
+
+
+class Gate:
+    def __init__(self, sess: DitarSession, config: pytest.Config):
+        self.sess = sess
+        self.config = config
+        self.root = sess.cfg.root
+        self.ledger = Ledger(sess.state_dir)
+        self.items_collected: set[str] = set()
+        self.lanes_collected: set[str] = set()
+        self.gated = False  # a full gate on a candidate commit: decides and acts
+        self.guards: list[GuardResult] = []
+        self.meta: ExperimentMeta | None = None
+        self.decision: Decision | None = None
+        self.verdict: str | None = None
+        self.refusal: str | None = None
+        self.head: str | None = None
+        self.baseline_commit: str | None = None
+        self.champion_commit: str | None = None
+        self.t_start = time.perf_counter()
+        self.summary_lines: list[str] = []
+
+    # ---- header ---------------------------------------------------------------------------
+    def header(self) -> list[str]:
+        s = self.sess
+        lines = [f"ditar: suite={s.suite.name} items={len(s.suite.corpus)} lanes={','.join(l.name for l in s.suite.lanes)} "
+                 f"objective={s.cfg.objective_lane} tag={s.tag} state={s.state_dir}"]
+        try:
+            from .hardware import collect, get_profile, target_header
+
+            lines.append("ditar: " + target_header(collect(s.resolved_device()), get_profile(s.cfg.target)))
+        except Exception as exc:  # noqa: BLE001 - a header must never break a run
+            lines.append(f"ditar: device={s.resolved_device()} target={s.cfg.target} (fingerprint unavailable: {exc})")
+        return lines
+
+    # ---- collection -----------------------------------------------------------------------
+    def collected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            if callspec is None:
+                continue
+            if "ditar_item" in callspec.params and item.get_closest_marker("quality"):
+                self.items_collected.add(callspec.params["ditar_item"].id)
+            if "ditar_lane" in callspec.params and item.get_closest_marker("perf"):
+                self.lanes_collected.add(callspec.params["ditar_lane"].name)
+
+    def full_collection(self) -> bool:
+        want = {it.id for it in self.sess.suite.corpus}
+        return want <= self.items_collected and self.sess.cfg.objective_lane in self.lanes_collected
+
+    # ---- baseline -------------------------------------------------------------------------
+    def run_baseline(self, session: pytest.Session) -> bool:
+        from .baseline import create_baseline, manifest_summary
+
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        try:
+            path = create_baseline(self.sess, force=self.config.getoption("--ditar-force"))
+        except (DitarError, CandidateError) as exc:
+            self.refusal = f"baseline not stored: {exc}"
+            session.testsfailed += 1
+            return True
+        if tr:
+            tr.write_line(manifest_summary(path))
+        return True
+
+    # ---- before the candidate runs --------------------------------------------------------
+    def before_tests(self, session: pytest.Session) -> bool:
+        """Return False when the candidate must not run (a refused or guarded run)."""
+        s = self.sess
+        st = gitops.state(self.root)
+        self.head = st.head
+        research = bool(st.branch and st.branch.startswith(s.cfg.branch_prefix))
+        demanded = bool(self.config.getoption("--ditar-gate", default=False))
+        if not (research or demanded) or not self.full_collection():
+            if demanded:
+                self.refusal = ("--ditar-gate needs a research branch and the full corpus and objective lane "
+                                f"(branch={st.branch}, items={len(self.items_collected)}/{len(s.suite.corpus)})")
+                return False
+            self._set_report_class()
+            return True
+        try:
+            self._recover(st)
+            st = gitops.state(self.root)
+            self.head = st.head
+            base = s.baseline()
+            problems: list[str] = []
+        except DitarError as exc:
+            base, problems = None, [str(exc)]
+        self.baseline_commit = base.manifest.get("git_sha") if base else None
+        self.champion_commit = self._champion_commit()
+        recorded = base.manifest.get("fixed_paths", {}) if base else hash_fixed_paths(self.root, s.cfg.fixed_paths)
+        self.guards = check_guards(self.root, branch_prefix=s.cfg.branch_prefix, tag=s.tag,
+                                   mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
+                                   recorded_hashes=recorded, baseline_commit=self.baseline_commit,
+                                   baseline_problems=problems)
+        chain = self.ledger.verify()
+        self.guards.append(GuardResult("ledger_chain", chain.ok, "; ".join(chain.problems[:2])))
+        is_candidate = bool(self.head and self.head != (self.champion_commit or self.baseline_commit))
+        if not is_candidate:
+            failed = [g for g in self.guards if not g.ok]
+            if failed or demanded:
+                self.refusal = ("; ".join(f"guard {g.name}: {g.reason}" for g in failed)
+                                or f"HEAD {str(self.head)[:7]} is the champion; commit a candidate first")
+                return False
+            self._set_report_class()
+            return True
+        if self.champion_commit and st.parent != self.champion_commit:
+            self.guards.append(GuardResult("one_commit", False,
+                                           f"HEAD's parent is not the champion {self.champion_commit[:7]}: one hypothesis per commit"))
+        try:
+            self.meta = read_meta(self.root, self.config.getoption("--ditar-class"),
+                                  self.config.getoption("--ditar-description"))
+        except ValueError as exc:
+            self.refusal = f"commit {self.head[:7]}: {exc}"
+            return False
+        if self.meta is None:
+            self.refusal = (f"commit {self.head[:7]} has no class: add a '{TRAILER} exact' trailer to the commit message "
+                            "(git commit --amend) or pass --ditar-class")
+            return False
+        kept = [str(r["class"]) for r in self.ledger.rows() if r.get("status") == "KEEP"]
+        s.cls = cumulative_class([*kept, self.meta.cls])
+        self.guards.append(self._class_gate(s.cls))
+        self.gated = True
+        if any(not g.ok for g in self.guards):
+            return False  # guard violation: the candidate never runs
+        self._bind_memory_budget()
+        return True
+
+    def _set_report_class(self) -> None:
+        cls = self.config.getoption("--ditar-class")
+        kept = [str(r["class"]) for r in self.ledger.rows() if r.get("status") == "KEEP"] if self.ledger.jsonl_path.exists() else []
+        self.sess.cls = cumulative_class([*kept, *( [validate_class(cls)] if cls else [])])
+
+    def _class_gate(self, cls: str) -> GuardResult:
+        t = self.sess.cfg.thresholds_for(cls)
+        sem = self.sess.cfg.semantic
+        if t.semantic_required and not (sem.clip_weights and sem.lpips_weights):
+            return GuardResult("class_gate", False,
+                               f"class '{cls}' needs the semantic evaluators: set semantic.clip_model, semantic.clip_weights "
+                               f"and semantic.lpips_weights in {self.sess.cfg.path} to local files")
+        return GuardResult("class_gate", True)
+
+    def _bind_memory_budget(self) -> None:
+        device = self.sess.resolved_device()
+        if not device.startswith("cuda"):
+            return
+        import torch
+
+        budget = self.vram_budget_gib()
+        total = torch.cuda.get_device_properties(device).total_memory / 2**30
+        if budget and budget < total:
+            torch.cuda.set_per_process_memory_fraction(budget / total, device)
+
+    def vram_budget_gib(self) -> float | None:
+        if self.sess.cfg.vram_budget_gib:
+            return self.sess.cfg.vram_budget_gib
+        try:
+            from .hardware import get_profile
+
+            return get_profile(self.sess.cfg.target).memory_gib
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _champion_commit(self) -> str | None:
+        rows = self.ledger.rows() if self.ledger.jsonl_path.exists() else []
+        kept = [r for r in rows if r.get("status") == "KEEP"]
+        return str(kept[-1]["commit"]) if kept else None
+
+    def champion_snapshot(self):
+        """The champion's stored outputs: the last KEEP's snapshot, else the baseline."""
+        commit = self._champion_commit()
+        if commit:
+            return load_snapshot(self.sess.state_dir / "champions" / commit, "champion")
+        return self.sess.baseline()
+
+    def _recover(self, st: gitops.RepoState) -> None:
+        """Finish a revert that a kill -9 interrupted: the ledger says DISCARD/CRASH for HEAD."""
+        rows = self.ledger.rows() if self.ledger.jsonl_path.exists() else []
+        if rows and rows[-1].get("commit") == st.head and rows[-1].get("status") in ("DISCARD", "CRASH") \
+                and not st.dirty_paths and not self.config.getoption("--ditar-no-revert"):
+            gitops.reset_hard_to_parent(self.root, st.head)
+            self.summary_lines.append(f"ditar: recovered: finished the revert of {st.head[:7]} recorded as {rows[-1]['status']}")
+
+    # ---- after the tests ------------------------------------------------------------------
+    def finish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.config.getoption("--ditar-baseline"):
+            return
+        if self.refusal:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR if not self.gated else pytest.ExitCode.TESTS_FAILED
+            if not self.gated:
+                return
+        if not self.gated:
+            return
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.refusal = "interrupted: no verdict recorded"
+            return
+        self.decision = self._decide()
+        self._act(self.decision)
+        if self.decision.status != "KEEP":
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _decide(self) -> Decision:
+        s = self.sess
+        errors = [RunError(e.kind, e.message) for e in _dedupe(s.errors)]
+        results = list(s.quality.values())
+        passed, total, failures = aggregate(results)
+        claim_ok, claim_reason = self._class_claim() if results and not errors else (True, "")
+        quality = QualityOutcome(passed, total, failures, class_claim_ok=claim_ok, class_claim_reason=claim_reason) \
+            if results or not any(not g.ok for g in self.guards) else None
+        lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
+        if not any(l.objective for l in lanes):
+            lanes.append(LaneOutcome(s.cfg.objective_lane, True, "MISSING", None, None, None, "objective lane did not run"))
+        guards = self.guards
+        return decide(guards=guards, quality=quality, lanes=lanes, errors=errors,
+                      vram_budget_gib=self.vram_budget_gib(), expected_items=len(s.suite.corpus))
+
+    def _class_claim(self) -> tuple[bool, str]:
+        """An exact/numerical claim must reproduce the CHAMPION's outputs within that class's tolerance."""
+        cls = self.meta.cls if self.meta else "exact"
+        if cls not in ("exact", "numerical"):
+            return True, ""
+        try:
+            champ = self.champion_snapshot()
+        except DitarError as exc:
+            return False, f"champion outputs unavailable: {exc}"
+        t = self.sess.cfg.thresholds_for(cls)
+        for item_id, out in self.sess.outputs.items():
+            ref = champ.output(item_id)
+            res = check_contract(item_id, cls, compute_metrics(out.latents, out.image, ref.latents, ref.image), t)
+            if not res.passed:
+                return False, f"labelled '{cls}' but differs from the champion on {item_id}: {res.failures[0]}"
+        return True, ""
+
+    def _act(self, d: Decision) -> None:
+        s = self.sess
+        run_dir = s.run_dir()
+        obj = s.lanes.get(s.cfg.objective_lane)
+        oc = getattr(obj, "outcome", None)
+        passed, total, _ = aggregate(list(s.quality.values()))
+        peak = max([lr.outcome.peak_vram_gib for lr in s.lanes.values()
+                    if getattr(lr, "outcome", None) and lr.outcome.peak_vram_gib is not None], default=None)
+        off_target = self._off_target()
+        st = gitops.state(self.root)
+        summary = {"decision": d.status, "reason": d.reason, "reasons": list(d.reasons), "commit": self.head,
+                   "class": self.meta.cls if self.meta else "", "cumulative_class": s.cls,
+                   "guards": [g.__dict__ for g in self.guards],
+                   "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
+                               for k, r in s.quality.items()},
+                   "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")}}
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        if d.status == "KEEP":
+            self._store_champion()
+        self.ledger.append({
+            "commit": self.head, "parent": st.parent, "class": self.meta.cls if self.meta else "",
+            "description": self.meta.description if self.meta else "", "lane": s.cfg.objective_lane,
+            "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None, "ci_high": oc.ci_high if oc else None,
+            "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
+            "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off_target),
+        })
+        self.verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=oc.speedup if oc else None,
+                                    ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
+                                    quality_pass=passed, quality_total=total, cls=s.cls, commit=(self.head or "")[:7],
+                                    off_target=off_target)
+        (run_dir / "verdict.txt").write_text(self.verdict + "\n")
+        if d.status != "KEEP":
+            self._revert(run_dir)
+
+    def _revert(self, run_dir: Path) -> None:
+        base = gitops.state(self.root).parent
+        if base:
+            (run_dir / "candidate.patch").write_text(gitops.diff_patch(self.root, base, self.head))
+        if self.config.getoption("--ditar-no-revert"):
+            self.summary_lines.append("ditar: --ditar-no-revert: the commit stays in place")
+            return
+        if any(g.name == "clean_tree" and not g.ok for g in self.guards):
+            self.summary_lines.append("ditar: dirty tree: not reverting (that would lose uncommitted work)")
+            return
+        try:
+            gitops.reset_hard_to_parent(self.root, self.head)
+            self.summary_lines.append(f"ditar: reverted {self.head[:7]} (patch and logs in {run_dir})")
+        except DitarError as exc:
+            self.summary_lines.append(f"ditar: not reverted: {exc}")
+
+    def _store_champion(self) -> None:
+        s = self.sess
+        lanes = {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")}
+        write_snapshot(s.state_dir / "champions" / self.head, [s.outputs[i.id] for i in s.suite.corpus],
+                       {"kind": "champion", "git_sha": self.head, "class": self.meta.cls if self.meta else ""},
+                       extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)
+
+    def _off_target(self) -> bool:
+        try:
+            from .hardware import collect, get_profile, on_target
+
+            return not on_target(collect(self.sess.resolved_device()), get_profile(self.sess.cfg.target))
+        except Exception:  # noqa: BLE001
+            return True
+
+    def log_report(self, report: pytest.TestReport) -> None:
+        if not self.gated or (report.when != "call" and report.passed):
+            return
+        with open(self.sess.run_dir() / "tests.log", "a") as fh:
+            fh.write(f"{report.nodeid} {report.when} {report.outcome}\n")
+            if report.failed:
+                fh.write(report.longreprtext + "\n\n")
+
+    # ---- output ---------------------------------------------------------------------------
+    def summary(self, tr: Any) -> None:
+        s = self.sess
+        if s.quality and not self.gated:
+            passed, total, _ = aggregate(list(s.quality.values()))
+            tr.write_line(f"ditar: quality {passed}/{total} passed (class {s.cls}) - report only, nothing recorded")
+        for lr in s.lanes.values():
+            oc = getattr(lr, "outcome", None)
+            if oc:
+                tr.write_line(f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}")
+        for line in self.summary_lines:
+            tr.write_line(line)
+
+    def final_line(self) -> str | None:
+        if self.verdict:
+            return self.verdict
+        if self.refusal:
+            return f"DITAR REFUSED: {self.refusal}"
+        return None
+
+
+def _dedupe(errors: list[CandidateError]) -> list[CandidateError]:
+    seen, out = set(), []
+    for e in errors:
+        if (e.kind, e.message) not in seen:
+            seen.add((e.kind, e.message))
+            out.append(e)
+    return out

@@ -1,0 +1,385 @@
+"""Append-only, hash-chained experiment ledger: `ledger.jsonl` (truth) + `results.tsv` (view).
+
+Each JSONL row carries `prev_hash` (the previous row's `hash`, or 64 zeros for the first) and
+`hash` = sha256 of the row's canonical JSON without `hash`, so an edited, reordered or deleted
+row breaks the chain. `results.tsv` is regenerated from the JSONL on every append, for people
+and agents to read; `verify` checks it agrees.
+
+Crash safety: every write goes to a temp file in the same directory, is fsynced, then
+`os.replace`d over the target, so a kill -9 leaves each file either old or new, never torn.
+The JSONL is replaced first, the TSV second; a crash in between leaves a TSV that is a strict
+prefix of the JSONL. `verify` reports that as repairable (not as tampering) and `repair()` (or
+the next `append`) regenerates the TSV. Stale temp files from a crash are ignored by readers
+and removed by the next writer. Writers serialize on an flock of `.ledger.lock`.
+
+Limit: deleting the last row from both files consistently is not detectable without an
+external anchor (e.g. the git log); every other single edit is.
+
+No pytest, no git here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+__all__ = [
+    "COLUMNS",
+    "GENESIS_HASH",
+    "ChainReport",
+    "Ledger",
+    "LedgerError",
+    "LedgerLockTimeout",
+    "row_hash",
+]
+
+COLUMNS: tuple[str, ...] = (
+    "run",
+    "time",
+    "commit",
+    "parent",
+    "class",
+    "description",
+    "lane",
+    "metric",
+    "ci_low",
+    "ci_high",
+    "quality_pass",
+    "quality_total",
+    "peak_vram_gib",
+    "status",
+    "reason",
+    "cumulative_class",
+    "device",
+    "off_target",
+)
+CHAIN_KEYS: tuple[str, ...] = ("prev_hash", "hash")
+GENESIS_HASH = "0" * 64
+JSONL_NAME = "ledger.jsonl"
+TSV_NAME = "results.tsv"
+LOCK_NAME = ".ledger.lock"
+_TMP_SUFFIX = ".tmp"
+# Keys the ledger assigns itself; a caller supplying them would forge sequence or chain.
+_ASSIGNED = ("run", "prev_hash", "hash")
+
+
+class LedgerError(RuntimeError):
+    """The ledger cannot be read or written safely."""
+
+
+class LedgerLockTimeout(LedgerError, TimeoutError):
+    """Another process held the ledger lock for longer than the timeout."""
+
+
+@dataclass(frozen=True)
+class ChainReport:
+    """Result of `Ledger.verify`.
+
+    `ok` is False when anything looks tampered or corrupt (`problems`). `repairable` lists
+    benign leftovers of an interrupted write (a lagging results.tsv); they do not clear `ok`
+    and `Ledger.repair()` fixes them.
+    """
+
+    ok: bool
+    problems: tuple[str, ...]
+    n_rows: int
+    repairable: tuple[str, ...] = ()
+
+
+def _canonical(row: Mapping[str, object]) -> bytes:
+    return json.dumps(
+        row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def row_hash(row: Mapping[str, object]) -> str:
+    """sha256 of the row's canonical JSON, excluding its own `hash`."""
+    return hashlib.sha256(_canonical({k: v for k, v in row.items() if k != "hash"})).hexdigest()
+
+
+def _normalize(key: str, value: object) -> object:
+    # Keep JSON scalars as they are (numbers stay numbers for report code); NaN/inf are not
+    # valid JSON, so they are stored as their string spelling rather than lost.
+    if value is None:
+        return ""
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    raise ValueError(
+        f"ledger column {key!r}: value of type {type(value).__name__} is not a "
+        "str/int/float/bool/None"
+    )
+
+
+def _tsv_cell(value: object) -> str:
+    if isinstance(value, bool):
+        text = "1" if value else "0"
+    elif value is None:
+        text = ""
+    else:
+        text = str(value)
+    # Escape so one row stays one line with exactly len(COLUMNS) cells.
+    return (
+        text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    )
+
+
+def _tsv_line(row: Mapping[str, object]) -> str:
+    return "\t".join(_tsv_cell(row.get(c, "")) for c in COLUMNS)
+
+
+_TSV_HEADER = "\t".join(COLUMNS)
+
+
+class Ledger:
+    """The experiment ledger in `state_dir` (typically `.autoresearch/<tag>/`)."""
+
+    def __init__(self, state_dir: Path | str, *, lock_timeout_s: float = 30.0) -> None:
+        self.state_dir = Path(state_dir)
+        self.lock_timeout_s = lock_timeout_s
+
+    @property
+    def jsonl_path(self) -> Path:
+        return self.state_dir / JSONL_NAME
+
+    @property
+    def tsv_path(self) -> Path:
+        return self.state_dir / TSV_NAME
+
+    @property
+    def lock_path(self) -> Path:
+        return self.state_dir / LOCK_NAME
+
+    # ---- writing -------------------------------------------------------------------------
+
+    def append(self, row: Mapping[str, object]) -> dict[str, object]:
+        """Append one experiment row; returns the stored row (with run, time and hashes).
+
+        Unknown keys raise ValueError; missing columns become "". `run` is assigned (1-based,
+        sequential); `time` is assigned (UTC ISO-8601) unless the caller provides one.
+        """
+        for key in row:
+            if key in _ASSIGNED:
+                raise ValueError(f"ledger key {key!r} is assigned by the ledger, not the caller")
+            if key not in COLUMNS:
+                raise ValueError(
+                    f"unknown ledger column {key!r}; valid columns: {', '.join(COLUMNS)}"
+                )
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._clean_temps()
+            lines = self._read_jsonl_lines()
+            rows = self._parse_all(lines)  # fail closed: never extend a corrupt file
+            prev = rows[-1] if rows else None
+            stored: dict[str, object] = {c: _normalize(c, row.get(c)) for c in COLUMNS}
+            stored["run"] = (int(prev["run"]) + 1) if prev else 1  # type: ignore[call-overload]
+            if not stored["time"]:
+                stored["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            stored["prev_hash"] = str(prev["hash"]) if prev else GENESIS_HASH
+            stored["hash"] = row_hash(stored)
+            new_line = json.dumps(stored, ensure_ascii=False, allow_nan=False)
+            # Existing lines are copied byte-for-byte so earlier tampering stays detectable.
+            self._write_atomic(self.jsonl_path, "".join(l + "\n" for l in lines + [new_line]))
+            self._write_tsv(rows + [stored])
+            return dict(stored)
+
+    def repair(self, *, force: bool = False) -> ChainReport:
+        """Remove stale temp files and regenerate results.tsv from ledger.jsonl.
+
+        Refuses (LedgerError) when `verify` finds real problems, since regenerating would
+        erase the TSV's evidence of an edited JSONL; `force=True` regenerates anyway.
+        """
+        with self._locked():
+            self._clean_temps()
+            report = self.verify()
+            if report.problems and not force:
+                raise LedgerError(
+                    "ledger has integrity problems; not repairing (force=True overrides): "
+                    + "; ".join(report.problems)
+                )
+            if self.jsonl_path.exists():
+                self._write_tsv(self._parse_all(self._read_jsonl_lines()))
+        return self.verify()
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def rows(self) -> list[dict[str, object]]:
+        """All rows, oldest first (raises LedgerError on malformed JSON)."""
+        return self._parse_all(self._read_jsonl_lines())
+
+    def last(self, n: int) -> list[dict[str, object]]:
+        return self.rows()[-n:] if n > 0 else []
+
+    def kept_commits(self) -> list[str]:
+        return [str(r["commit"]) for r in self.rows() if r.get("status") == "KEEP"]
+
+    def champion(self, lane: str) -> dict[str, object] | None:
+        """The most recent KEEP row of `lane`, or None before any keep."""
+        for r in reversed(self.rows()):
+            if r.get("status") == "KEEP" and r.get("lane") == lane:
+                return r
+        return None
+
+    def verify(self) -> ChainReport:
+        """Check the hash chain, run sequence, and that results.tsv matches ledger.jsonl.
+
+        Lock-free: the TSV is read before the JSONL and writers replace the JSONL before the
+        TSV, so a concurrent append can only make the TSV look lagging, never ahead.
+        """
+        tsv_lines = self._read_lines(self.tsv_path)
+        jsonl_lines = self._read_jsonl_lines()
+        problems: list[str] = []
+        parsed: list[dict[str, object] | None] = []
+        expected_prev: str | None = GENESIS_HASH
+
+        for i, line in enumerate(jsonl_lines, start=1):
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                problems.append(f"row {i}: malformed JSON ({exc})")
+                parsed.append(None)
+                expected_prev = None  # the next link cannot be checked
+                continue
+            parsed.append(row)
+            want_keys = set(COLUMNS) | set(CHAIN_KEYS)
+            if set(row) != want_keys:
+                missing = sorted(want_keys - set(row))
+                extra = sorted(set(row) - want_keys)
+                problems.append(f"row {i}: unexpected keys (missing {missing}, extra {extra})")
+            try:
+                actual = row_hash(row)
+            except ValueError as exc:
+                actual = f"<unhashable: {exc}>"
+            if row.get("hash") != actual:
+                problems.append(f"row {i}: hash mismatch (edited?)")
+            if expected_prev is not None and row.get("prev_hash") != expected_prev:
+                if i == 1:
+                    problems.append("row 1: prev_hash is not the genesis hash (row deleted?)")
+                else:
+                    problems.append(f"row {i}: prev_hash does not match row {i - 1}")
+            if row.get("run") != i:
+                problems.append(f"row {i}: run number {row.get('run')!r} != {i} (row deleted?)")
+            expected_prev = str(row.get("hash"))
+
+        repairable: list[str] = []
+        n = len(jsonl_lines)
+        if not tsv_lines:
+            if n:
+                repairable.append(f"results.tsv missing; ledger.jsonl has {n} row(s)")
+        else:
+            if tsv_lines[0] != _TSV_HEADER:
+                problems.append("results.tsv header differs from the ledger columns")
+            body = tsv_lines[1:]
+            for i, line in enumerate(body, start=1):
+                if i > n:
+                    problems.append(
+                        f"results.tsv has {len(body)} rows but ledger.jsonl has {n}: "
+                        "rows deleted from ledger.jsonl?"
+                    )
+                    break
+                row = parsed[i - 1]
+                if row is not None and line != _tsv_line(row):
+                    problems.append(f"results.tsv row {i} differs from ledger.jsonl: edited?")
+            if len(body) < n:
+                repairable.append(
+                    f"results.tsv lags ledger.jsonl by {n - len(body)} row(s) "
+                    "(interrupted write); repair() regenerates it"
+                )
+
+        return ChainReport(
+            ok=not problems, problems=tuple(problems), n_rows=n, repairable=tuple(repairable)
+        )
+
+    # ---- internals -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + self.lock_timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise LedgerLockTimeout(
+                            f"could not lock {self.lock_path} within {self.lock_timeout_s:g}s: "
+                            "another process is writing the ledger (or hung holding the lock)"
+                        ) from None
+                    time.sleep(0.02)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the flock
+
+    @staticmethod
+    def _read_lines(path: Path) -> list[str]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return []
+        lines = text.split("\n")
+        # A complete file ends with a newline; drop the empty piece after it.
+        return lines[:-1] if lines[-1] == "" else lines
+
+    def _read_jsonl_lines(self) -> list[str]:
+        return self._read_lines(self.jsonl_path)
+
+    def _parse_all(self, lines: list[str]) -> list[dict[str, object]]:
+        rows = []
+        for i, line in enumerate(lines, start=1):
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise LedgerError(f"{self.jsonl_path} row {i}: malformed JSON ({exc})") from exc
+            if not isinstance(row, dict):
+                raise LedgerError(f"{self.jsonl_path} row {i}: not a JSON object")
+            rows.append(row)
+        return rows
+
+    def _write_tsv(self, rows: list[dict[str, object]]) -> None:
+        body = "".join(_tsv_line(r) + "\n" for r in rows)
+        self._write_atomic(self.tsv_path, _TSV_HEADER + "\n" + body)
+
+    def _write_atomic(self, path: Path, text: str) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        # Persist the rename itself.
+        dir_fd = os.open(self.state_dir, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _clean_temps(self) -> None:
+        """Remove temp files a killed writer left behind (only ever called under the lock)."""
+        for name in (JSONL_NAME, TSV_NAME):
+            for stale in self.state_dir.glob(f".{name}.*{_TMP_SUFFIX}"):
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()

@@ -1,0 +1,136 @@
+"""One run's state: config, suite, device, tag, the candidate and everything it produced."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import gitops
+from .config import Config, load_config
+from .errors import CandidateError
+from .harness import (Isolated, ItemOutput, batches, build_candidate, default_torch_flags, make_spec, pick_device,
+                      run_batch)
+from .quality import ContractResult
+from .suite import CorpusItem, Suite, load_suite
+
+
+def resolve_tag(cfg: Config, explicit: str | None = None) -> str:
+    """The session tag: explicit > DITAR_TAG > research branch suffix > sanitized branch name."""
+    tag = explicit or os.environ.get("DITAR_TAG")
+    if not tag:
+        branch = gitops.state(cfg.root).branch or "default"
+        tag = branch[len(cfg.branch_prefix):] if branch.startswith(cfg.branch_prefix) else branch
+    return re.sub(r"[^A-Za-z0-9._-]", "_", tag)
+
+
+@dataclass
+class DitarSession:
+    cfg: Config
+    suite: Suite
+    tag: str
+    device: str
+    cls: str = "exact"  # the class this run is judged under (cumulative for gated runs)
+    candidate: Any = None
+    candidate_error: CandidateError | None = None
+    outputs: dict[str, ItemOutput] = field(default_factory=dict)
+    quality: dict[str, ContractResult] = field(default_factory=dict)
+    lanes: dict[str, Any] = field(default_factory=dict)
+    errors: list[CandidateError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    _model_dir: Path | None = None
+    _baseline: Any = None
+    _run_dir: Path | None = None
+
+    @classmethod
+    def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
+        cfg = load_config(config_path)
+        suite = load_suite(cfg.suite_dir)
+        return cls(cfg=cfg, suite=suite, tag=resolve_tag(cfg, tag), device=device or "auto")
+
+    @property
+    def state_dir(self) -> Path:
+        return self.cfg.state_path / self.tag
+
+    @property
+    def baseline_dir(self) -> Path:
+        return self.state_dir / "baseline"
+
+    @property
+    def champion_dir(self) -> Path:
+        return self.state_dir / "champion"
+
+    def run_dir(self) -> Path:
+        """This run's log directory; kept on DISCARD/CRASH (state dirs are git-ignored)."""
+        if self._run_dir is None:
+            import time
+
+            head = (gitops.state(self.cfg.root).head or "nohead")[:7]
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            d = self.state_dir / "runs" / f"{stamp}-{head}"
+            n = 1
+            while d.exists():
+                n += 1
+                d = self.state_dir / "runs" / f"{stamp}-{head}-{n}"
+            d.mkdir(parents=True)
+            self._run_dir = d
+        return self._run_dir
+
+    def resolved_device(self) -> str:
+        if self.device == "auto":
+            self.device = pick_device(None)
+        return self.device
+
+    def model_dir(self) -> Path:
+        if self._model_dir is None:
+            from .models import resolve_model_dir
+
+            self._model_dir = resolve_model_dir(self.suite)
+        return self._model_dir
+
+    def baseline(self):
+        if self._baseline is None:
+            from .snapshot import load_snapshot
+
+            self._baseline = load_snapshot(self.baseline_dir, "baseline")
+        return self._baseline
+
+    def get_candidate(self) -> Any:
+        """Build the candidate once per session; a failure is remembered, not retried."""
+        if self.candidate_error is not None:
+            raise self.candidate_error
+        if self.candidate is None:
+            spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
+            try:
+                default_torch_flags()
+                self.candidate = Isolated(build_candidate(self.cfg.candidate_path, spec, self.cfg.item_timeout_s))
+            except CandidateError as exc:
+                self.candidate_error = exc
+                self.errors.append(exc)
+                raise
+        return self.candidate
+
+    def output_for(self, item: CorpusItem) -> ItemOutput:
+        """Generate the fixed batch that holds `item` (once), then serve it from the cache."""
+        if item.id not in self.outputs:
+            candidate = self.get_candidate()
+            group = next(b for b in batches(self.suite.corpus, self.suite, self.suite.pipeline.batch)
+                         if any(it.id == item.id for it in b))
+            try:
+                for out in run_batch(candidate, group, self.suite, self.cfg.item_timeout_s):
+                    self.outputs[out.item_id] = out
+            except CandidateError as exc:
+                self.errors.append(exc)
+                if exc.kind == "timeout":
+                    self.candidate_error = exc  # a hung candidate is not run again this session
+                raise
+        return self.outputs[item.id]
+
+    def build_from(self, candidate_dir: Path) -> Any:
+        """Build another copy of the pipeline (the champion, from a git worktree) in this process."""
+        spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
+        default_torch_flags()
+        built = Isolated(build_candidate(candidate_dir, spec, self.cfg.item_timeout_s))
+        default_torch_flags()
+        return built

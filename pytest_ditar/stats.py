@@ -1,0 +1,417 @@
+"""Lane statistics: is a candidate faster than the champion beyond the machine's noise?
+
+Pure functions over timing samples (seconds or any positive unit): no pytest, git, I/O or
+torch, so the keep/discard rule built on top can be unit-tested as plain code.
+
+Conventions
+- ``speedup`` = champion median / candidate median, so >1 means the candidate is faster.
+- Spread is measured with a robust CV, IQR / (1.349 * median) (the scaled IQR equals the
+  standard deviation for normal data). Its 25% breakdown point is the point: a rare hiccup
+  (a GC pause, one clock ramp) does not make a lane UNSTABLE, but a stall that recurs in more
+  than about one run in four (bimodal lanes, intermittent recompiles) does. A MAD-based CV
+  (50% breakdown) was rejected because it hides a 40% slow mode entirely. The classic
+  stdev/mean CV is reported in ``SampleSummary.cv`` for humans.
+- The effect test is a percentile bootstrap of the ratio of medians (size of the effect) AND a
+  one-sided Mann-Whitney U test (is there an effect at all). Both must agree before FASTER:
+  a CI alone can be fooled by a lucky resampling grid at small n, a p-value alone says nothing
+  about size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import numpy as np
+from scipy import stats as _sps
+
+__all__ = [
+    "FASTER",
+    "NOT_FASTER",
+    "SLOWER",
+    "UNSTABLE",
+    "OK",
+    "REGRESSED",
+    "Verdict",
+    "RegressionVerdict",
+    "SampleSummary",
+    "Comparison",
+    "NoiseFloor",
+    "RegressionCheck",
+    "summarize",
+    "robust_cv",
+    "bootstrap_ratio_ci",
+    "noise_floor",
+    "calibrated_min_effect",
+    "compare",
+    "regression_check",
+]
+
+Verdict = Literal["FASTER", "NOT_FASTER", "SLOWER", "UNSTABLE"]
+RegressionVerdict = Literal["OK", "REGRESSED"]
+
+FASTER: Final = "FASTER"
+NOT_FASTER: Final = "NOT_FASTER"
+SLOWER: Final = "SLOWER"
+UNSTABLE: Final = "UNSTABLE"
+OK: Final = "OK"
+REGRESSED: Final = "REGRESSED"
+
+# IQR of a normal distribution is 1.349 sigma; dividing by it makes the robust CV comparable
+# to a classic CV on well-behaved data.
+_IQR_TO_SIGMA: Final = 1.349
+# Below this the bootstrap percentiles are too coarse to mean anything.
+_MIN_N_BOOT: Final = 100
+MIN_SAMPLES: Final = 3
+
+Samples = Sequence[float] | np.ndarray
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _as_samples(x: Samples, name: str, min_n: int = MIN_SAMPLES) -> np.ndarray:
+    """Float64 1-D copy; refuses what would make a ratio of medians meaningless."""
+    try:
+        arr = np.asarray(x, dtype=np.float64).ravel()
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: samples must be numbers ({exc})") from None
+    if arr.size < min_n:
+        raise ValueError(
+            f"{name}: need at least {min_n} samples to compare, got {arr.size}"
+        )
+    if not np.all(np.isfinite(arr)):
+        bad = arr[~np.isfinite(arr)][:3].tolist()
+        raise ValueError(f"{name}: samples must be finite, got {bad}")
+    if np.any(arr <= 0):
+        bad = arr[arr <= 0][:3].tolist()
+        raise ValueError(f"{name}: timing samples must be > 0, got {bad}")
+    return arr
+
+
+def _check_fraction(value: float, name: str, *, lo_open: bool = True) -> None:
+    ok = math.isfinite(value) and (0.0 < value < 1.0 if lo_open else 0.0 <= value < 1.0)
+    if not ok:
+        interval = "(0, 1)" if lo_open else "[0, 1)"
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+
+
+def _check_n_boot(n_boot: int) -> None:
+    if int(n_boot) != n_boot or n_boot < _MIN_N_BOOT:
+        raise ValueError(f"n_boot must be an integer >= {_MIN_N_BOOT}, got {n_boot!r}")
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+@dataclass(frozen=True)
+class SampleSummary:
+    n: int
+    median: float
+    mean: float
+    min: float
+    max: float
+    stdev: float  # sample standard deviation (ddof=1); 0.0 when n == 1
+    cv: float  # stdev / mean (classic, outlier-sensitive)
+    iqr: float  # q75 - q25
+    robust_cv: float  # IQR / (1.349 * median) (what the UNSTABLE gate uses)
+
+
+def robust_cv(samples: Samples) -> float:
+    """IQR / (1.349 * median): a CV that rare outliers cannot inflate but a recurring mode can."""
+    arr = _as_samples(samples, "samples", min_n=1)
+    q25, q75 = np.percentile(arr, [25.0, 75.0])
+    return float((q75 - q25) / (_IQR_TO_SIGMA * np.median(arr)))
+
+
+def summarize(samples: Samples) -> SampleSummary:
+    arr = _as_samples(samples, "samples", min_n=1)
+    mean = float(arr.mean())
+    stdev = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    q25, q75 = np.percentile(arr, [25.0, 75.0])
+    return SampleSummary(
+        n=int(arr.size),
+        median=float(np.median(arr)),
+        mean=mean,
+        min=float(arr.min()),
+        max=float(arr.max()),
+        stdev=stdev,
+        cv=stdev / mean,
+        iqr=float(q75 - q25),
+        robust_cv=robust_cv(arr),
+    )
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def _bootstrap_ratio_ci(
+    champ: np.ndarray, cand: np.ndarray, n_boot: int, seed: int, conf: float
+) -> tuple[float, float]:
+    rng = np.random.default_rng(seed)
+    # Independent resampling of each group (unpaired design: runs are not matched 1:1).
+    # Champion first, then candidate, so a given seed always draws the same indices.
+    champ_idx = rng.integers(0, champ.size, size=(n_boot, champ.size))
+    cand_idx = rng.integers(0, cand.size, size=(n_boot, cand.size))
+    ratios = np.median(champ[champ_idx], axis=1) / np.median(cand[cand_idx], axis=1)
+    tail = (1.0 - conf) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def bootstrap_ratio_ci(
+    champ: Samples,
+    cand: Samples,
+    n_boot: int = 2000,
+    seed: int = 0,
+    conf: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of median(champ) / median(cand). Deterministic for a seed."""
+    _check_n_boot(n_boot)
+    _check_fraction(conf, "conf")
+    return _bootstrap_ratio_ci(
+        _as_samples(champ, "champion"), _as_samples(cand, "candidate"), int(n_boot), seed, conf
+    )
+
+
+# --------------------------------------------------------------------------- A/A noise
+
+
+@dataclass(frozen=True)
+class NoiseFloor:
+    """What an A/A run (same code, timed twice back to back) looks like on this machine."""
+
+    ratio: float  # median(a) / median(b); 1.0 on a perfectly quiet machine
+    ci_low: float
+    ci_high: float
+    ci_half_width: float  # (ci_high - ci_low) / 2, as a fraction of 1.0
+    abs_shift: float  # |1 - ratio|: drift between the two sets
+    cv_a: float  # robust CVs, as in compare()
+    cv_b: float
+    n_a: int
+    n_b: int
+
+
+def noise_floor(
+    a: Samples, b: Samples, *, n_boot: int = 2000, seed: int = 0, conf: float = 0.95
+) -> NoiseFloor:
+    arr_a = _as_samples(a, "A/A first set")
+    arr_b = _as_samples(b, "A/A second set")
+    _check_n_boot(n_boot)
+    _check_fraction(conf, "conf")
+    ratio = float(np.median(arr_a) / np.median(arr_b))
+    low, high = _bootstrap_ratio_ci(arr_a, arr_b, int(n_boot), seed, conf)
+    return NoiseFloor(
+        ratio=ratio,
+        ci_low=low,
+        ci_high=high,
+        ci_half_width=(high - low) / 2.0,
+        abs_shift=abs(1.0 - ratio),
+        cv_a=robust_cv(arr_a),
+        cv_b=robust_cv(arr_b),
+        n_a=int(arr_a.size),
+        n_b=int(arr_b.size),
+    )
+
+
+def calibrated_min_effect(noise: NoiseFloor | None, floor: float, k: float) -> float:
+    """Smallest effect worth believing: k times the A/A noise, never below the configured floor.
+
+    Both the CI half-width and the observed A/A shift count, because back-to-back drift
+    (thermal, clocks) is noise that a tight CI of one set does not show.
+    """
+    if not (math.isfinite(floor) and floor >= 0.0):
+        raise ValueError(f"floor must be a finite fraction >= 0, got {floor!r}")
+    if not (math.isfinite(k) and k >= 0.0):
+        raise ValueError(f"k must be finite and >= 0, got {k!r}")
+    if noise is None:
+        return float(floor)
+    return float(max(floor, k * max(noise.ci_half_width, noise.abs_shift)))
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+@dataclass(frozen=True)
+class Comparison:
+    speedup: float  # champ_median / cand_median; > 1 means the candidate is faster
+    ci_low: float
+    ci_high: float
+    p_value: float  # one-sided MWU: candidate stochastically smaller (faster)
+    p_slower: float  # the other side: candidate stochastically larger (slower)
+    cand_median: float
+    champ_median: float
+    cand_cv: float  # robust CV, IQR / (1.349 * median)
+    champ_cv: float
+    n_cand: int
+    n_champ: int
+    min_effect: float
+    verdict: Verdict
+    reason: str
+
+    @property
+    def is_faster(self) -> bool:
+        return self.verdict == FASTER
+
+
+def _fmt_pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _fmt_ci(low: float, high: float) -> str:
+    return f"ci95=[{low:.3f},{high:.3f}]"
+
+
+def compare(
+    champ: Samples,
+    cand: Samples,
+    *,
+    min_effect: float,
+    alpha: float = 0.05,
+    max_cv: float = 0.10,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Comparison:
+    """Judge a candidate lane against the champion lane.
+
+    Order of rules: UNSTABLE (either lane's robust CV > max_cv) beats everything, because no
+    verdict from a lane that noisy is trustworthy; then FASTER (ci_low > 1 + min_effect and
+    p < alpha); then SLOWER (ci_high < 1 - min_effect); else NOT_FASTER.
+    """
+    champ_arr = _as_samples(champ, "champion")
+    cand_arr = _as_samples(cand, "candidate")
+    if not (math.isfinite(min_effect) and min_effect >= 0.0):
+        raise ValueError(f"min_effect must be a finite fraction >= 0, got {min_effect!r}")
+    _check_fraction(alpha, "alpha")
+    if not (math.isfinite(max_cv) and max_cv > 0.0):
+        raise ValueError(f"max_cv must be finite and > 0, got {max_cv!r}")
+    _check_n_boot(n_boot)
+
+    champ_med = float(np.median(champ_arr))
+    cand_med = float(np.median(cand_arr))
+    speedup = champ_med / cand_med
+    low, high = _bootstrap_ratio_ci(champ_arr, cand_arr, int(n_boot), seed, 0.95)
+    # A NaN p (degenerate input) fails `p < alpha`, so the rule fails closed to NOT_FASTER.
+    p_faster = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="less").pvalue)
+    p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
+    cand_cv = robust_cv(cand_arr)
+    champ_cv = robust_cv(champ_arr)
+
+    head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
+    verdict: Verdict
+    if max(cand_cv, champ_cv) > max_cv:
+        which = "candidate" if cand_cv >= champ_cv else "champion"
+        verdict = UNSTABLE
+        reason = (
+            f"lane spread {_fmt_pct(max(cand_cv, champ_cv))} > {_fmt_pct(max_cv)} "
+            f"({which}): too noisy to decide"
+        )
+    elif low > 1.0 + min_effect and p_faster < alpha:
+        verdict = FASTER
+        reason = (
+            f"{head} clears 1+{_fmt_pct(min_effect)} and p={p_faster:.3g} < {alpha:g}"
+        )
+    elif high < 1.0 - min_effect:
+        verdict = SLOWER
+        reason = f"{head}: slower, upper bound below 1-{_fmt_pct(min_effect)} (p={p_slower:.3g})"
+    else:
+        verdict = NOT_FASTER
+        if low > 1.0 + min_effect:
+            why = f"CI clears 1+{_fmt_pct(min_effect)} but p={p_faster:.3g} >= {alpha:g}"
+        else:
+            why = f"lower bound does not clear 1+{_fmt_pct(min_effect)} (p={p_faster:.3g})"
+        reason = f"{head}: not faster beyond noise, {why}"
+
+    return Comparison(
+        speedup=speedup,
+        ci_low=low,
+        ci_high=high,
+        p_value=p_faster,
+        p_slower=p_slower,
+        cand_median=cand_med,
+        champ_median=champ_med,
+        cand_cv=cand_cv,
+        champ_cv=champ_cv,
+        n_cand=int(cand_arr.size),
+        n_champ=int(champ_arr.size),
+        min_effect=float(min_effect),
+        verdict=verdict,
+        reason=reason,
+    )
+
+
+# --------------------------------------------------------------------------- guard lanes
+
+
+@dataclass(frozen=True)
+class RegressionCheck:
+    """Guard-lane result: only a confident slowdown beyond tolerance fails."""
+
+    speedup: float
+    ci_low: float
+    ci_high: float
+    p_slower: float  # one-sided MWU: candidate stochastically larger (slower); informative
+    cand_median: float
+    champ_median: float
+    cand_cv: float
+    champ_cv: float
+    n_cand: int
+    n_champ: int
+    tolerance: float
+    verdict: RegressionVerdict
+    reason: str
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict == OK
+
+
+def regression_check(
+    champ: Samples,
+    cand: Samples,
+    tolerance: float,
+    *,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> RegressionCheck:
+    """REGRESSED iff the whole 95% CI of the speedup lies below 1 - tolerance.
+
+    Deliberately one-sided in the candidate's favour: a noisy guard lane cannot prove a
+    regression, so it passes; the objective lane's UNSTABLE rule is where noise blocks a KEEP.
+    """
+    champ_arr = _as_samples(champ, "champion")
+    cand_arr = _as_samples(cand, "candidate")
+    if not (math.isfinite(tolerance) and 0.0 <= tolerance < 1.0):
+        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
+    _check_n_boot(n_boot)
+
+    champ_med = float(np.median(champ_arr))
+    cand_med = float(np.median(cand_arr))
+    speedup = champ_med / cand_med
+    low, high = _bootstrap_ratio_ci(champ_arr, cand_arr, int(n_boot), seed, 0.95)
+    p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
+    head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
+    verdict: RegressionVerdict
+    if high < 1.0 - tolerance:
+        verdict = REGRESSED
+        reason = f"{head}: slower beyond tolerance {_fmt_pct(tolerance)} (p={p_slower:.3g})"
+    else:
+        verdict = OK
+        reason = f"{head}: within tolerance {_fmt_pct(tolerance)}"
+    return RegressionCheck(
+        speedup=speedup,
+        ci_low=low,
+        ci_high=high,
+        p_slower=p_slower,
+        cand_median=cand_med,
+        champ_median=champ_med,
+        cand_cv=robust_cv(cand_arr),
+        champ_cv=robust_cv(champ_arr),
+        n_cand=int(cand_arr.size),
+        n_champ=int(champ_arr.size),
+        tolerance=float(tolerance),
+        verdict=verdict,
+        reason=reason,
+    )
