@@ -16,7 +16,7 @@ from pytest_ditar.interface import Generated, PipelineSpec, Request
 class StockDiT:
     def __init__(self, spec: PipelineSpec):
         dtype = getattr(torch, spec.dtype)
-        pipe = DiTPipeline.from_pretrained(spec.model_dir, torch_dtype=dtype, local_files_only=True)
+        pipe = DiTPipeline.from_pretrained(spec.model_dir, dtype=dtype, local_files_only=True)
         pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe.to(spec.device)

@@ -27,7 +27,7 @@ class Thresholds:
     latent_max_abs_max: float | None = None
     psnr_min: float | None = None
     ssim_min: float | None = None
-    latent_abs_limit: float = 50.0  # sanity range for any latent, whatever the class
+    latent_range_factor: float = 4.0  # sanity: candidate |latent| max may not exceed this x the baseline's
     lpips_max: float | None = None
     clip_drop_max: float | None = None  # CLIP score may drop at most this much per item
     semantic_required: bool = False

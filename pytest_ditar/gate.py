@@ -121,8 +121,7 @@ class Gate:
                 self.refusal = ("--ditar-gate needs a research branch and the full corpus and objective lane "
                                 f"(branch={st.branch}, items={len(self.items_collected)}/{len(s.suite.corpus)})")
                 return False
-            self._set_report_class()
-            return True
+            return self._report_mode()
         try:
             self._recover(st)
             st = gitops.state(self.root)
@@ -147,8 +146,7 @@ class Gate:
                 self.refusal = ("; ".join(f"guard {g.name}: {g.reason}" for g in failed)
                                 or f"HEAD {str(self.head)[:7]} is the champion; commit a candidate first")
                 return False
-            self._set_report_class()
-            return True
+            return self._report_mode()
         if self.champion_commit and st.parent != self.champion_commit:
             self.guards.append(GuardResult("one_commit", False,
                                            f"HEAD's parent is not the champion {self.champion_commit[:7]}: one hypothesis per commit"))
@@ -169,6 +167,17 @@ class Gate:
         if any(not g.ok for g in self.guards):
             return False  # guard violation: the candidate never runs
         self._bind_memory_budget()
+        return True
+
+    def _report_mode(self) -> bool:
+        """A partial or non-research run: results are reported, nothing is recorded or reverted."""
+        if self.items_collected or self.lanes_collected:
+            try:
+                self.sess.baseline()
+            except DitarError as exc:
+                self.refusal = str(exc)
+                return False
+        self._set_report_class()
         return True
 
     def _set_report_class(self) -> None:
@@ -229,6 +238,8 @@ class Gate:
     # ---- after the tests ------------------------------------------------------------------
     def finish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.config.getoption("--ditar-baseline"):
+            ok = self.refusal is None
+            session.exitstatus = pytest.ExitCode.OK if ok else pytest.ExitCode.TESTS_FAILED
             return
         if self.refusal:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR if not self.gated else pytest.ExitCode.TESTS_FAILED

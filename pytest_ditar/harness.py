@@ -100,6 +100,7 @@ def load_candidate_module(candidate_dir: Path):
 
 
 def build_candidate(candidate_dir: Path, spec: PipelineSpec, timeout_s: float | None = None) -> Any:
+    quiet_libraries()
     try:
         with deadline(timeout_s):
             module = load_candidate_module(candidate_dir)
@@ -110,6 +111,18 @@ def build_candidate(candidate_dir: Path, spec: PipelineSpec, timeout_s: float | 
         raise
     except Exception as exc:  # noqa: BLE001 - every candidate failure is a verdict, not a traceback
         raise classify_exception(exc) from exc
+
+
+def quiet_libraries() -> None:
+    """Keep diffusers' info logs and progress bars out of output that an agent has to read."""
+    import warnings
+
+    from diffusers.utils import logging as dlog
+
+    dlog.set_verbosity_error()
+    dlog.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"diffusers\..*")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"diffusers\..*")
 
 
 def batches(items: Sequence[CorpusItem], suite: Suite, batch: int) -> list[list[CorpusItem]]:

@@ -29,7 +29,7 @@ VALID_EVIDENCE = ("measured-here", "published", "hypothesis")
 VALID_HARDWARE = ("a5500", "any", "ampere", "h200", "multi-gpu")
 SKIP_NAMES = {"README.md"}
 HEADING_BOOST = 3  # heading tokens are repeated this many times in the indexed text
-TITLE_BOOST = 2
+TITLE_BOOST = 1
 
 _FRONTMATTER_RE = re.compile(r"\A---\s*\n(.*?)\n---\s*(?:\n|\Z)", re.S)
 _HEADING_RE = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -248,7 +248,9 @@ def _index_root(handbook_dir: Path) -> Path:
 
 
 def index_key(handbook_dir: Path) -> str:
-    h = hashlib.sha256(f"ditar-knowledge-v{INDEX_FORMAT_VERSION}\n".encode())
+    h = hashlib.sha256(f"ditar-knowledge-v{INDEX_FORMAT_VERSION}:{TITLE_BOOST}:{HEADING_BOOST}\n".encode())
+    code = Path(__file__).stat()  # indexing code changed -> rebuild
+    h.update(f"{code.st_mtime_ns}\0{code.st_size}\n".encode())
     for p in _page_files(handbook_dir):
         st = p.stat()
         h.update(f"{p.relative_to(handbook_dir).as_posix()}\0{st.st_mtime_ns}\0{st.st_size}\n".encode())
@@ -387,3 +389,91 @@ def search(
         if len(hits) >= k:
             break
     return hits
+
+
+# --------------------------------------------------------------------------- number sources
+# The convention is documented in knowledge/handbook/README.md ("Number-source convention").
+
+_UNIT = (
+    r"(?:GB/s|TB/s|MB/s|TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|TFLOP|GFLOP|TOPS|GiB|GB|MiB|MB|KiB|KB"
+    r"|ms|us|µs|ns|s|%(?!\s*(?:CI|confidence))|W|MHz|GHz|GT/s)"
+)
+# A factor is written attached ("1.18x", "2x"); "16 x 72" with spaces is a shape product.
+MEASUREMENT_RE = re.compile(
+    r"(?<![\w.^])\d+(?:[.,]\d+)*(?:\s?" + _UNIT + r"(?![\w/])|[x×](?![\w/]))"
+)
+_FOOTNOTE_REF_RE = re.compile(r"\[\^([^\]\s]+)\]")
+_FOOTNOTE_DEF_RE = re.compile(r"^\s*\[\^([^\]\s]+)\]:", re.M)
+_INLINE_CODE_RE = re.compile(r"`[^`]*`")
+_MARKER_RES = (
+    re.compile(r"\(source:", re.I),
+    re.compile(r"measured\s+here\s+on", re.I),
+    re.compile(r"\(derived:", re.I),
+    re.compile(r"\(hypothesis", re.I),
+)
+_LIST_ITEM_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
+
+
+def _units(body: str) -> list[tuple[int, list[tuple[int, str]]]]:
+    """Split a page body into checkable units: table rows, list items, paragraphs.
+
+    Returns (kind-agnostic) lists of (line_number, text) per unit; fenced code, headings and
+    footnote definitions are left out.
+    """
+    units: list[list[tuple[int, str]]] = []
+    cur: list[tuple[int, str]] = []
+    in_fence = False
+
+    def flush() -> None:
+        nonlocal cur
+        if cur:
+            units.append(cur)
+        cur = []
+
+    for i, line in enumerate(body.splitlines(), start=1):
+        if _FENCE_RE.match(line):
+            flush()
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        stripped = line.strip()
+        if not stripped or _HEADING_RE.match(line) or _FOOTNOTE_DEF_RE.match(line):
+            flush()
+            continue
+        if stripped.startswith("|"):
+            flush()
+            units.append([(i, line)])
+            continue
+        if _LIST_ITEM_RE.match(line):
+            flush()
+            cur = [(i, line)]
+            continue
+        cur.append((i, line))
+    flush()
+    return [(u[0][0], u) for u in units]
+
+
+def unsourced_numbers(page: Page) -> list[str]:
+    """Lines of ``page`` with a measurement-like number and no source marker in their unit."""
+    defs = set(_FOOTNOTE_DEF_RE.findall(page.body))
+    problems = []
+    for _first, unit in _units(page.body):
+        text = _INLINE_CODE_RE.sub(" code ", "\n".join(line for _, line in unit))
+        refs = set(_FOOTNOTE_REF_RE.findall(text))
+        sourced = bool(refs & defs) or any(r.search(text) for r in _MARKER_RES)
+        for lineno, line in unit:
+            clean = _INLINE_CODE_RE.sub(" code ", line)
+            m = MEASUREMENT_RE.search(clean)
+            if m and not sourced:
+                problems.append(
+                    f"{page.rel}:{page.body_line + lineno - 1}: '{m.group(0)}' has no source marker: {line.strip()[:100]}"
+                )
+    return problems
+
+
+def undefined_footnotes(page: Page) -> list[str]:
+    defs = set(_FOOTNOTE_DEF_RE.findall(page.body))
+    body = "\n".join(ln for ln in page.body.splitlines() if not _FOOTNOTE_DEF_RE.match(ln))
+    refs = set(_FOOTNOTE_REF_RE.findall(_INLINE_CODE_RE.sub("", body)))
+    return [f"{page.rel}: footnote [^{r}] has no definition" for r in sorted(refs - defs)]

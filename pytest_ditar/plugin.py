@@ -50,6 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "quality: a pytest-ditar quality contract (candidate vs the original baseline)")
     config.addinivalue_line("markers", "perf: a pytest-ditar performance lane (candidate vs the champion)")
     config.pluginmanager.register(fixtures, "ditar-fixtures")
+    # diffusers' own deprecation noise is not the candidate's problem; keep the agent's output short.
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:diffusers.*")
+    config.addinivalue_line("filterwarnings", "ignore::FutureWarning:diffusers.*")
     path = _config_path(config)
     config.stash[SESSION_KEY] = None
     config.stash[ERROR_KEY] = None
@@ -119,6 +122,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     gate = _gate(session.config)
     if gate and session.config.getoption("--ditar-baseline"):
         return gate.run_baseline(session)
+    if session.config.getoption("--ditar-baseline"):
+        raise pytest.UsageError("--ditar-baseline needs a config: pass --ditar-config PATH")
     if gate and not gate.before_tests(session):
         return True  # refused or guarded: the candidate never runs
     return None

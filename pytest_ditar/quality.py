@@ -16,6 +16,7 @@ class Metrics:
     latent_rel_l2: float
     latent_max_abs: float
     latent_abs_max: float  # largest |value| in the candidate latents (sanity range)
+    baseline_abs_max: float
     psnr: float  # dB, float64, inf when identical
     ssim: float
     constant_image: bool
@@ -57,7 +58,7 @@ def compute_metrics(cand_latents: np.ndarray, cand_image: np.ndarray, base_laten
     finite = bool(np.isfinite(cand_latents).all())
     if not finite or cand_latents.shape != base_latents.shape or cand_image.shape != base_image.shape:
         nan = float("nan")
-        return Metrics(finite, nan, nan, nan, nan, nan, False)
+        return Metrics(finite, nan, nan, nan, nan, nan, nan, False)
     c = cand_latents.astype(np.float64)
     b = base_latents.astype(np.float64)
     denom = np.linalg.norm(b) or 1.0
@@ -66,6 +67,7 @@ def compute_metrics(cand_latents: np.ndarray, cand_image: np.ndarray, base_laten
         latent_rel_l2=float(np.linalg.norm(c - b) / denom),
         latent_max_abs=float(np.max(np.abs(c - b))),
         latent_abs_max=float(np.max(np.abs(c))),
+        baseline_abs_max=float(np.max(np.abs(b))),
         psnr=psnr_uint8(cand_image, base_image),
         ssim=ssim_uint8(cand_image, base_image),
         constant_image=bool(cand_image.min() == cand_image.max()),
@@ -83,8 +85,9 @@ def check_contract(item_id: str, cls: str, m: Metrics, t: Thresholds) -> Contrac
         return ContractResult(item_id, cls, m, tuple(fails))
     if m.constant_image:
         fails.append("image is constant (a blank output)")
-    if m.latent_abs_max > t.latent_abs_limit:
-        fails.append(f"latent |max| {m.latent_abs_max:.3g} outside the sane range {t.latent_abs_limit:g}")
+    if m.latent_abs_max > t.latent_range_factor * m.baseline_abs_max:
+        fails.append(f"latent |max| {m.latent_abs_max:.4g} outside the sane range "
+                     f"({t.latent_range_factor:g} x the baseline's {m.baseline_abs_max:.4g})")
     _upper(fails, "latent_rel_l2", m.latent_rel_l2, t.latent_rel_l2_max)
     _upper(fails, "latent_max_abs", m.latent_max_abs, t.latent_max_abs_max)
     _lower(fails, "psnr", m.psnr, t.psnr_min, "dB")
