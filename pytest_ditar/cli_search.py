@@ -26,7 +26,8 @@ def add_search_parser(subparsers: "argparse._SubParsersAction") -> argparse.Argu
     p.add_argument("query", help="search terms")
     p.add_argument("--k", type=int, default=5, help="number of hits (default 5)")
     p.add_argument("--json", action="store_true", help="print hits as a JSON list")
-    p.add_argument("--tag", default=None, help="only pages carrying this tag")
+    # dest differs from "tag" because the top-level dit-ar parser has its own --tag (session tag)
+    p.add_argument("--tag", dest="search_tag", default=None, help="only pages carrying this tag")
     p.add_argument("--class", dest="cls", default=None, choices=CLASSES, help="only pages of this class")
     return p
 
@@ -44,7 +45,7 @@ def run_search(args: argparse.Namespace, handbook_dir: Path) -> int:
         handbook_dir,
         args.query,
         k=k,
-        tag=getattr(args, "tag", None),
+        tag=args.search_tag if hasattr(args, "search_tag") else getattr(args, "tag", None),
         cls=getattr(args, "cls", None),
     )
     if getattr(args, "json", False):

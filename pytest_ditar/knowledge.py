@@ -258,16 +258,14 @@ def index_key(handbook_dir: Path) -> str:
 
 
 def _snippet_source(sec_body: str) -> str:
-    lines = []
-    in_fence = False
-    for line in sec_body.splitlines():
-        if _FENCE_RE.match(line):
-            in_fence = not in_fence
-            continue
-        s = line.strip()
-        if s and not s.startswith("[^") and not re.fullmatch(r"\|?[\s:|-]+\|?", s):
-            lines.append(s)
-    return "\n".join(lines)
+    """One line per paragraph / list item / table row (code, headings, footnote defs dropped)."""
+    out = []
+    for _first, unit in _units(sec_body):
+        line = " ".join(text.strip() for _, text in unit)
+        line = _LIST_ITEM_RE.sub("", line).strip()
+        if line and not re.fullmatch(r"\|?[\s:|-]+\|?", line):
+            out.append(line)
+    return "\n".join(out)
 
 
 def _build(handbook_dir: Path, out_dir: Path) -> None:
@@ -337,7 +335,16 @@ def _make_snippet(text: str, qtokens: set[str], width: int = 180) -> str:
         if score > best_score:
             best, best_score = line, score
     best = re.sub(r"\s+", " ", best).strip()
-    return best if len(best) <= width else best[: width - 3].rstrip() + "..."
+    if len(best) <= width:
+        return best
+    # centre the window on the first word that matches the query
+    start = 0
+    for m in re.finditer(r"\S+", best):
+        if set(tokenize(m.group(0))) & qtokens:
+            start = best.rfind(" ", 0, max(0, m.start() - width // 4)) + 1
+            break
+    window = best[start : start + width - 6].strip()
+    return ("..." if start else "") + window + "..."
 
 
 def search(
