@@ -42,6 +42,7 @@ class DitarSession:
     _model_dir: Path | None = None
     _baseline: Any = None
     _run_dir: Path | None = None
+    _threads_set: bool = False
 
     @classmethod
     def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
@@ -80,6 +81,13 @@ class DitarSession:
     def resolved_device(self) -> str:
         if self.device == "auto":
             self.device = pick_device(None)
+        if self.device == "cpu" and not self._threads_set:
+            self._threads_set = True
+            import torch
+
+            # One intra-op thread on CPU: toy-sized ops gain nothing from a pool, and a pool
+            # that spin-waits against other processes turns timing noise into 100x outliers.
+            torch.set_num_threads(int(os.environ.get("DITAR_CPU_THREADS", "1")))
         return self.device
 
     def model_dir(self) -> Path:

@@ -1,0 +1,30 @@
+"""Candidate pipelines for the loop tests: full replacements of mutable/pipeline.py."""
+from pathlib import Path
+
+STOCK = (Path(__file__).resolve().parent.parent / "mutable" / "pipeline.py").read_text()
+
+
+def _patch(old: str, new: str) -> str:
+    assert old in STOCK, old
+    return STOCK.replace(old, new)
+
+
+GEN_CALL = "        out = self.pipe(class_labels=list(request.labels)"
+
+# A baseline with a redundant full pass whose result is thrown away: removing it is a real,
+# exact 2x speedup that any CPU measures reliably.
+REDUNDANT = _patch(GEN_CALL, "        self.pipe(class_labels=list(request.labels), guidance_scale=self.spec.guidance,\n"
+                             "                  generator=[torch.Generator('cpu').manual_seed(s) for s in request.seeds],\n"
+                             "                  num_inference_steps=request.steps, output_type='np')\n" + GEN_CALL)
+SLOWER = REDUNDANT
+ALTERS = _patch("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
+RAISES = _patch("    def generate(self, request: Request) -> Generated:\n",
+                "    def generate(self, request: Request) -> Generated:\n        raise RuntimeError('kernel exploded')\n")
+NAN = _patch("        return Generated(latents=self._latents, images=images)",
+             "        return Generated(latents=self._latents * float('nan'), images=images)")
+HANG = _patch("    def generate(self, request: Request) -> Generated:\n",
+              "    def generate(self, request: Request) -> Generated:\n        import time; time.sleep(3600)\n")
+NOISY = _patch("    def generate(self, request: Request) -> Generated:\n",
+               "    def generate(self, request: Request) -> Generated:\n"
+               "        import random, time; time.sleep(random.choice([0.0, 0.0, 0.05, 0.12]))\n")
+COMMENT_ONLY = STOCK + "\n# a comment: same code, a different commit\n"

@@ -1,0 +1,122 @@
+"""Shared fixtures: a throwaway research project (git repo) built from this checkout's files."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny model for the whole test session (built with save_pretrained on first use)."""
+    cache = Path(os.environ.get("DITAR_TEST_CACHE") or tmp_path_factory.mktemp("ditar-cache"))
+    os.environ["DITAR_CACHE"] = str(cache)
+    return cache
+
+
+@dataclass
+class Project:
+    root: Path
+    pytester: pytest.Pytester
+
+    def git(self, *args: str, check: bool = True) -> str:
+        res = subprocess.run(["git", *args], cwd=self.root, capture_output=True, text=True)
+        if check and res.returncode != 0:
+            raise AssertionError(f"git {' '.join(args)} failed: {res.stderr}")
+        return res.stdout.strip()
+
+    def head(self) -> str:
+        return self.git("rev-parse", "HEAD")
+
+    def write(self, rel: str, text: str) -> None:
+        (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (self.root / rel).write_text(text)
+
+    def commit_candidate(self, source: str, cls: str | None = "exact", subject: str = "candidate") -> str:
+        self.write("mutable/pipeline.py", source)
+        msg = subject + (f"\n\nDitar-Class: {cls}" if cls else "")
+        self.git("commit", "-qam", msg)
+        return self.head()
+
+    def ditar(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """The console script, as a user runs it."""
+        exe = shutil.which("dit-ar") or str(Path(sys.executable).parent / "dit-ar")
+        return subprocess.run([exe, "--config", "config/autoresearch.json", *args], cwd=self.root,
+                              capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+
+    def pytest(self, *args: str) -> pytest.RunResult:
+        return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=300)
+
+    def config(self) -> dict:
+        return json.loads((self.root / "config/autoresearch.json").read_text())
+
+    def set_config(self, **updates) -> None:
+        cfg = self.config()
+        cfg.update(updates)
+        self.write("config/autoresearch.json", json.dumps(cfg, indent=1))
+
+    def ledger(self, tag: str = "t") -> list[dict]:
+        p = self.root / ".autoresearch" / tag / "ledger.jsonl"
+        return [json.loads(l) for l in p.read_text().splitlines()] if p.exists() else []
+
+
+def small_suite(n_items: int = 6, latency_repeats: int = 12) -> dict:
+    """The tiny suite with a shorter corpus and fewer rounds, so each gated run takes seconds."""
+    suite = yaml.safe_load((REPO / "suites/tiny/suite.yaml").read_text())
+    suite["corpus"] = suite["corpus"][:n_items]
+    suite["lanes"] = [{"name": "latency_b1", "batch": 1, "repeats": latency_repeats, "warmup": 1},
+                      {"name": "throughput_b8", "batch": 4, "repeats": 6, "warmup": 1}]
+    return suite
+
+
+def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config: dict | None = None,
+                 mutable_source: str | None = None) -> Project:
+    root = pytester.path
+    shutil.copytree(REPO / "mutable", root / "mutable", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(REPO / "suites" / "tiny", root / "suites" / "tiny", ignore=shutil.ignore_patterns("__pycache__"))
+    if not full_suite:
+        (root / "suites/tiny/suite.yaml").write_text(yaml.safe_dump(small_suite(), sort_keys=False))
+    shutil.copy(REPO / "conftest.py", root / "conftest.py")
+    cfg = json.loads((REPO / "config/autoresearch.json").read_text())
+    cfg.update(fixed_paths=["config/", "suites/", "conftest.py"], item_timeout_s=10)
+    cfg.update(config or {})
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))
+    (root / ".gitignore").write_text(".autoresearch/\n__pycache__/\n")
+    if mutable_source is not None:
+        (root / "mutable/pipeline.py").write_text(mutable_source)
+    proj = Project(root, pytester)
+    proj.git("init", "-q", "-b", "main")
+    proj.git("config", "user.email", "t@localhost")
+    proj.git("config", "user.name", "t")
+    # pytester's subprocess runs leave these beside the project; they are not the agent's edits.
+    (root / ".git/info/exclude").write_text("stdout\nstderr\nrunpytest-*\n")
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "stock pipeline")
+    return proj
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester, model_cache: Path) -> Project:
+    return make_project(pytester)
+
+
+@pytest.fixture
+def research(pytester: pytest.Pytester, model_cache: Path) -> Project:
+    """A project on autoresearch/t with its baseline stored."""
+    proj = make_project(pytester)
+    res = proj.ditar("init", "--tag", "t")
+    assert res.returncode == 0, res.stderr
+    res = proj.ditar("baseline")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return proj

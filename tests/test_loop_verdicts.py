@@ -1,0 +1,107 @@
+"""The keep/discard loop end to end: verdicts, git state, ledger, champion, patches."""
+import json
+
+import pytest
+
+from candidates import ALTERS, COMMENT_ONLY, HANG, NAN, RAISES, REDUNDANT, STOCK
+from conftest import make_project
+
+
+def _verdict(out: str) -> str:
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("DITAR VERDICT: "), out[-3000:]
+    return last
+
+
+@pytest.fixture
+def slow_research(pytester, model_cache):
+    """A research branch whose baseline does a redundant full pass: removing it is a real speedup."""
+    proj = make_project(pytester, mutable_source=REDUNDANT)
+    assert proj.ditar("init", "--tag", "t").returncode == 0
+    res = proj.ditar("baseline")
+    assert res.returncode == 0, res.stderr
+    return proj
+
+
+def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
+    proj = slow_research
+    sha = proj.commit_candidate(STOCK, "exact", "Drop the redundant pass")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Drop the redundant pass")
+    line = _verdict(res.stdout)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert line.startswith("DITAR VERDICT: KEEP lane=latency_b1 speedup=") and "quality=6/6 class=exact" in line
+    speedup = float(line.split("speedup=")[1].split("x")[0])
+    ci_low = float(line.split("ci95=[")[1].split(",")[0])
+    assert speedup > 1.5 and ci_low > 1.0
+    assert proj.head() == sha  # kept: the commit stays
+    rows = proj.ledger()
+    assert [r["status"] for r in rows] == ["BASELINE", "KEEP"] and rows[-1]["commit"] == sha
+    champ = proj.root / f".autoresearch/t/champions/{sha}"
+    assert (champ / "manifest.json").is_file() and (champ / "lanes.json").is_file()
+    st = proj.ditar("status")
+    assert st.returncode == 0 and f"champion  {sha[:7]}" in st.stdout and "hash chain verifies" in st.stdout
+
+
+def test_output_changing_exact_candidate_is_discarded_with_patch(research):
+    proj = research
+    base = proj.head()
+    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")
+    line = _verdict(res.stdout)
+    assert res.returncode == 1
+    assert line.startswith("DITAR VERDICT: DISCARD") and "quality=0/6" in line and "latent_rel_l2" in line
+    assert proj.head() == base  # reverted
+    rows = proj.ledger()
+    assert rows[-1]["status"] == "DISCARD" and rows[-1]["commit"] == sha
+    patches = list((proj.root / ".autoresearch/t/runs").glob("*/candidate.patch"))
+    assert len(patches) == 1 and "guidance * 0.75" in patches[0].read_text()
+    assert (patches[0].parent / "summary.json").is_file() and (patches[0].parent / "tests.log").is_file()
+
+
+def test_unchanged_candidate_is_not_kept(research):
+    proj = research
+    base = proj.head()
+    proj.commit_candidate(COMMENT_ONLY, "exact", "A comment")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "A comment")
+    line = _verdict(res.stdout)
+    assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line
+    assert "not faster" in line or "unstable" in line.lower()
+    assert proj.head() == base
+
+
+@pytest.mark.parametrize("source,kind", [(RAISES, "candidate raised RuntimeError: kernel exploded"),
+                                         (NAN, "non-finite output"),
+                                         (HANG, "timeout after 10s")], ids=["raises", "nan", "hang"])
+def test_crashes_are_reverted_and_the_next_experiment_runs(research, source, kind):
+    proj = research
+    base = proj.head()
+    proj.commit_candidate(source, "exact", "A broken idea")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "A broken idea")
+    line = _verdict(res.stdout)
+    assert res.returncode == 1
+    assert line.startswith("DITAR VERDICT: CRASH") and kind in line, line
+    assert proj.head() == base
+    sha = proj.commit_candidate(ALTERS, "exact", "Next idea")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Next idea")
+    assert _verdict(res.stdout).startswith("DITAR VERDICT: DISCARD")  # judged normally, not a crash
+    assert [r["status"] for r in proj.ledger()][-2:] == ["CRASH", "DISCARD"]
+
+
+def test_quality_only_run_on_candidate_commit_leaves_it(research):
+    proj = research
+    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    res = proj.pytest("-m", "quality")
+    assert res.ret == 1
+    assert "DITAR VERDICT" not in res.stdout.str() and "report only" in res.stdout.str()
+    assert proj.head() == sha
+    assert [r["status"] for r in proj.ledger()] == ["BASELINE"]
+
+
+def test_candidate_without_class_is_refused(research):
+    proj = research
+    sha = proj.commit_candidate(STOCK + "\n", None, "No trailer")
+    res = proj.pytest()
+    out = res.stdout.str()
+    assert res.ret == 4
+    assert "has no class" in out.strip().splitlines()[-1] and "Ditar-Class: exact" in out
+    assert proj.head() == sha  # refused, not reverted: the agent amends the message
