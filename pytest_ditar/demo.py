@@ -89,7 +89,7 @@ def demo(config_path: Path, workspace: str | None) -> int:
         for line in q.stdout.splitlines():
             if line.startswith("PASSED") or line.startswith("FAILED") or "ditar: quality" in line:
                 print("[demo]   " + line)
-        steps = [("faster_exact", "exact", "Compute the conditioning once per step, not once per block"),
+        steps = [("faster_exact", "exact", "Lean sampling loop: cut per-step Python and dispatch overhead"),
                  ("alters_outputs", "exact", "Lower the guidance scale (mislabelled as exact)")]
         for name, cls, subject in steps:
             _commit_candidate(ws, name, cls, subject)

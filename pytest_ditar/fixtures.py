@@ -128,10 +128,23 @@ class PerfRunner:
         from .perf import judge_lane, measure_lane
 
         sess = self.sess
-        cand = sess.get_candidate()
+        if self.gate is not None and self.gate.gated:
+            if sess.errors:
+                pytest.skip(f"not timed: the candidate already crashed ({sess.errors[0].message})")
+            failed = [r.item_id for r in sess.quality.values() if not r.passed]
+            if failed:
+                pytest.skip(f"not timed: quality already failed on {len(failed)} item(s); the verdict is DISCARD")
+        try:
+            cand = sess.get_candidate()
+        except CandidateError as exc:
+            _fail_candidate(exc)
         champ = self.champion()
-        m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ, benchmark=benchmark,
-                         timeout_s=sess.cfg.item_timeout_s)
+        try:
+            m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ, benchmark=benchmark,
+                             timeout_s=sess.cfg.item_timeout_s)
+        except CandidateError as exc:
+            sess.errors.append(exc)
+            _fail_candidate(exc)
         stored = champion.stored_lanes(sess, self.gate)
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples

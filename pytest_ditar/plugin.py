@@ -113,6 +113,8 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the gate must see what will really run
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Quality before performance: a candidate that breaks a contract is not worth timing.
+    items.sort(key=lambda it: 1 if it.get_closest_marker("perf") else 0)
     gate = _gate(config)
     if gate:
         gate.collected(items)
