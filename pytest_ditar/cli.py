@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp = sub.add_parser("demo", help="the whole loop on the tiny suite in a scratch workspace (CPU, < 1 min)")
     sp.add_argument("--workspace", default=None, help="keep the workspace here (default: a temp dir, removed)")
+    sp = sub.add_parser("report", help="HTML report (progress plot, ledger, image diffs) in .autoresearch/<tag>/report/")
+    sp.add_argument("--out", default=None, help="output directory (default: <state dir>/report)")
     from .cli_search import add_search_parser
 
     add_search_parser(sub)
@@ -184,6 +186,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     return run_search(args, handbook)
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    cfg, _suite, tag = _session_light(args)
+    state = cfg.state_path / tag
+    if not state.is_dir():
+        raise DitarError(f"{state}: no research state for tag '{tag}' (run `dit-ar init` and `dit-ar baseline` first)")
+    index = build_report(state, args.out, lane=cfg.objective_lane, target=cfg.target, title=f"pytest-ditar: {tag}")
+    print(f"report {index}")
+    print(f"plot   {index.parent / 'progress.png'}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import demo
 
@@ -198,6 +213,7 @@ COMMANDS = {
     "doctor": cmd_doctor,
     "search": cmd_search,
     "demo": cmd_demo,
+    "report": cmd_report,
 }
 
 
