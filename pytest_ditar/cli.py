@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     sp = sub.add_parser("demo", help="the whole loop on the tiny suite in a scratch workspace (CPU, < 1 min)")
     sp.add_argument("--workspace", default=None, help="keep the workspace here (default: a temp dir, removed)")
+    sp = sub.add_parser("verify", help="re-check snapshot hashes, ledger chain, fixed paths; re-generate sample baseline items")
+    sp.add_argument("--sample", type=int, default=3, help="baseline items to re-generate (default: %(default)s)")
+    sp.add_argument("--device", default=None)
     sp = sub.add_parser("report", help="HTML report (progress plot, ledger, image diffs) in .autoresearch/<tag>/report/")
     sp.add_argument("--out", default=None, help="output directory (default: <state dir>/report)")
     from .cli_search import add_search_parser
@@ -199,6 +202,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify
+
+    return verify(_session(args, args.device), sample=args.sample)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import demo
 
@@ -214,6 +223,7 @@ COMMANDS = {
     "search": cmd_search,
     "demo": cmd_demo,
     "report": cmd_report,
+    "verify": cmd_verify,
 }
 
 

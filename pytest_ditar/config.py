@@ -17,6 +17,8 @@ import yaml
 from .errors import ConfigError
 
 CLASSES = ("exact", "numerical", "approximate", "quantization")
+# Scores defined on the image alone, so candidate and baseline each have one per item (paired test).
+PAIRED_SCORES = ("clip_score",)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,9 @@ class Thresholds:
     semantic_required: bool = False
     zero_regression: bool = False  # quantization: paired test, no required score may drop
     regression_alpha: float = 0.05
+    # Paired scores that may not regress under zero_regression (see quality.PAIRED_SCORES).
+    required_scores: tuple[str, ...] = ()
+    clip_score_item_tolerance: float = 0.005  # largest per-item CLIP score drop zero_regression allows
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class SemanticConfig:
     clip_model: str | None = None  # open_clip architecture name, e.g. ViT-B-32
     clip_weights: str | None = None  # local path to the checkpoint (never downloaded)
     lpips_weights: str | None = None  # local directory/file for LPIPS (never downloaded)
+    lpips_net: str = "alex"  # LPIPS trunk: alex, vgg or squeeze (must match lpips_weights)
 
 
 @dataclass(frozen=True)
@@ -196,7 +202,13 @@ def _load_thresholds(raw: Any, where: str) -> Mapping[str, Thresholds]:
             if not isinstance(values, dict):
                 raise ConfigError(f"{where}: key 'thresholds.{cls}' must be a mapping")
             merged[cls].update(values)
-    return {c: build_dataclass(Thresholds, merged[c], where, prefix=f"thresholds.{c}.") for c in CLASSES}
+    out = {c: build_dataclass(Thresholds, merged[c], where, prefix=f"thresholds.{c}.") for c in CLASSES}
+    for c, t in out.items():
+        for name in t.required_scores:
+            if name not in PAIRED_SCORES:
+                raise ConfigError(f"{where}: key 'thresholds.{c}.required_scores': unknown score '{name}' "
+                                  f"(paired scores: {', '.join(PAIRED_SCORES)})")
+    return out
 
 
 # Defaults; config/autoresearch.json states them explicitly so they are a fixed path.
@@ -205,7 +217,7 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
     "numerical": {"latent_rel_l2_max": 5e-2, "psnr_min": 30.0, "ssim_min": 0.95},
     "approximate": {"psnr_min": 18.0, "ssim_min": 0.6, "lpips_max": 0.3, "clip_drop_max": 0.02, "semantic_required": True},
     "quantization": {"psnr_min": 25.0, "ssim_min": 0.85, "lpips_max": 0.15, "clip_drop_max": 0.01,
-                     "semantic_required": True, "zero_regression": True},
+                     "semantic_required": True, "zero_regression": True, "required_scores": ["clip_score"]},
 }
 
 

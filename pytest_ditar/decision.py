@@ -70,6 +70,8 @@ class QualityOutcome:
     failures: tuple[str, ...] = ()
     class_claim_ok: bool = True
     class_claim_reason: str = ""
+    # "holdout seed N: ..." lines: contracts broken on fresh seeds drawn at run time.
+    holdout_failures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,7 @@ def decide(
             discard.append(_with_reason(f"quality {failed}/{quality.total} failed", first))
         if not quality.class_claim_ok:
             discard.append(f"class claim: {quality.class_claim_reason or 'not allowed'}")
+        discard += list(quality.holdout_failures)
 
     objective = next((lane for lane in lanes if lane.objective), None)
     if objective is None:

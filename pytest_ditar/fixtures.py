@@ -33,12 +33,20 @@ def _fail_candidate(exc: CandidateError) -> None:
 
 
 @pytest.fixture
-def ditar_candidate_output(ditar_item: CorpusItem, ditar_session: DitarSession) -> ItemOutput:
+def ditar_candidate_output(ditar_item: CorpusItem, ditar_session: DitarSession,
+                           request: pytest.FixtureRequest) -> ItemOutput:
     """The candidate's output for this corpus item (generated in fixed batches, once)."""
+    from .console import bars
+
+    live, total = bars(request.config), len(ditar_session.suite.corpus)
+    live.set("items", len(ditar_session.outputs), total, "corpus items")
     try:
-        return ditar_session.output_for(ditar_item)
+        out = ditar_session.output_for(ditar_item)
     except CandidateError as exc:
+        live.close()
         _fail_candidate(exc)
+    live.set("items", len(ditar_session.outputs), total, "corpus items")
+    return out
 
 
 @pytest.fixture
@@ -58,7 +66,10 @@ class QualityChecker:
         """Compute every metric, record the result for the gate, fail with all numbers."""
         sess = self.sess
         metrics = compute_metrics(cand.latents, cand.image, base.latents, base.image)
-        extra = sess.semantic_scores(item, cand, base) if hasattr(sess, "semantic_scores") else None
+        try:
+            extra = sess.semantic_scores(item, cand, base) if hasattr(sess, "semantic_scores") else None
+        except DitarError as exc:  # e.g. an evaluator path that does not load: one line, no traceback
+            pytest.fail(str(exc), pytrace=False)
         if extra:
             from dataclasses import replace
 
@@ -123,6 +134,15 @@ class PerfRunner:
             self._champion_error = f"{type(exc).__name__}: {exc}"
         return self._champion
 
+    def _progress(self, lane):
+        """A tqdm bar over the lane's timed rounds (terminal only; see console.LiveBars)."""
+        if self.gate is None:
+            return None
+        from .console import bars
+
+        live = bars(self.gate.config)
+        return lambda done: live.set(f"lane {lane.name}", done, lane.repeats, f"lane {lane.name} rounds")
+
     def run(self, lane, benchmark=None):
         from . import champion
         from .perf import judge_lane, measure_lane
@@ -141,7 +161,7 @@ class PerfRunner:
         champ = self.champion()
         try:
             m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ, benchmark=benchmark,
-                             timeout_s=sess.cfg.item_timeout_s)
+                             timeout_s=sess.cfg.item_timeout_s, progress=self._progress(lane))
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)

@@ -186,12 +186,19 @@ class Gate:
         self.sess.cls = cumulative_class([*kept, *( [validate_class(cls)] if cls else [])])
 
     def _class_gate(self, cls: str) -> GuardResult:
+        from . import semantic
+
         t = self.sess.cfg.thresholds_for(cls)
-        sem = self.sess.cfg.semantic
-        if t.semantic_required and not (sem.clip_weights and sem.lpips_weights):
+        if not semantic.needed(t):
+            return GuardResult("class_gate", True)
+        if not semantic.configured(self.sess.cfg):
             return GuardResult("class_gate", False,
                                f"class '{cls}' needs the semantic evaluators: set semantic.clip_model, semantic.clip_weights "
                                f"and semantic.lpips_weights in {self.sess.cfg.path} to local files")
+        try:
+            semantic.check_config(self.sess.cfg)  # a configured path that is not there fails before the candidate runs
+        except DitarError as exc:
+            return GuardResult("class_gate", False, str(exc))
         return GuardResult("class_gate", True)
 
     def _bind_memory_budget(self) -> None:
@@ -201,9 +208,13 @@ class Gate:
         import torch
 
         budget = self.vram_budget_gib()
-        total = torch.cuda.get_device_properties(device).total_memory / 2**30
+        dev = torch.device(device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory / 2**30
         if budget and budget < total:
-            torch.cuda.set_per_process_memory_fraction(budget / total, device)
+            # The allocator then raises OOM at the target's size: a candidate that only fits on a
+            # bigger card crashes here instead of passing.
+            torch.cuda.set_per_process_memory_fraction(budget / total, index)
 
     def vram_budget_gib(self) -> float | None:
         if self.sess.cfg.vram_budget_gib:
@@ -247,8 +258,9 @@ class Gate:
                 return
         if not self.gated:
             return
-        if exitstatus == pytest.ExitCode.INTERRUPTED:
-            self.refusal = "interrupted: no verdict recorded"
+        if exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
+            # A harness failure is not the candidate's fault: no verdict, no git action.
+            self.refusal = f"{exitstatus.name.lower().replace('_', ' ')}: no verdict recorded, nothing reverted"
             return
         self.decision = self._decide()
         self._act(self.decision)
@@ -257,11 +269,17 @@ class Gate:
 
     def _decide(self) -> Decision:
         s = self.sess
+        from . import holdout, regression
+
+        held = holdout.run_for_gate(self)  # fresh seeds; before `errors`: the candidate may crash on them
         errors = [RunError(e.kind, e.message) for e in _dedupe(s.errors)]
         results = list(s.quality.values())
         passed, total, failures = aggregate(results)
         claim_ok, claim_reason = self._class_claim() if results and not errors else (True, "")
-        quality = QualityOutcome(passed, total, failures, class_claim_ok=claim_ok, class_claim_reason=claim_reason) \
+        if claim_ok and results and not errors:  # quantization: no required score may regress
+            claim_ok, claim_reason = regression.claim(s.cfg.thresholds_for(s.cls), results)
+        quality = QualityOutcome(passed, total, failures, class_claim_ok=claim_ok, class_claim_reason=claim_reason,
+                                 holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
         lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
         if not any(l.objective for l in lanes):
@@ -370,6 +388,11 @@ class Gate:
             oc = getattr(lr, "outcome", None)
             if oc:
                 tr.write_line(f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}")
+        if self.gated and self.decision is not None:
+            from .console import run_table
+
+            for line in run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.cls):
+                tr.write_line(line)
         for line in self.summary_lines:
             tr.write_line(line)
 

@@ -40,6 +40,16 @@ def _config_path(config: pytest.Config) -> Path | None:
     return default if default.is_file() else None
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
+    from .artifacts import request_artifacts
+    from .console import install_bars
+
+    install_bars(config)  # progress bars only when stderr is a terminal (pytest's capture is off here)
+    request_artifacts(config, _config_path(config))
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     from . import hookspecs
 
@@ -149,6 +159,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gate = _gate(session.config)
     if gate:
         gate.finish(session, exitstatus)
+    from .artifacts import collect_artifacts
+
+    collect_artifacts(session.config, gate)  # after junitxml and pytest-benchmark wrote theirs
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

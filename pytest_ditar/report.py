@@ -258,14 +258,6 @@ class ImagePool:
         return len(self._css)
 
 
-def _png(arr: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="PNG", compress_level=1)  # speed over size
-    return buf.getvalue()
-
-
 def _load_rgb(path: Path) -> np.ndarray:
     from PIL import Image
 
@@ -285,17 +277,33 @@ def _inferno() -> np.ndarray:
     return _LUT
 
 
+def _diff_index(cand: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, float, float]:
+    d = np.abs(cand.astype(np.int16) - base.astype(np.int16)).mean(axis=-1)
+    peak = float(d.max()) if d.size else 0.0
+    gain = 255.0 / peak if peak > 0 else 1.0
+    return np.clip(d * gain, 0, 255).astype(np.uint8), peak, gain
+
+
 def diff_heatmap(cand: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, float, float]:
     """Per-pixel mean |difference| amplified so the largest difference is full scale.
 
     Returns (RGB heatmap, max abs difference in 0..255, gain). Identical images give a black map
     with gain 1, so "no difference" reads as black, not as noise stretched to full scale.
     """
-    d = np.abs(cand.astype(np.int16) - base.astype(np.int16)).mean(axis=-1)
-    peak = float(d.max()) if d.size else 0.0
-    gain = 255.0 / peak if peak > 0 else 1.0
-    idx = np.clip(d * gain, 0, 255).astype(np.uint8)
+    idx, peak, gain = _diff_index(cand, base)
     return _inferno()[idx], peak, gain
+
+
+def _heatmap_png(cand: np.ndarray, base: np.ndarray) -> tuple[bytes, float, float]:
+    """The heatmap as a palette PNG: one byte a pixel encodes ~3x faster than RGB, and is smaller."""
+    from PIL import Image
+
+    idx, peak, gain = _diff_index(cand, base)
+    im = Image.fromarray(idx, mode="L").convert("P")
+    im.putpalette(_inferno().tobytes())
+    buf = io.BytesIO()
+    im.save(buf, format="PNG", compress_level=1)
+    return buf.getvalue(), peak, gain
 
 
 @dataclass
@@ -374,8 +382,8 @@ def _grid_html(e: Experiment, imgs: _Images, pool: ImagePool, n: int, failed_onl
         if base_p and cand_p:
             b, c = imgs.array(base_p), imgs.array(cand_p)
             if b.shape == c.shape:
-                heat, peak, gain = diff_heatmap(c, b)
-                tiles.append(_tile(pool, _png(heat), f"|diff| x{gain:.0f} (max {peak:.1f}/255)", ""))
+                heat, peak, gain = _heatmap_png(c, b)
+                tiles.append(_tile(pool, heat, f"|diff| x{gain:.0f} (max {peak:.1f}/255)", ""))
             else:
                 tiles.append(_tile(pool, None, "|diff|", f"shape {c.shape} vs {b.shape}"))
         else:

@@ -43,6 +43,7 @@ class DitarSession:
     _baseline: Any = None
     _run_dir: Path | None = None
     _threads_set: bool = False
+    _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
 
     @classmethod
     def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
@@ -134,6 +135,12 @@ class DitarSession:
                     self.candidate_error = exc  # a hung candidate is not run again this session
                 raise
         return self.outputs[item.id]
+
+    def semantic_scores(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> dict[str, float] | None:
+        """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
+        from .semantic import session_scores
+
+        return session_scores(self, item, cand, base)
 
     def build_from(self, candidate_dir: Path) -> Any:
         """Build another copy of the pipeline (the champion, from a git worktree) in this process."""

@@ -1,0 +1,176 @@
+"""`dit-ar report`: the page a person opens after a session, rendered in headless Chromium.
+
+The session is real (the loop runs on CPU: a keep, a quality failure, a crash, a timed discard),
+so the report reads exactly what the gate writes. The JUnit XML and pytest-benchmark JSON that a
+gated run files into its run directory are checked on the same session.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from candidates import ALTERS, COMMENT_ONLY, RAISES, REDUNDANT, STOCK
+from conftest import make_project
+
+from pytest_ditar.console import run_table
+from pytest_ditar.report import Experiment, build_report, cumulative_best, diff_heatmap
+
+WIDTH, HEIGHT = 1280, 2000
+GREEN_LINE = np.array([0x2A, 0x9D, 0x8F])  # the running-best step line in progress.png
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _screenshot(html: Path, out: Path, profile: Path) -> np.ndarray:
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("chromium is not installed (Debian: apt-get install -y chromium); cannot render the report")
+    profile.mkdir()
+    cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", f"--screenshot={out}", f"--window-size={WIDTH},{HEIGHT}", html.as_uri()]
+    # pytester points HOME at the project; chromium's caches must not dirty the research tree.
+    home = profile.parent / "home"
+    env = {**os.environ, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert out.is_file(), f"chromium wrote no screenshot (rc {res.returncode}): {res.stderr[-2000:]}"
+    return np.asarray(Image.open(out).convert("RGB")).astype(np.int16)
+
+
+def _experiment(proj, source: str, desc: str) -> str:
+    proj.commit_candidate(source, "exact", desc)
+    res = proj.ditar("experiment", "--classification", "exact", "--description", desc)
+    return res.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture
+def session_with_history(pytester, model_cache):
+    """A research branch whose baseline wastes a full pass, then four experiments for real."""
+    proj = make_project(pytester, mutable_source=REDUNDANT)
+    assert proj.ditar("init", "--tag", "t").returncode == 0
+    res = proj.ditar("baseline")
+    assert res.returncode == 0, res.stderr
+    verdicts = []
+    for _ in range(3):  # a real 2x speedup; a shared CI box can still be too noisy to decide once
+        verdicts.append(_experiment(proj, STOCK, "Drop the redundant pass"))
+        if verdicts[-1].startswith("DITAR VERDICT: KEEP"):
+            break
+    verdicts += [_experiment(proj, ALTERS, "Lower guidance (mislabelled)"),   # DISCARD: quality failure
+                 _experiment(proj, RAISES, "A broken kernel"),                # CRASH
+                 _experiment(proj, COMMENT_ONLY, "A comment")]                # DISCARD: not faster
+    return proj, verdicts
+
+
+def test_report_renders_plot_and_image_grid(session_with_history, tmp_path):
+    proj, verdicts = session_with_history
+    assert [v.split()[2] for v in verdicts][-4:] == ["KEEP", "DISCARD", "CRASH", "DISCARD"], verdicts
+    state = proj.root / ".autoresearch/t"
+
+    # JUnit XML and the pytest-benchmark JSON of the kept (fully timed) run are in its run dir.
+    keep_sha = next(r["commit"] for r in proj.ledger() if r["status"] == "KEEP")
+    keep_run = next(d for d in (state / "runs").iterdir()
+                    if json.loads((d / "summary.json").read_text())["commit"] == keep_sha)
+    suite = ET.parse(keep_run / "junit.xml").getroot()
+    assert int(suite.find("testsuite").get("tests") if suite.tag == "testsuites" else suite.get("tests")) >= 6
+    bench = json.loads((keep_run / "benchmark.json").read_text())
+    assert {b["extra_info"]["lane"] for b in bench["benchmarks"]} >= {"latency_b1"}
+    assert all(b["stats"]["data"] for b in bench["benchmarks"])
+    assert not list((state / ".pending").glob("*")), "pending artifacts must be filed or removed"
+    fail_run = next(d for d in (state / "runs").iterdir() if (d / "failures").is_dir())
+    assert not (fail_run / "benchmark.json").exists()  # perf is skipped after a quality failure: nothing timed
+    assert (fail_run / "junit.xml").is_file()  # every gated run has one, not only kept ones
+
+    res = proj.ditar("report")
+    assert res.returncode == 0, res.stdout + res.stderr
+    index = state / "report/index.html"
+    page = index.read_text()
+    assert (state / "report/progress.png").is_file()
+    # Self-contained: nothing fetched from anywhere when the page opens.
+    assert "http://" not in page.replace("http://www.w3.org", "") and "https://" not in page
+    assert "<link" not in page and 'src="data:image/png;base64,' in page
+    assert "Quality failures (1)" in page and "Kept commits (1)" in page
+    assert page.count('class="st-CRASH"') >= 1 and "candidate image not stored" not in page.split('id="keeps"')[0]
+
+    shot = _screenshot(index, tmp_path / "shot.png", tmp_path / "profile")
+    assert shot.shape == (HEIGHT, WIDTH, 3)
+    assert shot.std() > 20, "the screenshot is blank"
+    # The plot: under the header, wide, with the running-best line drawn in its colour.
+    plot = shot[150:800, 20:1240]
+    assert plot.std() > 15
+    near_line = (np.abs(plot - GREEN_LINE).sum(axis=-1) < 40).sum()
+    assert near_line > 300, f"running-best line not visible in the plot region ({near_line} px)"
+    # The image grid (quality failure first): colourful image tiles, not text on white.
+    grid = shot[700:HEIGHT, 20:1240]
+    colourful = (grid.max(axis=-1) - grid.min(axis=-1) > 60).sum()
+    assert colourful > 3 * 160 * 160 // 2, f"image grid not visible ({colourful} colourful px)"
+    assert grid.std() > 20
+
+
+def _exp(run: int, status: str, metric=None, lo=None, hi=None) -> Experiment:
+    return Experiment({"run": run, "status": status, "metric": metric if metric is not None else "",
+                       "ci_low": lo if lo is not None else "", "ci_high": hi if hi is not None else ""})
+
+
+def test_cumulative_best_multiplies_kept_speedups_and_their_cis():
+    exps = [_exp(2, "KEEP", 1.2, 1.1, 1.3), _exp(3, "DISCARD", 0.9, 0.8, 1.0), _exp(4, "CRASH"),
+            _exp(5, "KEEP", 1.5, 1.4, 1.6)]
+    best = cumulative_best(exps)
+    assert [round(b[0], 6) for b in best] == [1.2, 1.2, 1.2, 1.8]
+    assert math.isclose(best[-1][1], 1.1 * 1.4) and math.isclose(best[-1][2], 1.3 * 1.6)
+
+
+def test_report_survives_missing_run_dirs_and_images(tmp_path):
+    """A ledger whose run dirs and snapshots are gone still gives a page, saying what is missing."""
+    from pytest_ditar.ledger import Ledger
+
+    state = tmp_path / "state"
+    led = Ledger(state)
+    led.append({"commit": "a" * 40, "status": "BASELINE"})
+    led.append({"commit": "b" * 40, "status": "KEEP", "metric": 1.3, "ci_low": 1.2, "ci_high": 1.4, "lane": "l"})
+    led.append({"commit": "c" * 40, "status": "DISCARD", "quality_pass": 3, "quality_total": 6, "lane": "l"})
+    run = state / "runs/20250101T000000Z-ccccccc"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"commit": "c" * 40, "decision": "DISCARD", "quality": {
+        "x": {"passed": False, "failures": ["psnr 10 < 40"], "psnr": 10.0}}}))
+    page = build_report(state).read_text()
+    assert "no run directory found" in page and "baseline image missing" in page
+    assert "candidate image not stored" in page and (state / "report/progress.png").stat().st_size > 1000
+
+
+def test_diff_heatmap_is_black_for_identical_images_and_full_scale_otherwise():
+    a = np.zeros((4, 4, 3), np.uint8)
+    heat, peak, gain = diff_heatmap(a, a)
+    assert peak == 0 and gain == 1 and heat.max() < 10
+    b = a.copy()
+    b[0, 0] = 10
+    heat, peak, gain = diff_heatmap(b, a)
+    assert peak == 10 and gain == 25.5 and heat[0, 0].sum() > heat[1, 1].sum()
+
+
+def test_run_table_lists_lanes_quality_and_verdict():
+    from types import SimpleNamespace as NS
+
+    from pytest_ditar.decision import LaneOutcome
+
+    lane = NS(outcome=LaneOutcome("latency_b1", True, "FASTER", 1.183, 1.171, 1.195, "ok"),
+              measurement=NS(samples=[0.01, 0.012, 0.011]), champion_source="interleaved")
+    q = [NS(passed=True, item_id="a", metrics=NS(psnr=float("inf"))), NS(passed=False, item_id="b", metrics=NS(psnr=21.5))]
+    lines = run_table([lane], q, NS(status="DISCARD", reason="quality failed on b"), "exact")
+    text = "\n".join(lines)
+    assert "latency_b1" in text and "1.183x" in text and "[1.171, 1.195]" in text and "objective" in text
+    assert "quality 1/2 passed" in text and "21.50 dB on b" in text and "verdict DISCARD: quality failed on b" in text
