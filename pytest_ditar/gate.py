@@ -122,6 +122,15 @@ class Gate:
                                 f"(branch={st.branch}, items={len(self.items_collected)}/{len(s.suite.corpus)})")
                 return False
             return self._report_mode()
+        chain = self.ledger.verify()
+        if not chain.ok:
+            # A broken chain cannot be extended (and must not be papered over): refuse outright.
+            self.refusal = (f"ledger chain broken ({'; '.join(chain.problems[:2])}); restore "
+                            f"{self.ledger.jsonl_path} or start a new tag")
+            return False
+        if not (s.baseline_dir / "manifest.json").is_file():
+            self.refusal = f"{s.baseline_dir}: baseline missing (run `dit-ar baseline` first)"
+            return False
         try:
             self._recover(st)
             st = gitops.state(self.root)
@@ -137,8 +146,6 @@ class Gate:
                                    mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
                                    recorded_hashes=recorded, baseline_commit=self.baseline_commit,
                                    baseline_problems=problems)
-        chain = self.ledger.verify()
-        self.guards.append(GuardResult("ledger_chain", chain.ok, "; ".join(chain.problems[:2])))
         is_candidate = bool(self.head and self.head != (self.champion_commit or self.baseline_commit))
         if not is_candidate:
             failed = [g for g in self.guards if not g.ok]
@@ -147,9 +154,10 @@ class Gate:
                                 or f"HEAD {str(self.head)[:7]} is the champion; commit a candidate first")
                 return False
             return self._report_mode()
-        if self.champion_commit and st.parent != self.champion_commit:
+        best = self.champion_commit or self.baseline_commit
+        if best and st.parent != best:
             self.guards.append(GuardResult("one_commit", False,
-                                           f"HEAD's parent is not the champion {self.champion_commit[:7]}: one hypothesis per commit"))
+                                           f"HEAD's parent is not the champion {best[:7]}: one hypothesis per commit"))
         try:
             self.meta = read_meta(self.root, self.config.getoption("--ditar-class"),
                                   self.config.getoption("--ditar-description"))
@@ -348,6 +356,9 @@ class Gate:
             return
         if any(g.name == "clean_tree" and not g.ok for g in self.guards):
             self.summary_lines.append("ditar: dirty tree: not reverting (that would lose uncommitted work)")
+            return
+        if any(g.name == "branch" and not g.ok for g in self.guards):
+            self.summary_lines.append("ditar: wrong branch: not reverting a branch this session does not own")
             return
         try:
             gitops.reset_hard_to_parent(self.root, self.head)

@@ -55,15 +55,22 @@ def check_config(cfg: Config) -> None:
     for key in ("clip_model", "clip_weights", "lpips_weights"):
         if not getattr(sem, key):
             raise ConfigError(f"{cfg.path}: key 'semantic.{key}' is not set (the semantic evaluators load local files only)")
-    if ":" in sem.clip_model.split("/")[0] and not Path(sem.clip_model).suffix == ".json":
+    if _is_path(sem.clip_model):
+        if not sem.clip_model.endswith(".json"):
+            raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' must be an open_clip "
+                              "architecture name (e.g. ViT-B-32) or a local open_clip model-config .json file")
+        _resolve(cfg, "clip_model", sem.clip_model)
+    elif ":" in sem.clip_model:
         raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' names a remote source; "
                           "use an open_clip architecture name (e.g. ViT-B-32) or a local model-config .json")
-    if sem.clip_model.endswith(".json"):
-        _resolve(cfg, "clip_model", sem.clip_model)
     _resolve(cfg, "clip_weights", sem.clip_weights)
     _resolve(cfg, "lpips_weights", sem.lpips_weights)
     if sem.lpips_net not in LPIPS_NETS:
         raise ConfigError(f"{cfg.path}: key 'semantic.lpips_net' must be one of {', '.join(LPIPS_NETS)}, got '{sem.lpips_net}'")
+
+
+def _is_path(value: str) -> bool:
+    return value.endswith(".json") or "/" in value or os.sep in value
 
 
 def label_names() -> tuple[str, ...]:
@@ -195,7 +202,7 @@ def _load_clip(cfg: Config) -> tuple[Any, Any]:
 
     sem = cfg.semantic
     name = sem.clip_model
-    if name.endswith(".json"):  # a local architecture config (open_clip's model-config format)
+    if _is_path(name):  # a local architecture config (open_clip's model-config format)
         path = _resolve(cfg, "clip_model", name)
         open_clip.add_model_config(path)
         name = path.stem

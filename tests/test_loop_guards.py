@@ -1,0 +1,93 @@
+"""Guards are checked before any candidate code runs; a violation is a DISCARD with its reason."""
+import pytest
+import yaml
+
+from candidates import ALTERS, STOCK
+
+
+def _marker_source(marker) -> str:
+    """A candidate that leaves a mark when its code is imported: proof that it ran."""
+    return STOCK.replace("class StockDiT:", f"open({str(marker)!r}, 'w').close()\n\n\nclass StockDiT:", 1)
+
+
+def _run(proj):
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "x")
+    return res, res.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("what", ["config_threshold", "corpus_seed", "perf_harness"])
+def test_fixed_path_edit_is_discarded_before_the_candidate_runs(research, tmp_path, what):
+    proj = research
+    base = proj.head()
+    marker = tmp_path / "ran"
+    proj.write("mutable/pipeline.py", _marker_source(marker))
+    if what == "config_threshold":
+        cfg = proj.config()
+        cfg["thresholds"]["exact"]["psnr_min"] = 10.0
+        proj.set_config(thresholds=cfg["thresholds"])
+        changed = "config/autoresearch.json"
+    elif what == "corpus_seed":
+        p = proj.root / "suites/tiny/suite.yaml"
+        suite = yaml.safe_load(p.read_text())
+        suite["corpus"][0]["seed"] += 1
+        p.write_text(yaml.safe_dump(suite, sort_keys=False))
+        changed = "suites/tiny/suite.yaml"
+    else:
+        p = proj.root / "suites/tiny/test_perf.py"
+        p.write_text(p.read_text() + "\n# tuned the harness\n")
+        changed = "suites/tiny/test_perf.py"
+    proj.git("commit", "-qam", "sneaky\n\nDitar-Class: exact")
+    res, line = _run(proj)
+    assert res.returncode == 1
+    assert line.startswith("DITAR VERDICT: DISCARD") and "guard" in line and changed in line, line
+    assert not marker.exists(), "the candidate ran despite a guard violation"
+    assert proj.head() == base
+    assert proj.ledger()[-1]["status"] == "DISCARD"
+
+
+def test_edit_outside_mutable_paths_is_discarded(research, tmp_path):
+    proj = research
+    base = proj.head()
+    marker = tmp_path / "ran"
+    proj.write("mutable/pipeline.py", _marker_source(marker))
+    proj.write("tools/helper.py", "x = 1\n")
+    proj.git("add", "-A")
+    proj.git("commit", "-qm", "helper\n\nDitar-Class: exact")
+    res, line = _run(proj)
+    assert "guard mutable_only: edits outside mutable paths: tools/helper.py" in line
+    assert not marker.exists() and proj.head() == base
+
+
+def test_dirty_tree_is_refused_and_the_edit_survives(research, tmp_path):
+    proj = research
+    marker = tmp_path / "ran"
+    sha = proj.commit_candidate(STOCK + "\n# candidate\n", "exact", "candidate")
+    proj.write("mutable/pipeline.py", _marker_source(marker))  # uncommitted on top
+    res, line = _run(proj)
+    assert res.returncode == 1 and "guard clean_tree: uncommitted changes: mutable/pipeline.py" in line
+    assert not marker.exists()
+    assert proj.head() == sha and "open(" in (proj.root / "mutable/pipeline.py").read_text()  # nothing lost
+
+
+def test_wrong_branch_is_refused(research, tmp_path):
+    proj = research
+    marker = tmp_path / "ran"
+    proj.git("checkout", "-q", "-b", "autoresearch/other")
+    sha = proj.commit_candidate(_marker_source(marker), "exact", "on the wrong branch")
+    res = proj.ditar("--tag", "t", "experiment", "--classification", "exact", "--description", "x")
+    line = res.stdout.strip().splitlines()[-1]
+    assert "guard branch: HEAD is on 'autoresearch/other', expected 'autoresearch/t'" in line
+    assert not marker.exists() and proj.head() == sha  # not our branch: not reverted
+    proj.git("checkout", "-q", "main")
+    res = proj.ditar("--tag", "t", "experiment", "--classification", "exact", "--description", "x")
+    last = res.stdout.strip().splitlines()[-1]
+    assert res.returncode == 4 and last.startswith("DITAR REFUSED: guard branch: HEAD is on 'main'")
+
+
+def test_two_commits_at_once_are_one_hypothesis_too_many(research):
+    proj = research
+    base = proj.head()
+    proj.commit_candidate(STOCK + "\n# one\n", "exact", "one")
+    proj.commit_candidate(ALTERS, "exact", "two")
+    res, line = _run(proj)
+    assert "guard one_commit" in line and res.returncode == 1
