@@ -67,5 +67,5 @@ def check_guards(root: Path, *, branch_prefix: str, tag: str, mutable_paths: Ite
     results.append(GuardResult("fixed_paths", not changes,
                                "" if not changes else "fixed path modified: " + ", ".join(changes[:5])))
     results.append(GuardResult("baseline_integrity", not baseline_problems,
-                               "" if not baseline_problems else "baseline corrupted: " + baseline_problems[0]))
+                               "" if not baseline_problems else baseline_problems[0]))
     return results

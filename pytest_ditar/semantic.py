@@ -65,6 +65,12 @@ def check_config(cfg: Config) -> None:
                           "use an open_clip architecture name (e.g. ViT-B-32) or a local model-config .json")
     _resolve(cfg, "clip_weights", sem.clip_weights)
     _resolve(cfg, "lpips_weights", sem.lpips_weights)
+    import importlib.util
+
+    missing = [m for m in ("open_clip", "lpips") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"{cfg.path}: key 'semantic' is set but {', '.join(missing)} is not installed "
+                          "(pip install 'pytest-ditar[clip]')")
     if sem.lpips_net not in LPIPS_NETS:
         raise ConfigError(f"{cfg.path}: key 'semantic.lpips_net' must be one of {', '.join(LPIPS_NETS)}, got '{sem.lpips_net}'")
 

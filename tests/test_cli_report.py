@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from candidates import ALTERS, COMMENT_ONLY, RAISES, REDUNDANT, STOCK
-from conftest import make_project
+from conftest import REPO, make_project
 
 from pytest_ditar.console import run_table
 from pytest_ditar.report import Experiment, build_report, cumulative_best, diff_heatmap
@@ -61,12 +61,15 @@ def _experiment(proj, source: str, desc: str) -> str:
 @pytest.fixture
 def session_with_history(pytester, model_cache):
     """A research branch whose baseline wastes a full pass, then four experiments for real."""
-    proj = make_project(pytester, mutable_source=REDUNDANT)
+    # This test is about the page, not the statistics: a looser spread limit keeps a shared, busy
+    # CI box from calling a real 2x speedup "too noisy to decide".
+    perf = json.loads((REPO / "config/autoresearch.json").read_text())["perf"]
+    proj = make_project(pytester, mutable_source=REDUNDANT, config={"perf": {**perf, "max_cv": 1.0}})
     assert proj.ditar("init", "--tag", "t").returncode == 0
     res = proj.ditar("baseline")
     assert res.returncode == 0, res.stderr
     verdicts = []
-    for _ in range(3):  # a real 2x speedup; a shared CI box can still be too noisy to decide once
+    for _ in range(3):  # a real 2x speedup; retried in case the box is too noisy to decide once
         verdicts.append(_experiment(proj, STOCK, "Drop the redundant pass"))
         if verdicts[-1].startswith("DITAR VERDICT: KEEP"):
             break
@@ -78,7 +81,9 @@ def session_with_history(pytester, model_cache):
 
 def test_report_renders_plot_and_image_grid(session_with_history, tmp_path):
     proj, verdicts = session_with_history
-    assert [v.split()[2] for v in verdicts][-4:] == ["KEEP", "DISCARD", "CRASH", "DISCARD"], verdicts
+    statuses = [v.split()[2] for v in verdicts]
+    assert "KEEP" in statuses and statuses[-3:-1] == ["DISCARD", "CRASH"], verdicts
+    assert "quality=0/6" in verdicts[-3]  # the quality failure, judged against the original baseline
     state = proj.root / ".autoresearch/t"
 
     # JUnit XML and the pytest-benchmark JSON of the kept (fully timed) run are in its run dir.

@@ -7,6 +7,7 @@ Their scores mean nothing about image content; the thresholds below were set fro
 values of these models on the tiny suite. Needs open-clip-torch and lpips (the `clip` extra).
 """
 import json
+import statistics
 
 import pytest
 
@@ -27,14 +28,18 @@ def steps(expr: str) -> str:
     return _patch("num_inference_steps=request.steps,", f"num_inference_steps={expr},")
 
 
-# "Quantize" the final latents to a 1/8 grid before decoding: small changes on every item,
-# some CLIP scores up, some down.
+# Store the final latents in bf16 before decoding. Measured: PSNR 58-61 dB, CLIP score deltas
+# of +-0.00016 per item, three items down and three up, mean drop 1.5e-5: a lower mean well
+# inside the items' own spread, which only the zero-regression rule refuses.
 QUANTIZED = _patch("            self._latents = z\n",
-                   "            z = torch.round(z * 8) / 8\n            self._latents = z\n")
+                   "            z = z.to(torch.bfloat16).to(z.dtype)\n            self._latents = z\n")
 
-APPROXIMATE = {"psnr_min": 14.0, "ssim_min": 0.5, "lpips_max": 0.03, "clip_drop_max": 0.02, "semantic_required": True}
-QUANTIZATION = {"psnr_min": 14.0, "ssim_min": 0.5, "lpips_max": 0.05, "clip_drop_max": 0.05, "semantic_required": True,
-                "zero_regression": True, "required_scores": ["clip_score"], "clip_score_item_tolerance": 0.05}
+# Measured with these random evaluators on the tiny suite (10 steps): one step fewer gives
+# LPIPS <= 0.0001 and CLIP drops <= 0.0016; half the steps gives LPIPS 0.0004-0.0024 and CLIP
+# drops up to 0.0075 (PSNR 29-36 dB). Pixel floors are loose so the semantic scores decide.
+APPROXIMATE = {"psnr_min": 20.0, "ssim_min": 0.9, "lpips_max": 0.001, "clip_drop_max": 0.003, "semantic_required": True}
+QUANTIZATION = {"psnr_min": 40.0, "ssim_min": 0.99, "lpips_max": 0.001, "clip_drop_max": 0.003, "semantic_required": True,
+                "zero_regression": True, "required_scores": ["clip_score"], "clip_score_item_tolerance": 0.003}
 
 
 @pytest.fixture
@@ -66,6 +71,8 @@ def test_approximate_fewer_steps_passes_or_fails_the_semantic_gate_by_its_thresh
     assert all(m["clip_score"] is not None and m["lpips"] is not None and m["clip_score_baseline"] is not None
                for m in q.values())
     assert not any("holdout" in r or "class claim" in r for r in summary["reasons"]), summary["reasons"]
+    held = json.loads(sorted((proj.root / ".autoresearch/t/runs").glob("*/holdout.json"))[-1].read_text())
+    assert len(held["results"]) == 2 and all(r["lpips"] is not None and r["passed"] for r in held["results"].values())
 
     if summary["decision"] == "KEEP":  # a kept approximation raises the branch's class; start again from main
         proj.git("reset", "-q", "--hard", "HEAD^")
@@ -81,7 +88,44 @@ def test_quantization_with_a_slightly_lower_score_on_some_items_is_discarded(sem
     line, summary = _run(proj, QUANTIZED, "quantization", "Quantize latents to 1/8")
     q = summary["quality"]
     drops = [m["clip_score_baseline"] - m["clip_score"] for m in q.values()]
+    mean, sd = statistics.mean(drops), statistics.stdev(drops)
     assert "quality=6/6" in line, line  # every per-item contract holds...
-    assert any(d > 0 for d in drops) and max(drops) < 0.05  # ...some items drop a little...
+    assert any(d > 0 for d in drops) and any(d < 0 for d in drops), drops  # ...some items a little lower...
+    assert 0 < mean < sd / len(drops) ** 0.5, (mean, sd)  # ...a lower mean, but well within the noise
     assert line.startswith("DITAR VERDICT: DISCARD") and 'reason="class claim: zero regression: clip_score' in line, line
     assert [r["status"] for r in proj.ledger()][-1] == "DISCARD"
+
+
+def _cfg(tmp_path, **semantic):
+    import dataclasses
+
+    from pytest_ditar.config import SemanticConfig, load_config
+
+    (tmp_path / "c.json").write_text(json.dumps({"suite": "tiny"}))
+    return dataclasses.replace(load_config(tmp_path / "c.json"), semantic=SemanticConfig(**semantic))
+
+
+def test_evaluators_load_from_local_files_and_score_in_batches(tmp_path):
+    """Random-init evaluators (see the module docstring): the scores are checked for shape and
+    basic sanity only (identical images: LPIPS 0), never for meaning."""
+    import numpy as np
+
+    from pytest_ditar.semantic import Evaluators, prompt
+
+    ev = Evaluators.load(_cfg(tmp_path, **write_random_evaluators(tmp_path / "ev")), "cpu")
+    assert prompt(1, None, ev.names) == "a photo of a goldfish" and prompt(5000, None, ev.names) == "a photo of a class 5000"
+    imgs = list(np.random.default_rng(0).integers(0, 256, (40, 16, 16, 3), dtype=np.uint8))  # > one chunk
+    clip = ev.clip_scores(imgs, list(range(40)))
+    assert clip.shape == (40,) and np.all(np.abs(clip) <= 1)
+    assert np.allclose(ev.lpips(imgs, imgs), 0) and np.all(ev.lpips(imgs, imgs[::-1])[:3] > 0)
+
+
+def test_weights_that_do_not_fit_are_a_config_error_naming_the_key(tmp_path):
+    from pytest_ditar.errors import ConfigError
+    from pytest_ditar.semantic import Evaluators
+
+    sem = write_random_evaluators(tmp_path / "ev")
+    with pytest.raises(ConfigError, match=r"key 'semantic.clip_weights': .* does not load into 'tiny-clip'"):
+        Evaluators.load(_cfg(tmp_path, **{**sem, "clip_weights": sem["lpips_weights"]}), "cpu")
+    with pytest.raises(ConfigError, match=r"key 'semantic.lpips_weights': .* does not match LPIPS net 'vgg'"):
+        Evaluators.load(_cfg(tmp_path, **{**sem, "lpips_net": "vgg"}), "cpu")

@@ -1,0 +1,82 @@
+"""Tampering and kills: the ledger chain, the snapshot hashes, and recovery after kill -9."""
+import json
+import os
+import signal
+import subprocess
+import time
+
+from candidates import ALTERS, REDUNDANT, STOCK
+from conftest import make_project
+
+
+def _last(res) -> str:
+    return res.stdout.strip().splitlines()[-1]
+
+
+def test_edited_ledger_row_is_detected_by_status_and_the_next_run(research):
+    proj = research
+    proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")
+    led = proj.root / ".autoresearch/t/ledger.jsonl"
+    lines = led.read_text().splitlines()
+    row = json.loads(lines[-1])
+    row["status"] = "KEEP"  # an agent "fixing" its record
+    lines[-1] = json.dumps(row)
+    led.write_text("\n".join(lines) + "\n")
+    st = proj.ditar("status")
+    assert st.returncode == 1 and "CHAIN BROKEN" in st.stdout and "row 2" in st.stdout
+    sha = proj.commit_candidate(STOCK + "\n# next\n", "exact", "next")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "next")
+    assert res.returncode == 4 and _last(res).startswith("DITAR REFUSED: ledger chain broken")
+    assert proj.head() == sha
+
+
+def test_edited_baseline_file_is_detected_by_status_and_the_next_run(research, tmp_path):
+    proj = research
+    img = proj.root / ".autoresearch/t/baseline/items/tiny-002.png"
+    img.write_bytes(img.read_bytes()[:-8] + b"\0" * 8)
+    st = proj.ditar("status")
+    assert st.returncode == 1 and "CORRUPTED: items/tiny-002.png hash mismatch" in st.stdout
+    marker = tmp_path / "ran"
+    src = STOCK.replace("class StockDiT:", f"open({str(marker)!r}, 'w').close()\n\n\nclass StockDiT:", 1)
+    proj.commit_candidate(src, "exact", "candidate")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "candidate")
+    line = _last(res)
+    assert "guard baseline_integrity:" in line and "baseline corrupted: items/tiny-002.png hash mismatch" in line
+    assert not marker.exists()
+
+
+def test_kill_9_mid_run_leaves_a_state_the_next_run_accepts(pytester, model_cache):
+    proj = make_project(pytester, mutable_source=REDUNDANT)
+    assert proj.ditar("init", "--tag", "t").returncode == 0
+    assert proj.ditar("baseline").returncode == 0
+    sha = proj.commit_candidate(STOCK, "exact", "Drop the redundant pass")
+    for delay in (4.0, 7.0):  # during the quality phase, then during the lanes
+        p = subprocess.Popen(["dit-ar", "--config", "config/autoresearch.json", "experiment", "--classification",
+                              "exact", "--description", "x"], cwd=proj.root, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        assert proj.head() == sha
+        st = proj.ditar("status")
+        assert st.returncode == 0, st.stdout  # ledger chain and baseline still verify
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Drop the redundant pass")
+    assert _last(res).startswith("DITAR VERDICT: "), res.stdout[-2000:]  # KEEP on a quiet machine
+    statuses = [r["status"] for r in proj.ledger()]
+    assert statuses[0] == "BASELINE" and len(statuses) == 2  # the killed runs recorded nothing
+    assert proj.ditar("status").returncode == 0
+
+
+def test_kill_between_ledger_row_and_revert_is_finished_next_run(research):
+    """The one window a kill can leave git behind the ledger: the next run completes the revert."""
+    from pytest_ditar.ledger import Ledger
+
+    proj = research
+    base = proj.head()
+    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    Ledger(proj.root / ".autoresearch/t").append({"commit": sha, "parent": base, "class": "exact",
+                                                  "status": "DISCARD", "reason": "quality failed"})
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "again")
+    assert "recovered: finished the revert of " + sha[:7] in res.stdout
+    assert proj.head() == base
