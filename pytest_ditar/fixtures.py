@@ -29,7 +29,7 @@ def ditar_session(request: pytest.FixtureRequest) -> DitarSession:
 
 
 def _fail_candidate(exc: CandidateError) -> None:
-    pytest.fail(f"CRASH ({exc.kind}): {exc.message}", pytrace=False)
+    pytest.fail(f"CRASH: {exc}", pytrace=False)
 
 
 @pytest.fixture
@@ -77,7 +77,7 @@ class QualityChecker:
         result = check_contract(item.id, sess.cls, metrics, sess.cfg.thresholds_for(sess.cls))
         sess.quality[item.id] = result
         if not metrics.finite:
-            sess.errors.append(CandidateError("non_finite", f"non-finite output in item {item.id}"))
+            sess.errors.append(CandidateError("non_finite", "", item=item.id))
         if not result.passed:
             where = {"baseline image": str(sess.baseline().image_path(item.id))}
             saved = _save_failure_image(sess, item.id, cand)
@@ -150,7 +150,7 @@ class PerfRunner:
         sess = self.sess
         if self.gate is not None and self.gate.gated:
             if sess.errors:
-                pytest.skip(f"not timed: the candidate already crashed ({sess.errors[0].message})")
+                pytest.skip(f"not timed: the candidate already crashed ({sess.errors[0]})")
             failed = [r.item_id for r in sess.quality.values() if not r.passed]
             if failed:
                 pytest.skip(f"not timed: quality already failed on {len(failed)} item(s); the verdict is DISCARD")

@@ -280,7 +280,7 @@ class Gate:
         from . import holdout, regression
 
         held = holdout.run_for_gate(self)  # fresh seeds; before `errors`: the candidate may crash on them
-        errors = [RunError(e.kind, e.message) for e in _dedupe(s.errors)]
+        errors = [RunError(e.kind, e.message, e.item, e.seconds) for e in _dedupe(s.errors)]
         results = list(s.quality.values())
         passed, total, failures = aggregate(results)
         claim_ok, claim_reason = self._class_claim() if results and not errors else (True, "")
@@ -418,7 +418,7 @@ class Gate:
 def _dedupe(errors: list[CandidateError]) -> list[CandidateError]:
     seen, out = set(), []
     for e in errors:
-        if (e.kind, e.message) not in seen:
-            seen.add((e.kind, e.message))
+        if str(e) not in seen:
+            seen.add(str(e))
             out.append(e)
     return out

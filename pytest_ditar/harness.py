@@ -62,7 +62,7 @@ def deadline(seconds: float | None) -> Iterator[None]:
     try:
         yield
     except _Timeout:
-        raise CandidateError("timeout", f"timeout after {seconds:g}s") from None
+        raise CandidateError("timeout", "", seconds=seconds) from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
@@ -74,8 +74,8 @@ def classify_exception(exc: BaseException) -> CandidateError:
     name = type(exc).__name__
     text = str(exc).splitlines()[0] if str(exc) else ""
     if "OutOfMemory" in name or "out of memory" in text.lower():
-        return CandidateError("oom", f"out of memory: {text[:200]}")
-    return CandidateError("exception", f"candidate raised {name}: {text[:300]}")
+        return CandidateError("oom", text[:200])
+    return CandidateError("exception", f"{name}: {text[:300]}")
 
 
 def load_candidate_module(candidate_dir: Path):

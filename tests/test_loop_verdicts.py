@@ -69,8 +69,8 @@ def test_unchanged_candidate_is_not_kept(research):
     assert proj.head() == base
 
 
-@pytest.mark.parametrize("source,kind", [(RAISES, "candidate raised RuntimeError: kernel exploded"),
-                                         (NAN, "non-finite output"),
+@pytest.mark.parametrize("source,kind", [(RAISES, "candidate raised: RuntimeError: kernel exploded"),
+                                         (NAN, "non-finite output in item tiny-000"),
                                          (HANG, "timeout after 10s")], ids=["raises", "nan", "hang"])
 def test_crashes_are_reverted_and_the_next_experiment_runs(research, source, kind):
     proj = research

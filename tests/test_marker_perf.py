@@ -1,0 +1,46 @@
+"""`pytest -m perf` and the gated lanes on CPU: faster, unchanged, slower and noisy candidates."""
+import re
+
+import diffusers  # noqa: F401 - preloaded so pytester's in-process runs do not re-import torch
+import torch  # noqa: F401
+
+from candidates import COMMENT_ONLY, NOISY, REDUNDANT, STOCK
+
+
+def test_header_names_device_target_and_match(research):
+    res = research.pytest("-m", "perf", "--collect-only")
+    res.stdout.fnmatch_lines(["ditar: device=* target=a5500 (sm_86) OFF-TARGET*"])
+
+
+def test_unchanged_candidate_is_never_kept_over_ten_aa_runs(research):
+    """Ten A/A perf runs of a commit that changes nothing: no run may call it FASTER."""
+    proj = research
+    proj.commit_candidate(COMMENT_ONLY, "exact", "same code")
+    verdicts = []
+    for _ in range(10):
+        res = proj.pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "perf", "-k", "latency_b1")
+        m = re.search(r"ditar: lane latency_b1: (\w+)", res.stdout.str())
+        assert m, res.stdout.str()[-2000:]
+        verdicts.append(m.group(1))
+    assert "FASTER" not in verdicts, verdicts
+    assert set(verdicts) <= {"NOT_FASTER", "SLOWER", "UNSTABLE"}
+
+
+def test_slower_candidate_is_discarded(research):
+    proj = research
+    base = proj.head()
+    proj.commit_candidate(REDUNDANT, "exact", "Batch-invariant double pass")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "double pass")
+    line = res.stdout.strip().splitlines()[-1]
+    assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line
+    speedup = float(line.split("speedup=")[1].split("x")[0])
+    assert speedup < 0.8 and ("not faster" in line or "unstable" in line), line
+    assert proj.head() == base
+
+
+def test_lane_with_random_sleeps_is_unstable(research):
+    proj = research
+    proj.commit_candidate(NOISY, "exact", "jittery")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "jittery")
+    line = res.stdout.strip().splitlines()[-1]
+    assert line.startswith("DITAR VERDICT: DISCARD") and "unstable" in line and "too noisy to decide" in line, line
