@@ -45,7 +45,7 @@ class PerfConfig:
     min_speedup: float = 0.02  # configured floor of the effect to KEEP (2%)
     noise_k: float = 2.0  # min effect is at least k x the A/A noise measured at baseline
     alpha: float = 0.05
-    max_cv: float = 0.10  # robust CV above this -> lane UNSTABLE
+    max_cv: float = 0.20  # robust CV above this -> UNSTABLE (H200 eager A/A showed 6-12%)
     guard_tolerance: float = 0.05  # non-objective lanes may not regress beyond this
     n_boot: int = 2000
     interleave: bool = True  # time champion and candidate in the same process when possible

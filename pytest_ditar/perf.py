@@ -151,6 +151,8 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
     else:
         c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot)
         verdict = c.verdict
-    reason = f"{c.reason} [{source} champion, min effect {min_effect * 100:.1f}%]"
+    # stats' reason starts with "1.234x ci95=[..]: "; the verdict line already carries those numbers
+    why = c.reason.split(": ", 1)[1] if c.reason.count(": ") and c.reason.split(": ", 1)[0].endswith("]") else c.reason
+    reason = f"{why} [{source} champion, min effect {min_effect * 100:.1f}%]"
     oc = LaneOutcome(m.lane, objective, verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
     return LaneResult(m, oc, source, min_effect, comparison=_asdict(c))

@@ -1,0 +1,182 @@
+"""The A5500 optimization ladder through the real loop (issue 9).
+
+Applies one rung at a time on a scratch research branch exactly as an agent would (write
+mutable/pipeline.py, commit with its class, run `dit-ar experiment`), on top of whatever is the
+champion, then prints the table and writes JSON + markdown:
+
+    python benchmarks/ladder.py --suite dit-xl-2-256 --out ladder        # on the GPU
+    python benchmarks/ladder.py --suite tiny --rungs sdpa,lean,mislabelled  # CPU dry run
+
+`--from-rung/--to-rung` split a long ladder across calls that share --workdir.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "examples/ladder/template.py"
+
+# name, class, commit subject, switch updates on top of the champion's switches, expected verdict
+RUNGS = [
+    ("sdpa", "exact", "Prefer cuDNN then flash SDPA kernels for DiT's attention shapes",
+     {"LEAN": False, "SDPA_BACKENDS": ["CUDNN_ATTENTION", "FLASH_ATTENTION"]}, "KEEP or not faster"),
+    ("lean", "exact", "Lean sampling loop: the transformer through F.* on its own weights", {"LEAN": True}, "KEEP"),
+    ("fused_qkv", "exact", "Fuse the q, k, v projections into one GEMM", {"FUSED_QKV": True}, "KEEP or not faster"),
+    ("batched_cond", "exact", "Per-block conditioning MLPs and adaLN projections as batched GEMMs",
+     {"BATCHED_COND": True}, "KEEP or not faster"),
+    ("cuda_graphs", "exact", "Replay the transformer forward as one CUDA graph per batch shape",
+     {"CUDA_GRAPHS": True}, "KEEP"),
+    ("mislabelled", "exact", "Fold the guidance scale (actually changes it)", {"GUIDANCE_SCALE": 0.75},
+     "DISCARD: quality/class claim"),
+    ("slower", "exact", "A second transformer pass per step for batch invariance", {"REDUNDANT_PASS": True},
+     "DISCARD: not faster"),
+    ("one_item", "exact", "Special-case one seed (breaks a single corpus item)", {"BREAK_SEED": "first_seed"},
+     "DISCARD: one quality item"),
+    ("bf16", "numerical", "bf16 instead of fp16", {"DTYPE": "bfloat16"}, "KEEP or not faster"),
+    ("fewer_steps", "approximate", "60% of the denoising steps", {"STEPS_SCALE": 0.6},
+     "DISCARD: class gate (no evaluators)"),
+    ("int8", "quantization", "int8 weight-only linear layers (torchao)", {"INT8_WEIGHTS": True},
+     "DISCARD: class gate (no evaluators)"),
+]
+DEFAULTS = {"LEAN": True, "SDPA_BACKENDS": None, "FUSED_QKV": False, "BATCHED_COND": False, "CUDA_GRAPHS": False,
+            "DTYPE": None, "STEPS_SCALE": 1.0, "INT8_WEIGHTS": False, "REDUNDANT_PASS": False,
+            "GUIDANCE_SCALE": 1.0, "BREAK_SEED": None}
+
+
+def render(flags: dict) -> str:
+    src = TEMPLATE.read_text()
+    for key, value in flags.items():
+        src, n = re.subn(rf"^{key} = .*?(  #.*)?$", lambda m: f"{key} = {value!r}" + (m.group(1) or ""), src,
+                         count=1, flags=re.M)
+        assert n == 1, key
+    return src
+
+
+def sh(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+    return res
+
+
+def git(ws: Path, *args: str) -> str:
+    return sh(["git", "-c", "user.email=ladder@localhost", "-c", "user.name=ladder", *args], ws).stdout.strip()
+
+
+def setup(ws: Path, suite: str) -> None:
+    if ws.exists():
+        shutil.rmtree(ws)
+    ws.mkdir(parents=True)
+    for rel in ("mutable", "suites"):
+        shutil.copytree(ROOT / rel, ws / rel, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "conftest.py", ws)
+    cfg = json.loads((ROOT / "config/autoresearch.json").read_text())
+    cfg.update(suite=suite, fixed_paths=["config/", "suites/", "conftest.py"])
+    (ws / "config").mkdir()
+    (ws / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))
+    (ws / ".gitignore").write_text(".autoresearch/\n__pycache__/\n")
+    git(ws, "init", "-q", "-b", "main")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "stock DiTPipeline (the unmodified fp16 baseline)")
+
+
+def ditar(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return sh([sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json", *args], ws, check)
+
+
+def median_of(summary: dict, lane: str) -> float | None:
+    m = summary.get("lanes", {}).get(lane, {}).get("measurement", {})
+    return statistics.median(m["samples"]) if m.get("samples") else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--suite", default="dit-xl-2-256")
+    ap.add_argument("--workdir", default="/tmp/ditar-ladder")
+    ap.add_argument("--rungs", default=",".join(r[0] for r in RUNGS))
+    ap.add_argument("--resume", action="store_true", help="continue in an existing workdir (state kept)")
+    ap.add_argument("--out", default="ladder")
+    args = ap.parse_args()
+    ws = Path(args.workdir)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    state_file = ws / ".autoresearch" / "ladder-state.json"
+    if not args.resume:
+        setup(ws, args.suite)
+        ditar(ws, "init", "--tag", "ladder")
+        t0 = time.perf_counter()
+        print(ditar(ws, "baseline").stdout, flush=True)
+        state = {"flags": dict(DEFAULTS, LEAN=False), "rows": [], "baseline_s": time.perf_counter() - t0}
+    else:
+        state = json.loads(state_file.read_text())
+    base = json.loads((ws / ".autoresearch/ladder/baseline/lanes.json").read_text())
+    base_med = {k: statistics.median(v["samples"]) for k, v in base.items()}
+    first_seed = json.loads((ws / ".autoresearch/ladder/baseline/manifest.json").read_text())["seeds"]
+    first_seed = next(iter(first_seed.values()))
+    wanted = args.rungs.split(",")
+    for name, cls, subject, updates, expected in RUNGS:
+        if name not in wanted:
+            continue
+        flags = {**state["flags"], **{k: (first_seed if v == "first_seed" else v) for k, v in updates.items()}}
+        (ws / "mutable/pipeline.py").write_text(render(flags))
+        git(ws, "commit", "-qam", f"{subject}\n\nDitar-Class: {cls}")
+        t0 = time.perf_counter()
+        res = ditar(ws, "experiment", "--classification", cls, "--description", subject, check=False)
+        wall = time.perf_counter() - t0
+        (out / f"{len(state['rows']) + 1:02d}_{name}.log").write_text(res.stdout[-20000:] + res.stderr[-5000:])
+        verdict = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()
+        runs = sorted((ws / ".autoresearch/ladder/runs").glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+        summary = json.loads(runs[-1].read_text()) if runs else {}
+        status = verdict.split()[2] if verdict.startswith("DITAR VERDICT") else "REFUSED"
+        q = summary.get("quality", {})
+        row = {
+            "rung": name, "class": cls, "expected": expected, "verdict": status,
+            "reason": summary.get("reason", verdict) if status != "KEEP" else "",
+            "wall_s": wall,
+            "worst_psnr": min((v.get("psnr") or 1e9 for v in q.values()), default=None),
+            "worst_ssim": min((v.get("ssim") or 1e9 for v in q.values()), default=None),
+            "lanes": {},
+        }
+        for lane, data in summary.get("lanes", {}).items():
+            oc = data.get("outcome", {})
+            med = median_of(summary, lane)
+            row["lanes"][lane] = {"verdict": oc.get("verdict"), "speedup": oc.get("speedup"),
+                                  "ci": [oc.get("ci_low"), oc.get("ci_high")], "median_s": med,
+                                  "cumulative_vs_baseline": (base_med[lane] / med) if med else None,
+                                  "peak_vram_gib": oc.get("peak_vram_gib"), "achieved_tflops": data.get("achieved_tflops")}
+        if status == "KEEP":
+            state["flags"] = flags
+        state["rows"].append(row)
+        state_file.write_text(json.dumps(state, indent=1, default=str))
+        print(f"[ladder] {name}: {verdict}", flush=True)
+    (out / "ladder.json").write_text(json.dumps(state, indent=1, default=str))
+    print_table(state, base_med)
+    return 0
+
+
+def print_table(state: dict, base_med: dict) -> None:
+    print(f"\nbaseline medians: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in base_med.items()))
+    hdr = (f"{'rung':<13}{'class':<13}{'verdict':<8}{'b1 x champ':>11}{'ci95':>15}{'b1 cum':>8}{'b8 cum':>8}"
+           f"{'TFLOP/s b8':>11}{'PSNR min':>9}{'SSIM min':>9}{'VRAM GiB':>9}{'wall s':>7}  reason")
+    print(hdr)
+    for r in state["rows"]:
+        b1, b8 = r["lanes"].get("latency_b1", {}), r["lanes"].get("throughput_b8", {})
+        ci = f"[{b1['ci'][0]:.2f},{b1['ci'][1]:.2f}]" if b1.get("ci") and b1["ci"][0] else "-"
+        f = lambda x, fmt: (fmt.format(x) if isinstance(x, (int, float)) and x < 1e8 else "-")  # noqa: E731
+        vram = max([l.get("peak_vram_gib") or 0 for l in r["lanes"].values()], default=0)
+        print(f"{r['rung']:<13}{r['class']:<13}{r['verdict']:<8}{f(b1.get('speedup'), '{:.3f}x'):>11}{ci:>15}"
+              f"{f(b1.get('cumulative_vs_baseline'), '{:.2f}x'):>8}{f(b8.get('cumulative_vs_baseline'), '{:.2f}x'):>8}"
+              f"{f(b8.get('achieved_tflops'), '{:.0f}'):>11}{f(r['worst_psnr'], '{:.1f}'):>9}{f(r['worst_ssim'], '{:.4f}'):>9}"
+              f"{f(vram or None, '{:.2f}'):>9}{r['wall_s']:>7.0f}  {r['reason'][:90]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""DiT-XL/2 ladder candidate: the lean sampling loop with one switch per optimization rung.
+
+benchmarks/ladder.py writes this file into mutable/pipeline.py with the switches of one rung
+flipped on top of the champion's, commits it with its class, and runs the gate. Each switch is
+one causal hypothesis; see examples/ladder/README.md for the rungs and their classes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from diffusers import DiTPipeline, DPMSolverMultistepScheduler
+from diffusers.models.embeddings import get_timestep_embedding
+from diffusers.utils.torch_utils import randn_tensor
+
+from pytest_ditar.interface import Generated, PipelineSpec, Request
+
+# ---- rung switches (benchmarks/ladder.py rewrites this block) ----------------------------
+LEAN = True  # run the transformer through F.* on its own weights (cuts per-op Python overhead)
+SDPA_BACKENDS = None  # e.g. ["CUDNN_ATTENTION", "FLASH_ATTENTION"]: preferred attention kernels
+FUSED_QKV = False  # one GEMM for q, k, v instead of three
+BATCHED_COND = False  # the 28 per-block conditioning MLPs and adaLN projections as batched GEMMs
+CUDA_GRAPHS = False  # replay the whole transformer forward as one CUDA graph per batch shape
+DTYPE = None  # "bfloat16" overrides the suite's dtype (numerical)
+STEPS_SCALE = 1.0  # < 1 runs fewer denoising steps (approximate)
+INT8_WEIGHTS = False  # int8 weight-only linear layers via torchao (quantization)
+REDUNDANT_PASS = False  # bad rung: a second, discarded transformer pass per step
+GUIDANCE_SCALE = 1.0  # bad rung: multiplies the guidance scale (changes outputs)
+BREAK_SEED = None  # bad rung: corrupts the output of the one request item with this seed
+# ------------------------------------------------------------------------------------------
+
+
+class LeanDiT:
+    def __init__(self, spec: PipelineSpec):
+        dtype = getattr(torch, DTYPE or spec.dtype)
+        pipe = DiTPipeline.from_pretrained(spec.model_dir, dtype=dtype, local_files_only=True)
+        pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
+        pipe.set_progress_bar_config(disable=True)
+        self.pipe = pipe.to(spec.device)
+        if INT8_WEIGHTS:
+            from torchao.quantization import int8_weight_only, quantize_
+
+            quantize_(pipe.transformer, int8_weight_only())
+        self._latents = None
+        decode = pipe.vae.decode
+
+        def capture(z, *args, **kwargs):  # the stock path's final latents (decoder input)
+            self._latents = z
+            return decode(z, *args, **kwargs)
+
+        pipe.vae.decode = capture
+        self._graphs: dict = {}
+        self.spec = spec
+        self.device = torch.device(spec.device)
+        self.vae = pipe.vae
+        self.scheduler = pipe.scheduler
+        self._coef_cache: dict[int, list] = {}
+        self._extract(pipe.transformer)
+
+    # ------------------------------------------------------------------ transformer weights
+    def _extract(self, tr) -> None:
+        cfg = tr.config
+        assert cfg.norm_type == "ada_norm_zero", "lean path implements the DiT (ada_norm_zero) transformer"
+        self.dtype = tr.dtype
+        self.in_ch = cfg.in_channels
+        self.out_ch = tr.out_channels
+        self.patch = tr.patch_size
+        self.learned_sigma = cfg.out_channels // 2 == cfg.in_channels
+        pe = tr.pos_embed
+        assert not pe.layer_norm and pe.flatten and pe.pos_embed_max_size is None
+        self.pe = pe  # stock module kept only for the (rare) resized-position-embedding path
+        self.pe_w, self.pe_b, self.pos = pe.proj.weight, pe.proj.bias, pe.pos_embed
+        self.pe_hw = (pe.height, pe.width)
+        self.blocks = []
+        for blk in tr.transformer_blocks:
+            n1 = blk.norm1
+            emb = n1.emb
+            tp = emb.time_proj
+            te = emb.timestep_embedder
+            assert te.cond_proj is None and te.post_act is None
+            assert blk.attn2 is None and blk._chunk_size is None and blk.pos_embed is None
+            a = blk.attn1
+            assert a.norm_q is None and a.norm_k is None and a.group_norm is None and a.spatial_norm is None
+            assert not a.residual_connection and a.rescale_output_factor == 1.0
+            gelu = blk.ff.net[0]
+            assert type(gelu).__name__ == "GELU" and len(blk.ff.net) == 3
+            self.blocks.append(dict(
+                tproj=(tp.num_channels, tp.flip_sin_to_cos, tp.downscale_freq_shift, tp.scale),
+                t1w=te.linear_1.weight, t1b=te.linear_1.bias, t2w=te.linear_2.weight, t2b=te.linear_2.bias,
+                table=emb.class_embedder.embedding_table.weight,
+                adaw=n1.linear.weight, adab=n1.linear.bias, n1eps=n1.norm.eps, n1shape=n1.norm.normalized_shape,
+                heads=a.heads,
+                qw=a.to_q.weight, qb=a.to_q.bias, kw=a.to_k.weight, kb=a.to_k.bias,
+                vw=a.to_v.weight, vb=a.to_v.bias, ow=a.to_out[0].weight, ob=a.to_out[0].bias,
+                n3eps=blk.norm3.eps, n3shape=blk.norm3.normalized_shape,
+                f1w=gelu.proj.weight, f1b=gelu.proj.bias, approx=gelu.approximate,
+                f2w=blk.ff.net[2].weight, f2b=blk.ff.net[2].bias,
+            ))
+            b = self.blocks[-1]
+            if FUSED_QKV:
+                b["qkvw"] = torch.cat([b["qw"], b["kw"], b["vw"]], 0)
+                b["qkvb"] = torch.cat([b["qb"], b["kb"], b["vb"]], 0)
+        # layer norms in this model are affine-free; check so the functional calls stay exact
+        for blk in tr.transformer_blocks:
+            assert blk.norm1.norm.weight is None and blk.norm3.weight is None
+        assert tr.norm_out.weight is None
+        self.no_eps, self.no_shape = tr.norm_out.eps, tr.norm_out.normalized_shape
+        self.p1w, self.p1b = tr.proj_out_1.weight, tr.proj_out_1.bias
+        self.p2w, self.p2b = tr.proj_out_2.weight, tr.proj_out_2.bias
+        # distinct time projections (all blocks share one config in DiT): computed once per step
+        self.tproj_cfgs = sorted({b["tproj"] for b in self.blocks})
+        if BATCHED_COND:
+            assert len(self.tproj_cfgs) == 1, "batched conditioning needs one timestep projection config"
+            st = lambda k: torch.stack([b[k] for b in self.blocks])  # noqa: E731
+            self.T1w, self.T1b, self.T2w, self.T2b = st("t1w"), st("t1b"), st("t2w"), st("t2b")
+            self.Aw, self.Ab = st("adaw"), st("adab")
+
+    def _transformer(self, x, t_vec, class_emb):
+        """DiTTransformer2DModel.forward, same ops; t_vec [N] timesteps; class_emb per block [N, D]."""
+        n = x.shape[0]
+        h, w = x.shape[-2] // self.patch, x.shape[-1] // self.patch
+        hs = F.conv2d(x, self.pe_w, self.pe_b, stride=self.patch)
+        hs = hs.flatten(2).transpose(1, 2)
+        if (h, w) == self.pe_hw:
+            pos = self.pos
+        else:  # resized inputs: let the stock module build the interpolated table
+            from diffusers.models.embeddings import get_2d_sincos_pos_embed
+            pos = get_2d_sincos_pos_embed(embed_dim=self.pos.shape[-1], grid_size=(h, w), base_size=self.pe.base_size,
+                                          interpolation_scale=self.pe.interpolation_scale, device=hs.device,
+                                          output_type="pt").float().unsqueeze(0)
+        hs = (hs + pos).to(hs.dtype)
+        dt = hs.dtype
+        projs = {c: get_timestep_embedding(t_vec, c[0], flip_sin_to_cos=c[1], downscale_freq_shift=c[2], scale=c[3]).to(dtype=dt)
+                 for c in self.tproj_cfgs}
+        cond0 = None
+        if BATCHED_COND:
+            p = projs[self.tproj_cfgs[0]].unsqueeze(0).expand(len(self.blocks), -1, -1)
+            h1 = F.silu(torch.baddbmm(self.T1b[:, None], p, self.T1w.transpose(1, 2)))
+            conds = torch.baddbmm(self.T2b[:, None], h1, self.T2w.transpose(1, 2)) + class_emb
+            es = torch.baddbmm(self.Ab[:, None], F.silu(conds), self.Aw.transpose(1, 2))
+            cond0 = conds[0]
+        for i, b in enumerate(self.blocks):
+            if BATCHED_COND:
+                e = es[i]
+            else:
+                temb = F.linear(F.silu(F.linear(projs[b["tproj"]], b["t1w"], b["t1b"])), b["t2w"], b["t2b"])
+                cond = temb + class_emb[i]
+                if i == 0:
+                    cond0 = cond
+                e = F.linear(F.silu(cond), b["adaw"], b["adab"])
+            shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = e.chunk(6, dim=1)
+            nh = F.layer_norm(hs, b["n1shape"], None, None, b["n1eps"]) * (1 + scale_msa[:, None]) + shift_msa[:, None]
+            heads = b["heads"]
+            if FUSED_QKV:
+                q, k, v = F.linear(nh, b["qkvw"], b["qkvb"]).chunk(3, dim=-1)
+            else:
+                q = F.linear(nh, b["qw"], b["qb"])
+                k = F.linear(nh, b["kw"], b["kb"])
+                v = F.linear(nh, b["vw"], b["vb"])
+            hd = k.shape[-1] // heads
+            q = q.view(n, -1, heads, hd).transpose(1, 2)
+            k = k.view(n, -1, heads, hd).transpose(1, 2)
+            v = v.view(n, -1, heads, hd).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False)
+            a = a.transpose(1, 2).reshape(n, -1, heads * hd).to(q.dtype)
+            a = F.linear(a, b["ow"], b["ob"])
+            hs = gate_msa.unsqueeze(1) * a + hs
+            nh = F.layer_norm(hs, b["n3shape"], None, None, b["n3eps"])
+            nh = nh * (1 + scale_mlp[:, None]) + shift_mlp[:, None]
+            f = F.linear(nh, b["f1w"], b["f1b"])
+            f = F.gelu(f, approximate=b["approx"])
+            f = F.linear(f, b["f2w"], b["f2b"])
+            hs = gate_mlp.unsqueeze(1) * f + hs
+        # output: stock recomputes block 0's conditioning with identical inputs; reuse it
+        shift, scale = F.linear(F.silu(cond0), self.p1w, self.p1b).chunk(2, dim=1)
+        hs = F.layer_norm(hs, self.no_shape, None, None, self.no_eps) * (1 + scale[:, None]) + shift[:, None]
+        hs = F.linear(hs, self.p2w, self.p2b)
+        side = int(hs.shape[1] ** 0.5)
+        hs = hs.reshape(-1, side, side, self.patch, self.patch, self.out_ch)
+        hs = torch.einsum("nhwpqc->nchpwq", hs)
+        return hs.reshape(-1, self.out_ch, side * self.patch, side * self.patch)
+
+    # ------------------------------------------------------------------ scheduler
+    def _schedule(self, steps: int):
+        """Per-step (timestep, DPM-Solver++ coefficients) computed with the scheduler's own formulas."""
+        if steps in self._coef_cache:
+            return self._coef_cache[steps]
+        sch = self.scheduler
+        cfg = sch.config
+        assert cfg.algorithm_type == "dpmsolver++" and cfg.solver_order == 2 and cfg.solver_type == "midpoint"
+        assert cfg.prediction_type == "epsilon" and not cfg.thresholding and not cfg.use_flow_sigmas
+        assert cfg.variance_type not in ("learned", "learned_range")
+        sch.set_timesteps(steps)
+        timesteps, sigmas = sch.timesteps, sch.sigmas
+        n = len(timesteps)
+
+        def ab(s):  # _sigma_to_alpha_sigma_t
+            alpha = 1 / ((s**2 + 1) ** 0.5)
+            return alpha, s * alpha
+
+        plan = []
+        lower_order_nums = 0
+        for i in range(n):
+            lower_final = (i == n - 1) and (cfg.euler_at_final or (cfg.lower_order_final and n < 15)
+                                            or cfg.final_sigmas_type == "zero")
+            alpha_s0, sigma_s0 = ab(sigmas[i])
+            alpha_t, sigma_t = ab(sigmas[i + 1])
+            lam_t = torch.log(alpha_t) - torch.log(sigma_t)
+            lam_s0 = torch.log(alpha_s0) - torch.log(sigma_s0)
+            h = lam_t - lam_s0
+            c_sample = sigma_t / sigma_s0
+            c_d0 = alpha_t * (torch.exp(-h) - 1.0)
+            if lower_order_nums < 1 or lower_final:
+                plan.append((timesteps[i], sigma_s0, alpha_s0, 1, c_sample, c_d0, None, None))
+            else:
+                alpha_s1, sigma_s1 = ab(sigmas[i - 1])
+                lam_s1 = torch.log(alpha_s1) - torch.log(sigma_s1)
+                r0 = (lam_s0 - lam_s1) / h
+                c_d1 = 0.5 * (alpha_t * (torch.exp(-h) - 1.0))
+                plan.append((timesteps[i], sigma_s0, alpha_s0, 2, c_sample, c_d0, 1.0 / r0, c_d1))
+            if lower_order_nums < cfg.solver_order:
+                lower_order_nums += 1
+        self._coef_cache[steps] = plan
+        return plan
+
+    # ------------------------------------------------------------------ sampling
+    def _forward(self, inp, t_vec, class_emb):
+        """The transformer, replayed from a CUDA graph per input shape when CUDA_GRAPHS is on."""
+        if not (CUDA_GRAPHS and inp.is_cuda):
+            return self._transformer(inp, t_vec, class_emb)
+        key = (tuple(inp.shape), inp.dtype)
+        g = self._graphs.get(key)
+        if g is None:
+            static = [inp.clone(), t_vec.clone(), class_emb.clone()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up kernels and workspaces outside the capture
+                    self._transformer(*static)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self._transformer(*static)
+            g = self._graphs[key] = (graph, static, out)
+        graph, static, out = g
+        for dst, src in zip(static, (inp, t_vec, class_emb)):
+            dst.copy_(src)
+        graph.replay()
+        return out.clone()
+
+    def _backends(self):
+        import contextlib
+
+        if not SDPA_BACKENDS:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        wanted = [getattr(SDPBackend, n) for n in SDPA_BACKENDS] + [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        try:
+            return sdpa_kernel(wanted, set_priority=True)  # the VAE's head dim 512 falls back down the list
+        except TypeError:
+            return sdpa_kernel(wanted)
+
+    def generate(self, request: Request) -> Generated:
+        steps = max(1, round(request.steps * STEPS_SCALE))
+        request = Request(request.labels, request.seeds, steps)
+        with self._backends():
+            out = self._generate_lean(request) if LEAN else self._generate_stock(request)
+        if BREAK_SEED in request.seeds:
+            i = request.seeds.index(BREAK_SEED)
+            out.latents[i] = -out.latents[i]
+            out.images[i] = 255 - out.images[i]
+        return out
+
+    @torch.no_grad()
+    def _generate_stock(self, request: Request) -> Generated:
+        generators = [torch.Generator("cpu").manual_seed(s) for s in request.seeds]
+        out = self.pipe(class_labels=list(request.labels), guidance_scale=self.spec.guidance * GUIDANCE_SCALE,
+                        generator=generators, num_inference_steps=request.steps, output_type="np")
+        images = np.clip(np.rint(out.images * 255.0), 0, 255).astype(np.uint8)
+        return Generated(latents=self._latents.clone(), images=images)
+
+    @torch.inference_mode()
+    def _generate_lean(self, request: Request) -> Generated:
+        dev, dtype = self.device, self.dtype
+        bsz = len(request.labels)
+        guidance = self.spec.guidance * GUIDANCE_SCALE
+        generators = [torch.Generator("cpu").manual_seed(s) for s in request.seeds]
+        size = self.pipe.transformer.config.sample_size
+        x = randn_tensor((bsz, self.in_ch, size, size), generator=generators, device=dev, dtype=dtype)
+
+        labels = torch.tensor(list(request.labels), device=dev).reshape(-1)
+        cfg = guidance > 1
+        if cfg:
+            labels = torch.cat([labels, torch.tensor([1000] * bsz, device=dev)], 0)
+        class_emb = torch.stack([F.embedding(labels, b["table"]) for b in self.blocks])  # step-independent
+        n_in = labels.shape[0]
+
+        prev_x0 = None
+        for t, sigma_s, alpha_s, order, c_sample, c_d0, inv_r0, c_d1 in self._schedule(request.steps):
+            inp = torch.cat([x, x], dim=0) if cfg else x
+            t_vec = t[None].to(dev).expand(n_in).contiguous()
+            if REDUNDANT_PASS:
+                self._forward(inp, t_vec, class_emb)
+            out = self._forward(inp, t_vec, class_emb)
+            eps = out[:, :self.in_ch]
+            if cfg:
+                cond_eps, uncond_eps = torch.split(eps, bsz, dim=0)
+                eps = uncond_eps + guidance * (cond_eps - uncond_eps)
+            if not self.learned_sigma and not cfg:
+                eps = out
+            # DPM-Solver++ (2M, midpoint): convert_model_output then first/second order update
+            x0 = (x - sigma_s * eps) / alpha_s
+            x32 = x.to(torch.float32)
+            if order == 1:
+                nx = c_sample * x32 - c_d0 * x0
+            else:
+                d1 = inv_r0 * (x0 - prev_x0)
+                nx = c_sample * x32 - c_d0 * x0 - c_d1 * d1
+            x = nx.to(x0.dtype)
+            prev_x0 = x0
+
+        latents = 1 / self.vae.config.scaling_factor * x
+        samples = self.vae.decode(latents).sample
+        samples = (samples / 2 + 0.5).clamp(0, 1)
+        samples = samples.cpu().permute(0, 2, 3, 1).float().numpy()
+        images = np.clip(np.rint(samples * 255.0), 0, 255).astype(np.uint8)
+        return Generated(latents=latents.clone(), images=images)
+
+
+def build(spec: PipelineSpec) -> LeanDiT:
+    return LeanDiT(spec)
