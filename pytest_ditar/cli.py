@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check branch, tree, baseline, config, versions, device")
     sp = sub.add_parser("init", help="create and check out autoresearch/<tag> from a clean tree")
     sp.add_argument("--tag", dest="init_tag", required=True)
+    sp.add_argument("--gpu", type=int, default=None,
+                    help="parallel research: a git worktree for this tag, bound to GPU N (cuda:N)")
+    sp.add_argument("--worktree", default=None, help="with --gpu: the worktree path (default: <repo>-<tag> beside the repo)")
     sp = sub.add_parser("baseline", help="store the unmodified pipeline's outputs, lane samples and noise floor")
     sp.add_argument("--force", action="store_true", help="replace an existing baseline")
     sp.add_argument("--device", default=None)
@@ -34,10 +37,14 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--description", required=True)
     sp.add_argument("--device", default=None)
     sp.add_argument("--no-revert", action="store_true", help="record the verdict but leave git alone")
+    sp.add_argument("--workers", type=int, default=0,
+                    help="shard the quality phase over N pytest-xdist workers (one GPU each), then time the lanes "
+                         "serially and decide once")
     sp.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments after --")
     sp = sub.add_parser("status", help="baseline, champion, recent experiments, ledger chain")
     sp.add_argument("-n", type=int, default=10, help="recent experiments to show")
     sp.add_argument("--json", action="store_true")
+    sp.add_argument("--all", action="store_true", help="every tag of every worktree (branch, path, GPU, champion, counts)")
     sp = sub.add_parser("demo", help="the whole loop on the tiny suite in a scratch workspace (CPU, < 1 min)")
     sp.add_argument("--workspace", default=None, help="keep the workspace here (default: a temp dir, removed)")
     sp = sub.add_parser("verify", help="re-check snapshot hashes, ledger chain, fixed paths; re-generate sample baseline items")
@@ -78,6 +85,15 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .config import load_config
 
     cfg = load_config(_config_path(args))
+    if args.gpu is not None or args.worktree:
+        from .worktrees import init_worktree
+
+        wt = init_worktree(cfg, args.init_tag, args.gpu, args.worktree)
+        gpu = f"cuda:{args.gpu}" if args.gpu is not None else "the default device"
+        print(f"worktree {wt} on {cfg.branch_prefix}{args.init_tag}, bound to {gpu}; state in "
+              f"{wt / cfg.state_dir / args.init_tag}")
+        print(f"next: cd {wt} && dit-ar --config {cfg.path.relative_to(cfg.root)} baseline")
+        return 0
     st = gitops.state(cfg.root)
     if not st.is_repo or not st.head:
         raise DitarError(f"{cfg.root}: not a git repository with a commit (git init && git add -A && git commit first)")
@@ -136,7 +152,7 @@ def _start_commit(sess) -> str | None:
 def cmd_experiment(args: argparse.Namespace) -> int:
     cfg = _config_path(args)
     extra = [a for a in args.pytest_args if a != "--"]
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--ditar-config={cfg}", "--ditar-gate",
+    cmd = [sys.executable, "-m", "pytest", *_plugin_flag(), "-p", "no:cacheprovider", f"--ditar-config={cfg}", "--ditar-gate",
            f"--ditar-class={args.classification}", f"--ditar-description={args.description}", "-q", *extra]
     if args.tag:
         cmd.append(f"--ditar-tag={args.tag}")
@@ -145,7 +161,20 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     if args.no_revert:
         cmd.append("--ditar-no-revert")
     root = _root_of(cfg)
+    if args.workers:
+        from .phases import run_two_phase
+
+        return run_two_phase(cmd, args.workers, root)
     return subprocess.call(cmd, cwd=root)
+
+
+def _plugin_flag() -> list[str]:
+    """Load the plugin explicitly where the package is importable but not installed (no entry point)."""
+    import importlib.metadata as md
+
+    if any(ep.name == "ditar" for ep in md.entry_points(group="pytest11")):
+        return []
+    return ["-p", "pytest_ditar.plugin"]
 
 
 def _root_of(cfg: Path) -> Path:
@@ -157,6 +186,11 @@ def _root_of(cfg: Path) -> Path:
 def cmd_status(args: argparse.Namespace) -> int:
     from .status import status
 
+    if args.all:
+        from .config import load_config
+        from .worktrees import status_all
+
+        return status_all(load_config(_config_path(args)), as_json=args.json)
     return status(_session_light(args), n=args.n, as_json=args.json)
 
 

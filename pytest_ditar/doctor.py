@@ -47,6 +47,9 @@ def _checks(config_path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rep = Ledger(cfg.state_path / tag).verify()
     rows.append(("ledger", PASS if rep.ok else FAIL, f"{rep.n_rows} rows" if rep.ok else "; ".join(rep.problems[:2])))
     rows += _software_and_device(cfg)
+    from .topology import collect, doctor_rows
+
+    rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
     return rows
 
 

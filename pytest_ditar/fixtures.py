@@ -159,9 +159,12 @@ class PerfRunner:
         except CandidateError as exc:
             _fail_candidate(exc)
         champ = self.champion()
+        from . import exclusivity
+
         try:
-            m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ, benchmark=benchmark,
-                             timeout_s=sess.cfg.item_timeout_s, progress=self._progress(lane))
+            with exclusivity.Watch(sess.resolved_device()) as watch:  # no other process on this GPU while timing
+                m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ, benchmark=benchmark,
+                                 timeout_s=sess.cfg.item_timeout_s, progress=self._progress(lane))
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)
@@ -174,6 +177,7 @@ class PerfRunner:
         res = judge_lane(m, champ_samples, objective=lane.name == sess.cfg.objective_lane, source=source,
                          noise=noise, perf_cfg=sess.cfg.perf)
         champion.attach_flops(sess, lane, res)
+        res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID
         sess.lanes[lane.name] = res
         return res
 

@@ -91,6 +91,13 @@ class Gate:
 
     def full_collection(self) -> bool:
         want = {it.id for it in self.sess.suite.corpus}
+        from . import phases
+
+        phase = phases.phase(self.config)
+        if phase == phases.QUALITY:  # phase 1 of a two-phase gate: every corpus item, no lane
+            return want <= self.items_collected
+        if phase == phases.DECIDE:  # phase 2: the objective lane; the items come from phase 1's record
+            return self.sess.cfg.objective_lane in self.lanes_collected
         return want <= self.items_collected and self.sess.cfg.objective_lane in self.lanes_collected
 
     # ---- baseline -------------------------------------------------------------------------
@@ -175,6 +182,13 @@ class Gate:
         if any(not g.ok for g in self.guards):
             return False  # guard violation: the candidate never runs
         self._bind_memory_budget()
+        from . import phases
+
+        if phases.phase(self.config) == phases.DECIDE:
+            self.refusal = phases.load_quality(self)
+            if self.refusal:
+                self.gated = False  # nothing to decide on: refuse, record nothing
+                return False
         return True
 
     def _report_mode(self) -> bool:
@@ -270,8 +284,15 @@ class Gate:
             # A harness failure is not the candidate's fault: no verdict, no git action.
             self.refusal = f"{exitstatus.name.lower().replace('_', ' ')}: no verdict recorded, nothing reverted"
             return
+        from . import phases
+
+        if phases.phase(self.config) == phases.QUALITY:
+            phases.record_quality(self)  # phase 1: record for the decide phase; no verdict, no git action
+            return
         self.decision = self._decide()
         self._act(self.decision)
+        if phases.phase(self.config) == phases.DECIDE:
+            phases.consume(self)
         if self.decision.status != "KEEP":
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

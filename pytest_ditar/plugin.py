@@ -23,6 +23,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ditar-description", default=None, help="experiment description (default: commit subject)")
     g.addoption("--ditar-no-revert", action="store_true", help="record the verdict but leave git alone")
     g.addoption("--ditar-gate", action="store_true", help="demand a full gated run: refuse instead of reporting")
+    g.addoption("--ditar-phase", default=None, choices=["quality", "decide"],
+                help="two-phase gate (dit-ar experiment --workers N): 'quality' records results without deciding "
+                     "(may run under -n); 'decide' loads them, times the lanes serially and decides once")
     parser.addini("ditar_config", "path of the pytest-ditar config file, relative to the rootdir", default="")
 
 
@@ -71,13 +74,20 @@ def pytest_configure(config: pytest.Config) -> None:
     from .session import DitarSession
 
     try:
-        sess = DitarSession.open(path, tag=config.getoption("--ditar-tag"), device=config.getoption("--ditar-device"))
+        from .xdist import worker_device
+
+        # An xdist worker gwN is pinned to cuda:N unless the device is given explicitly.
+        device = config.getoption("--ditar-device") or worker_device(config)
+        sess = DitarSession.open(path, tag=config.getoption("--ditar-tag"), device=device)
     except DitarError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[SESSION_KEY] = sess
     from .gate import Gate
 
     config.stash[GATE_KEY] = Gate(sess, config)
+    from . import xdist
+
+    xdist.register(config)  # controller/worker halves of `-n N`; no-op without xdist
     _ACTIVE.append(config.stash[GATE_KEY])
 
 

@@ -81,7 +81,10 @@ class DitarSession:
 
     def resolved_device(self) -> str:
         if self.device == "auto":
-            self.device = pick_device(None)
+            from .worktrees import bound_device
+
+            # a tag bound with `dit-ar init --gpu N` runs on cuda:N (when CUDA is there)
+            self.device = bound_device(self.state_dir) or pick_device(None)
         if self.device == "cpu" and not self._threads_set:
             self._threads_set = True
             import torch

@@ -301,12 +301,22 @@ def compare(
 
     head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
     verdict: Verdict
-    if max(cand_cv, champ_cv) > max_cv:
+    # Under too much spread the median's CI is not trusted; only a separation of whole
+    # distributions decides: the candidate's slow quartile must beat the champion's fast one.
+    dominates = float(np.quantile(cand_arr, 0.75)) * (1.0 + min_effect) < float(np.quantile(champ_arr, 0.25))
+    noisy = max(cand_cv, champ_cv) > max_cv
+    if noisy and not (dominates and p_faster < alpha):
         which = "candidate" if cand_cv >= champ_cv else "champion"
         verdict = UNSTABLE
         reason = (
             f"lane spread {_fmt_pct(max(cand_cv, champ_cv))} > {_fmt_pct(max_cv)} "
             f"({which}): too noisy to decide"
+        )
+    elif noisy:
+        verdict = FASTER
+        reason = (
+            f"{head}: spread {_fmt_pct(max(cand_cv, champ_cv))} > {_fmt_pct(max_cv)}, but the candidate's "
+            f"75th percentile beats the champion's 25th by more than {_fmt_pct(min_effect)} (p={p_faster:.3g})"
         )
     elif low > 1.0 + min_effect and p_faster < alpha:
         verdict = FASTER

@@ -257,3 +257,14 @@ def test_summarize() -> None:
     with pytest.raises(ValueError):
         summarize([])
     assert stats.robust_cv([2.0, 2.0, 2.0]) == 0.0
+
+
+def test_noisy_lanes_decide_only_on_separated_distributions():
+    """Spread above max_cv is UNSTABLE unless the candidate's slow quartile beats the champion's fast one."""
+    rng = np.random.default_rng(7)
+    champ = rng.normal(0.81, 0.03, 20)
+    bimodal = np.concatenate([rng.normal(0.27, 0.005, 12), rng.normal(0.60, 0.01, 8)])  # jittery but always faster
+    c = compare(champ, bimodal, min_effect=0.2, max_cv=0.2)
+    assert c.cand_cv > 0.2 and c.verdict == FASTER and "75th percentile" in c.reason
+    overlapping = np.concatenate([rng.normal(0.55, 0.01, 10), rng.normal(0.95, 0.01, 10)])
+    assert compare(champ, overlapping, min_effect=0.2, max_cv=0.2).verdict == UNSTABLE

@@ -1,0 +1,184 @@
+"""Perf-lane exclusivity: no other process may use the GPU a lane is timing on.
+
+Another job on the same GPU (a second agent, an xdist worker, a notebook) steals SMs and memory
+bandwidth at random moments; its effect looks exactly like a regression or a speedup. So a lane
+checks NVML's process list before it starts and keeps polling while it runs; any foreign PID
+makes the lane UNSTABLE with that PID named, never a silently poisoned timing.
+
+pynvml is optional: without it (or on CPU) the check says "not checked (no NVML)" and passes.
+The process-list function is injectable so the logic is tested without a GPU.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable
+
+# (pid, used bytes or None) for every process NVML sees on GPU `index`
+ProcessLister = Callable[[int], list[tuple[int, int | None]]]
+
+
+@dataclass(frozen=True)
+class Offender:
+    pid: int
+    name: str
+    used_bytes: int | None
+
+    def describe(self) -> str:
+        mem = f", {self.used_bytes / 2**30:.1f} GiB" if self.used_bytes else ""
+        return f"pid {self.pid} ({self.name}{mem})"
+
+
+@dataclass
+class ExclusivityReport:
+    gpu: int | None
+    checked: bool
+    offenders: list[Offender] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.offenders
+
+    def message(self) -> str:
+        if not self.checked:
+            return f"exclusivity not checked ({self.note})"
+        if self.ok:
+            return f"GPU {self.gpu} exclusive"
+        who = ", ".join(o.describe() for o in self.offenders)
+        return f"GPU {self.gpu} shared with {who}: timings would be poisoned"
+
+
+def process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip() or "?"
+    except OSError:
+        return "?"
+
+
+def nvml_lister() -> ProcessLister | None:
+    """NVML's compute + graphics process lists, or None when NVML is not available."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - no library, no driver, no GPU: not checkable
+        return None
+
+    def lister(index: int) -> list[tuple[int, int | None]]:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        procs = []
+        for fn in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+            try:
+                procs += [(int(p.pid), getattr(p, "usedGpuMemory", None)) for p in fn(h)]
+            except pynvml.NVMLError:
+                pass
+        return procs
+
+    return lister
+
+
+def gpu_index(device: str) -> int | None:
+    """cuda -> the current device, cuda:N -> N, cpu -> None."""
+    if not device.startswith("cuda"):
+        return None
+    if ":" in device:
+        return int(device.split(":", 1)[1])
+    try:
+        import torch
+
+        return torch.cuda.current_device()
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def own_pids() -> set[int]:
+    """This process and its children (a multi-GPU lane's ranks are ours, not intruders)."""
+    pids = {os.getpid()}
+    try:
+        import psutil
+
+        pids |= {c.pid for c in psutil.Process().children(recursive=True)}
+    except Exception:  # noqa: BLE001 - psutil optional: fall back to /proc
+        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        if int(fh.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+                            pids.add(int(entry))
+                except (OSError, ValueError, IndexError):
+                    continue
+    return pids
+
+
+def check(device: str, lister: ProcessLister | None = None, allowed: Iterable[int] | None = None,
+          namer: Callable[[int], str] = process_name) -> ExclusivityReport:
+    """One look at the GPU behind `device`."""
+    index = gpu_index(device)
+    if index is None:
+        return ExclusivityReport(None, False, note="no NVML on CPU")
+    lister = lister or nvml_lister()
+    if lister is None:
+        return ExclusivityReport(index, False, note="no NVML")
+    mine = set(allowed) if allowed is not None else own_pids()
+    try:
+        procs = lister(index)
+    except Exception as exc:  # noqa: BLE001
+        return ExclusivityReport(index, False, note=f"NVML query failed: {exc}")
+    offenders = [Offender(pid, namer(pid), used) for pid, used in procs if pid not in mine]
+    return ExclusivityReport(index, True, offenders)
+
+
+class Watch:
+    """Check before a lane, then poll every `interval_s` while it runs (a daemon thread)."""
+
+    def __init__(self, device: str, lister: ProcessLister | None = None, interval_s: float = 0.5,
+                 allowed: Callable[[], Iterable[int]] | None = None, namer: Callable[[int], str] = process_name):
+        self.device = device
+        self.lister = lister if lister is not None else (nvml_lister() if gpu_index(device) is not None else None)
+        self.interval_s = interval_s
+        self.allowed = allowed or own_pids
+        self.namer = namer
+        self.report = ExclusivityReport(gpu_index(device), False, note="not started")
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seen: dict[int, Offender] = {}
+
+    def _look(self) -> None:
+        r = check(self.device, self.lister, self.allowed(), self.namer)
+        if not r.checked:
+            self.report = r
+            return
+        for o in r.offenders:
+            self._seen.setdefault(o.pid, o)
+        self.report = ExclusivityReport(r.gpu, True, list(self._seen.values()))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._look()
+
+    def __enter__(self) -> "Watch":
+        self._look()
+        if self.report.checked:
+            self._thread = threading.Thread(target=self._loop, name="ditar-exclusivity", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.report.checked:
+            self._look()  # one last look: a job that started and is still there
+
+
+def apply(result: Any, report: ExclusivityReport) -> Any:
+    """Turn a lane result UNSTABLE when its GPU was shared; note the check either way."""
+    result.comparison = {**(result.comparison or {}), "exclusivity": report.message()}
+    if report.ok:
+        return result
+    result.outcome = replace(result.outcome, verdict="UNSTABLE", speedup=result.outcome.speedup,
+                             reason=report.message())
+    return result

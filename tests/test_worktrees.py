@@ -1,0 +1,38 @@
+"""Parallel research: `dit-ar init --tag T --gpu N` worktrees and `dit-ar status --all`."""
+import json
+
+from pytest_ditar.worktrees import bound_device, bound_gpu
+
+
+def test_init_with_gpu_makes_worktrees_and_status_all_lists_them(project):
+    proj = project
+    res = proj.ditar("init", "--tag", "t")
+    assert res.returncode == 0, res.stderr
+    for tag, gpu in (("a", 0), ("b", 1)):
+        res = proj.ditar("init", "--tag", tag, "--gpu", str(gpu))
+        assert res.returncode == 0, res.stderr
+        wt = proj.root.parent / f"{proj.root.name}-{tag}"
+        assert f"worktree {wt} on autoresearch/{tag}, bound to cuda:{gpu}" in res.stdout
+        assert proj.git("-C", str(wt), "rev-parse", "--abbrev-ref", "HEAD") == f"autoresearch/{tag}"
+        state = wt / ".autoresearch" / tag
+        assert json.loads((state / "session.json").read_text())["gpu"] == gpu and bound_gpu(state) == gpu
+        assert bound_device(state) is None  # CPU here: the binding applies when CUDA is there
+    assert proj.git("rev-parse", "--abbrev-ref", "HEAD") == "autoresearch/t"  # the main checkout did not move
+    res = proj.ditar("init", "--tag", "a", "--gpu", "0")  # again: idempotent, same worktree
+    assert res.returncode == 0, res.stderr
+    res = proj.ditar("status", "--all")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].split()[:4] == ["tag", "branch", "gpu", "champion"]
+    rows = {l.split()[0]: l.split() for l in lines[1:]}
+    assert rows["a"][1:3] == ["autoresearch/a", "0"] and rows["b"][1:3] == ["autoresearch/b", "1"]
+    assert rows["t"][1:3] == ["autoresearch/t", "-"] and rows["a"][-1].endswith(f"{proj.root.name}-a")
+    data = json.loads(proj.ditar("status", "--all", "--json").stdout)
+    assert {r["tag"] for r in data} == {"t", "a", "b"} and all(r["counts"]["KEEP"] == 0 for r in data)
+
+
+def test_a_branch_checked_out_elsewhere_is_refused(project):
+    proj = project
+    assert proj.ditar("init", "--tag", "a", "--gpu", "0").returncode == 0
+    res = proj.ditar("init", "--tag", "a", "--gpu", "1", "--worktree", str(proj.root.parent / "other"))
+    assert res.returncode == 2 and "already checked out" in res.stderr
