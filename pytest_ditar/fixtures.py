@@ -158,13 +158,20 @@ class PerfRunner:
             cand = sess.get_candidate()
         except CandidateError as exc:
             _fail_candidate(exc)
-        champ = self.champion()
+        group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
+        champ = None if group else self.champion()
         from . import exclusivity
 
         try:
             with exclusivity.Watch(sess.resolved_device()) as watch:  # no other process on this GPU while timing
-                m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ, benchmark=benchmark,
-                                 timeout_s=sess.cfg.item_timeout_s, progress=self._progress(lane))
+                if group:
+                    from .multigpu import measure_group_lane
+
+                    m = measure_group_lane(sess, lane)
+                else:
+                    m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ,
+                                     benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
+                                     progress=self._progress(lane))
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)

@@ -1,6 +1,8 @@
 """Parallel research: `dit-ar init --tag T --gpu N` worktrees and `dit-ar status --all`."""
 import json
 
+import torch  # noqa: F401 - preloaded: pytester drops modules first imported inside a test, and torch cannot be re-imported
+
 from pytest_ditar.worktrees import bound_device, bound_gpu
 
 

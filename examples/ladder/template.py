@@ -268,6 +268,7 @@ class LeanDiT:
             out = self._generate_lean(request) if LEAN else self._generate_stock(request)
         if BREAK_SEED in request.seeds:
             i = request.seeds.index(BREAK_SEED)
+            out.latents = out.latents.clone()  # generated under inference_mode: edit a normal copy
             out.latents[i] = -out.latents[i]
             out.images[i] = 255 - out.images[i]
         return out
