@@ -80,8 +80,8 @@ def small_suite(n_items: int = 6, latency_repeats: int = 12) -> dict:
 
 
 def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config: dict | None = None,
-                 mutable_source: str | None = None) -> Project:
-    root = pytester.path
+                 mutable_source: str | None = None, root: Path | None = None) -> Project:
+    root = root or pytester.path
     shutil.copytree(REPO / "mutable", root / "mutable", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "suites" / "tiny", root / "suites" / "tiny", ignore=shutil.ignore_patterns("__pycache__"))
     if not full_suite:
@@ -114,12 +114,30 @@ def project(pytester: pytest.Pytester, model_cache: Path) -> Project:
     return make_project(pytester)
 
 
+_TEMPLATES: dict[str, Path] = {}
+
+
+def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
+                     mutable_source: str | None = None) -> Project:
+    """A project on autoresearch/t with its baseline stored (init + baseline through dit-ar).
+
+    The first request per starting pipeline builds it for real; later ones copy that repo and
+    state (the baseline is deterministic), which keeps the suite inside CI's time budget.
+    """
+    key = mutable_source or "stock"
+    if key not in _TEMPLATES:
+        root = tmp_path_factory.mktemp("research-template")
+        proj = make_project(pytester, mutable_source=mutable_source, root=root)
+        res = proj.ditar("init", "--tag", "t")
+        assert res.returncode == 0, res.stderr
+        res = proj.ditar("baseline")
+        assert res.returncode == 0, res.stdout + res.stderr
+        _TEMPLATES[key] = root
+    shutil.copytree(_TEMPLATES[key], pytester.path, symlinks=True, dirs_exist_ok=True)
+    return Project(pytester.path, pytester)
+
+
 @pytest.fixture
-def research(pytester: pytest.Pytester, model_cache: Path) -> Project:
-    """A project on autoresearch/t with its baseline stored."""
-    proj = make_project(pytester)
-    res = proj.ditar("init", "--tag", "t")
-    assert res.returncode == 0, res.stderr
-    res = proj.ditar("baseline")
-    assert res.returncode == 0, res.stdout + res.stderr
-    return proj
+def research(pytester: pytest.Pytester, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """A project on autoresearch/t with its baseline of the stock pipeline stored."""
+    return research_project(pytester, tmp_path_factory)

@@ -2,15 +2,13 @@
 import subprocess
 
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
-from conftest import REPO, make_project
+from conftest import REPO, research_project
 
 FAST = (REPO / "pytest_ditar/demo_candidates/faster_exact.py").read_text()
 
 
-def test_ten_experiments_leave_kept_commits_equal_to_the_branch(pytester, model_cache):
-    proj = make_project(pytester, mutable_source=REDUNDANT)
-    assert proj.ditar("init", "--tag", "t").returncode == 0
-    assert proj.ditar("baseline").returncode == 0
+def test_ten_experiments_leave_kept_commits_equal_to_the_branch(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
     start = proj.head()
     plan = [(ALTERS, "Lower guidance"), (STOCK, "Drop the redundant pass"), (RAISES, "Broken kernel"),
             (COMMENT_ONLY, "Comment only"), (FAST, "Lean sampling loop"), (ALTERS, "Lower guidance again"),

@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from candidates import ALTERS, REDUNDANT, STOCK
-from conftest import make_project
+from conftest import research_project
 
 
 def _last(res) -> str:
@@ -46,10 +46,8 @@ def test_edited_baseline_file_is_detected_by_status_and_the_next_run(research, t
     assert not marker.exists()
 
 
-def test_kill_9_mid_run_leaves_a_state_the_next_run_accepts(pytester, model_cache):
-    proj = make_project(pytester, mutable_source=REDUNDANT)
-    assert proj.ditar("init", "--tag", "t").returncode == 0
-    assert proj.ditar("baseline").returncode == 0
+def test_kill_9_mid_run_leaves_a_state_the_next_run_accepts(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
     sha = proj.commit_candidate(STOCK, "exact", "Drop the redundant pass")
     for delay in (4.0, 7.0):  # during the quality phase, then during the lanes
         p = subprocess.Popen(["dit-ar", "--config", "config/autoresearch.json", "experiment", "--classification",

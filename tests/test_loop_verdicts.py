@@ -4,7 +4,7 @@ import json
 import pytest
 
 from candidates import ALTERS, COMMENT_ONLY, HANG, NAN, RAISES, REDUNDANT, STOCK
-from conftest import make_project
+from conftest import research_project
 
 
 def _verdict(out: str) -> str:
@@ -14,13 +14,9 @@ def _verdict(out: str) -> str:
 
 
 @pytest.fixture
-def slow_research(pytester, model_cache):
+def slow_research(pytester, model_cache, tmp_path_factory):
     """A research branch whose baseline does a redundant full pass: removing it is a real speedup."""
-    proj = make_project(pytester, mutable_source=REDUNDANT)
-    assert proj.ditar("init", "--tag", "t").returncode == 0
-    res = proj.ditar("baseline")
-    assert res.returncode == 0, res.stderr
-    return proj
+    return research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
 
 
 def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
