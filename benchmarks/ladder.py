@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "examples/ladder/template.py"
+TEMPLATE = ROOT / "pytest_ditar/demo_candidates/faster_exact.py"  # the lean loop with rung switches
 
 # name, class, commit subject, switch updates on top of the champion's switches, expected verdict
 RUNGS = [
@@ -104,7 +104,10 @@ def main() -> int:
     ap.add_argument("--rungs", default=",".join(r[0] for r in RUNGS))
     ap.add_argument("--resume", action="store_true", help="continue in an existing workdir (state kept)")
     ap.add_argument("--out", default="ladder")
+    ap.add_argument("--write-patches", metavar="DIR", help="write each rung as a patch of mutable/pipeline.py and exit")
     args = ap.parse_args()
+    if args.write_patches:
+        return write_patches(Path(args.write_patches))
     ws = Path(args.workdir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -159,6 +162,27 @@ def main() -> int:
         print(f"[ladder] {name}: {verdict}", flush=True)
     (out / "ladder.json").write_text(json.dumps(state, indent=1, default=str))
     print_table(state, base_med)
+    return 0
+
+
+def write_patches(out: Path) -> int:
+    """Each rung as the agent's diff: stock pipeline -> lean loop, then one switch at a time on the
+    switches the ladder expects to be kept (bad and gated rungs apply to that champion too)."""
+    import difflib
+
+    out.mkdir(parents=True, exist_ok=True)
+    before = (ROOT / "mutable/pipeline.py").read_text()
+    champion = dict(DEFAULTS, LEAN=False)
+    for n, (name, cls, subject, updates, expected) in enumerate(RUNGS, 1):
+        flags = {**champion, **{k: (1000 if v == "first_seed" else v) for k, v in updates.items()}}
+        after = render(flags)
+        diff = difflib.unified_diff(before.splitlines(True), after.splitlines(True), "a/mutable/pipeline.py",
+                                    "b/mutable/pipeline.py")
+        header = f"Subject: {subject}\n\nDitar-Class: {cls}\nExpected: {expected}\n---\n"
+        (out / f"{n:02d}_{name}.patch").write_text(header + "".join(diff))
+        if expected.startswith("KEEP"):
+            champion, before = flags, after
+    print(f"wrote {len(RUNGS)} patches to {out}")
     return 0
 
 

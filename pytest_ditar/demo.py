@@ -54,8 +54,14 @@ def _ditar(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
     return _run([sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json", *args], ws, check)
 
 
-def _commit_candidate(ws: Path, name: str, cls: str, subject: str) -> None:
-    shutil.copy(CANDIDATES / f"{name}.py", ws / "mutable" / "pipeline.py")
+def _mislabelled(ws: Path) -> str:
+    """The stock pipeline with a changed guidance scale: an output change claimed as exact."""
+    stock = (ws / "mutable" / "pipeline.py").read_text()
+    return stock.replace("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
+
+
+def _commit_candidate(ws: Path, source: str, cls: str, subject: str) -> None:
+    (ws / "mutable" / "pipeline.py").write_text(source)
     _git(ws, "commit", "-qam", f"{subject}\n\nDitar-Class: {cls}")
 
 
@@ -89,10 +95,14 @@ def demo(config_path: Path, workspace: str | None) -> int:
         for line in q.stdout.splitlines():
             if line.startswith("PASSED") or line.startswith("FAILED") or "ditar: quality" in line:
                 print("[demo]   " + line)
-        steps = [("faster_exact", "exact", "Lean sampling loop: cut per-step Python and dispatch overhead"),
-                 ("alters_outputs", "exact", "Lower the guidance scale (mislabelled as exact)")]
-        for name, cls, subject in steps:
-            _commit_candidate(ws, name, cls, subject)
+        stock = (ws / "mutable" / "pipeline.py").read_text()
+        mislabelled = _mislabelled(ws)
+        assert mislabelled != stock, "the stock pipeline no longer passes guidance_scale=self.spec.guidance"
+        steps = [((CANDIDATES / "faster_exact.py").read_text(), "exact",
+                  "Lean sampling loop: cut per-step Python and dispatch overhead"),
+                 (mislabelled, "exact", "Lower the guidance scale (mislabelled as exact)")]
+        for source, cls, subject in steps:
+            _commit_candidate(ws, source, cls, subject)
             print(f"[demo] experiment: {subject} (class {cls})")
             res = _ditar(ws, "experiment", "--classification", cls, "--description", subject, check=False)
             print("[demo]   " + _last_line(res))

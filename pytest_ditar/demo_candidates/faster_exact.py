@@ -32,7 +32,12 @@ CPU-bound job, so medians are inflated; min times are shown as the quiet-machine
 items at batch 4 and on both lanes: latents rel-L2 0.0, max |diff| 0.0, images identical.
 Not run on CUDA here (no GPU venv); the code keeps device/dtype generic (scheduler coefficients
 are CPU 0-dim tensors exactly as in the stock scheduler).
+
+The switches below the imports are the optimization ladder's rungs (benchmarks/ladder.py flips
+them one commit at a time). With the defaults, only LEAN is on: this file is then exactly the
+candidate described above, and the one `dit-ar demo` keeps.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -44,14 +49,41 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from pytest_ditar.interface import Generated, PipelineSpec, Request
 
+# ---- rung switches (benchmarks/ladder.py rewrites this block) ----------------------------
+LEAN = True  # run the transformer through F.* on its own weights (cuts per-op Python overhead)
+SDPA_BACKENDS = None  # e.g. ["CUDNN_ATTENTION", "FLASH_ATTENTION"]: preferred attention kernels
+FUSED_QKV = False  # one GEMM for q, k, v instead of three
+BATCHED_COND = False  # the 28 per-block conditioning MLPs and adaLN projections as batched GEMMs
+CUDA_GRAPHS = False  # replay the whole transformer forward as one CUDA graph per batch shape
+DTYPE = None  # "bfloat16" overrides the suite's dtype (numerical)
+STEPS_SCALE = 1.0  # < 1 runs fewer denoising steps (approximate)
+INT8_WEIGHTS = False  # int8 weight-only linear layers via torchao (quantization)
+REDUNDANT_PASS = False  # bad rung: a second, discarded transformer pass per step
+GUIDANCE_SCALE = 1.0  # bad rung: multiplies the guidance scale (changes outputs)
+BREAK_SEED = None  # bad rung: corrupts the output of the one request item with this seed
+# ------------------------------------------------------------------------------------------
+
 
 class LeanDiT:
     def __init__(self, spec: PipelineSpec):
-        dtype = getattr(torch, spec.dtype)
+        dtype = getattr(torch, DTYPE or spec.dtype)
         pipe = DiTPipeline.from_pretrained(spec.model_dir, dtype=dtype, local_files_only=True)
         pipe.scheduler = DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)
         pipe.set_progress_bar_config(disable=True)
         self.pipe = pipe.to(spec.device)
+        if INT8_WEIGHTS:
+            from torchao.quantization import int8_weight_only, quantize_
+
+            quantize_(pipe.transformer, int8_weight_only())
+        self._latents = None
+        decode = pipe.vae.decode
+
+        def capture(z, *args, **kwargs):  # the stock path's final latents (decoder input)
+            self._latents = z
+            return decode(z, *args, **kwargs)
+
+        pipe.vae.decode = capture
+        self._graphs: dict = {}
         self.spec = spec
         self.device = torch.device(spec.device)
         self.vae = pipe.vae
@@ -98,6 +130,10 @@ class LeanDiT:
                 f1w=gelu.proj.weight, f1b=gelu.proj.bias, approx=gelu.approximate,
                 f2w=blk.ff.net[2].weight, f2b=blk.ff.net[2].bias,
             ))
+            b = self.blocks[-1]
+            if FUSED_QKV:
+                b["qkvw"] = torch.cat([b["qw"], b["kw"], b["vw"]], 0)
+                b["qkvb"] = torch.cat([b["qb"], b["kb"], b["vb"]], 0)
         # layer norms in this model are affine-free; check so the functional calls stay exact
         for blk in tr.transformer_blocks:
             assert blk.norm1.norm.weight is None and blk.norm3.weight is None
@@ -107,6 +143,11 @@ class LeanDiT:
         self.p2w, self.p2b = tr.proj_out_2.weight, tr.proj_out_2.bias
         # distinct time projections (all blocks share one config in DiT): computed once per step
         self.tproj_cfgs = sorted({b["tproj"] for b in self.blocks})
+        if BATCHED_COND:
+            assert len(self.tproj_cfgs) == 1, "batched conditioning needs one timestep projection config"
+            st = lambda k: torch.stack([b[k] for b in self.blocks])  # noqa: E731
+            self.T1w, self.T1b, self.T2w, self.T2b = st("t1w"), st("t1b"), st("t2w"), st("t2b")
+            self.Aw, self.Ab = st("adaw"), st("adab")
 
     def _transformer(self, x, t_vec, class_emb):
         """DiTTransformer2DModel.forward, same ops; t_vec [N] timesteps; class_emb per block [N, D]."""
@@ -126,18 +167,30 @@ class LeanDiT:
         projs = {c: get_timestep_embedding(t_vec, c[0], flip_sin_to_cos=c[1], downscale_freq_shift=c[2], scale=c[3]).to(dtype=dt)
                  for c in self.tproj_cfgs}
         cond0 = None
+        if BATCHED_COND:
+            p = projs[self.tproj_cfgs[0]].unsqueeze(0).expand(len(self.blocks), -1, -1)
+            h1 = F.silu(torch.baddbmm(self.T1b[:, None], p, self.T1w.transpose(1, 2)))
+            conds = torch.baddbmm(self.T2b[:, None], h1, self.T2w.transpose(1, 2)) + class_emb
+            es = torch.baddbmm(self.Ab[:, None], F.silu(conds), self.Aw.transpose(1, 2))
+            cond0 = conds[0]
         for i, b in enumerate(self.blocks):
-            temb = F.linear(F.silu(F.linear(projs[b["tproj"]], b["t1w"], b["t1b"])), b["t2w"], b["t2b"])
-            cond = temb + class_emb[i]
-            if i == 0:
-                cond0 = cond
-            e = F.linear(F.silu(cond), b["adaw"], b["adab"])
+            if BATCHED_COND:
+                e = es[i]
+            else:
+                temb = F.linear(F.silu(F.linear(projs[b["tproj"]], b["t1w"], b["t1b"])), b["t2w"], b["t2b"])
+                cond = temb + class_emb[i]
+                if i == 0:
+                    cond0 = cond
+                e = F.linear(F.silu(cond), b["adaw"], b["adab"])
             shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = e.chunk(6, dim=1)
             nh = F.layer_norm(hs, b["n1shape"], None, None, b["n1eps"]) * (1 + scale_msa[:, None]) + shift_msa[:, None]
             heads = b["heads"]
-            q = F.linear(nh, b["qw"], b["qb"])
-            k = F.linear(nh, b["kw"], b["kb"])
-            v = F.linear(nh, b["vw"], b["vb"])
+            if FUSED_QKV:
+                q, k, v = F.linear(nh, b["qkvw"], b["qkvb"]).chunk(3, dim=-1)
+            else:
+                q = F.linear(nh, b["qw"], b["qb"])
+                k = F.linear(nh, b["kw"], b["kb"])
+                v = F.linear(nh, b["vw"], b["vb"])
             hd = k.shape[-1] // heads
             q = q.view(n, -1, heads, hd).transpose(1, 2)
             k = k.view(n, -1, heads, hd).transpose(1, 2)
@@ -205,11 +258,68 @@ class LeanDiT:
         return plan
 
     # ------------------------------------------------------------------ sampling
-    @torch.inference_mode()
+    def _forward(self, inp, t_vec, class_emb):
+        """The transformer, replayed from a CUDA graph per input shape when CUDA_GRAPHS is on."""
+        if not (CUDA_GRAPHS and inp.is_cuda):
+            return self._transformer(inp, t_vec, class_emb)
+        key = (tuple(inp.shape), inp.dtype)
+        g = self._graphs.get(key)
+        if g is None:
+            static = [inp.clone(), t_vec.clone(), class_emb.clone()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                for _ in range(2):  # warm up kernels and workspaces outside the capture
+                    self._transformer(*static)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self._transformer(*static)
+            g = self._graphs[key] = (graph, static, out)
+        graph, static, out = g
+        for dst, src in zip(static, (inp, t_vec, class_emb)):
+            dst.copy_(src)
+        graph.replay()
+        return out.clone()
+
+    def _backends(self):
+        import contextlib
+
+        if not SDPA_BACKENDS:
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        wanted = [getattr(SDPBackend, n) for n in SDPA_BACKENDS] + [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        try:
+            return sdpa_kernel(wanted, set_priority=True)  # the VAE's head dim 512 falls back down the list
+        except TypeError:
+            return sdpa_kernel(wanted)
+
     def generate(self, request: Request) -> Generated:
+        steps = max(1, round(request.steps * STEPS_SCALE))
+        request = Request(request.labels, request.seeds, steps)
+        with self._backends():
+            out = self._generate_lean(request) if LEAN else self._generate_stock(request)
+        if BREAK_SEED in request.seeds:
+            i = request.seeds.index(BREAK_SEED)
+            out.latents = out.latents.clone()  # generated under inference_mode: edit a normal copy
+            out.latents[i] = -out.latents[i]
+            out.images[i] = 255 - out.images[i]
+        return out
+
+    @torch.no_grad()
+    def _generate_stock(self, request: Request) -> Generated:
+        generators = [torch.Generator("cpu").manual_seed(s) for s in request.seeds]
+        out = self.pipe(class_labels=list(request.labels), guidance_scale=self.spec.guidance * GUIDANCE_SCALE,
+                        generator=generators, num_inference_steps=request.steps, output_type="np")
+        images = np.clip(np.rint(out.images * 255.0), 0, 255).astype(np.uint8)
+        return Generated(latents=self._latents.clone(), images=images)
+
+    @torch.inference_mode()
+    def _generate_lean(self, request: Request) -> Generated:
         dev, dtype = self.device, self.dtype
         bsz = len(request.labels)
-        guidance = self.spec.guidance
+        guidance = self.spec.guidance * GUIDANCE_SCALE
         generators = [torch.Generator("cpu").manual_seed(s) for s in request.seeds]
         size = self.pipe.transformer.config.sample_size
         x = randn_tensor((bsz, self.in_ch, size, size), generator=generators, device=dev, dtype=dtype)
@@ -218,13 +328,16 @@ class LeanDiT:
         cfg = guidance > 1
         if cfg:
             labels = torch.cat([labels, torch.tensor([1000] * bsz, device=dev)], 0)
-        class_emb = [F.embedding(labels, b["table"]) for b in self.blocks]  # step-independent
+        class_emb = torch.stack([F.embedding(labels, b["table"]) for b in self.blocks])  # step-independent
         n_in = labels.shape[0]
 
         prev_x0 = None
         for t, sigma_s, alpha_s, order, c_sample, c_d0, inv_r0, c_d1 in self._schedule(request.steps):
             inp = torch.cat([x, x], dim=0) if cfg else x
-            out = self._transformer(inp, t[None].to(dev).expand(n_in), class_emb)
+            t_vec = t[None].to(dev).expand(n_in).contiguous()
+            if REDUNDANT_PASS:
+                self._forward(inp, t_vec, class_emb)
+            out = self._forward(inp, t_vec, class_emb)
             eps = out[:, :self.in_ch]
             if cfg:
                 cond_eps, uncond_eps = torch.split(eps, bsz, dim=0)
