@@ -150,6 +150,9 @@ def _start_commit(sess) -> str | None:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
+    # The gate's pytest is never an xdist worker, even when dit-ar itself runs inside one.
+    for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
+        os.environ.pop(var)
     cfg = _config_path(args)
     extra = [a for a in args.pytest_args if a != "--"]
     cmd = [sys.executable, "-m", "pytest", *_plugin_flag(), "-p", "no:cacheprovider", f"--ditar-config={cfg}", "--ditar-gate",

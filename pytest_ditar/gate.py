@@ -298,6 +298,10 @@ class Gate:
 
     def _decide(self) -> Decision:
         s = self.sess
+        if s.candidate is not None:
+            from .guard import feature_guard
+
+            self.guards.append(feature_guard(s.candidate, s.cfg.target))
         from . import holdout, regression
 
         held = holdout.run_for_gate(self)  # fresh seeds; before `errors`: the candidate may crash on them

@@ -69,3 +69,43 @@ def check_guards(root: Path, *, branch_prefix: str, tag: str, mutable_paths: Ite
     results.append(GuardResult("baseline_integrity", not baseline_problems,
                                "" if not baseline_problems else baseline_problems[0]))
     return results
+
+
+def candidate_dtypes(candidate: object, depth: int = 3) -> set[str]:
+    """Dtypes of every module parameter/buffer and tensor reachable from the built candidate.
+
+    Walks attributes (and dict/list values) a few levels deep, so weights kept in a pipeline,
+    a module or a plain dict of tensors are all seen.
+    """
+    import torch
+
+    seen: set[int] = set()
+    dtypes: set[str] = set()
+    frontier = [getattr(candidate, "candidate", candidate)]  # unwrap harness.Isolated
+    for _ in range(depth + 1):
+        nxt = []
+        for obj in frontier:
+            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, torch.Tensor):
+                dtypes.add(str(obj.dtype))
+            elif isinstance(obj, torch.nn.Module):
+                dtypes.update(str(t.dtype) for t in obj.parameters())
+                dtypes.update(str(t.dtype) for t in obj.buffers())
+            elif isinstance(obj, dict):
+                nxt.extend(obj.values())
+            elif isinstance(obj, (list, tuple)):
+                nxt.extend(obj)
+            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+                nxt.extend(vars(obj).values())
+        frontier = nxt
+    return dtypes
+
+
+def feature_guard(candidate: object, target: str) -> GuardResult:
+    """Fail the gate when the candidate holds data types the target cannot run (FP8 on sm_86)."""
+    from .hardware import check_features, get_profile
+
+    problems = check_features(candidate_dtypes(candidate), get_profile(target))
+    return GuardResult("features", not problems, "; ".join(problems))

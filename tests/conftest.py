@@ -13,6 +13,9 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+# Under `pytest -n`, this process is an xdist worker; the projects it runs are not.
+for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
+    os.environ.pop(_var)
 pytest_plugins = ["pytester"]
 
 

@@ -88,8 +88,9 @@ def test_report_renders_plot_and_image_grid(session_with_history, tmp_path):
 
     # JUnit XML and the pytest-benchmark JSON of the kept (fully timed) run are in its run dir.
     keep_sha = next(r["commit"] for r in proj.ledger() if r["status"] == "KEEP")
-    keep_run = next(d for d in (state / "runs").iterdir()
-                    if json.loads((d / "summary.json").read_text())["commit"] == keep_sha)
+    keep_run = next(d for d in (state / "runs").iterdir() if (d / "summary.json").is_file()
+                    and json.loads((d / "summary.json").read_text())["commit"] == keep_sha
+                    and json.loads((d / "summary.json").read_text())["decision"] == "KEEP")
     suite = ET.parse(keep_run / "junit.xml").getroot()
     assert int(suite.find("testsuite").get("tests") if suite.tag == "testsuites" else suite.get("tests")) >= 6
     bench = json.loads((keep_run / "benchmark.json").read_text())

@@ -91,3 +91,16 @@ def test_two_commits_at_once_are_one_hypothesis_too_many(research):
     proj.commit_candidate(ALTERS, "exact", "two")
     res, line = _run(proj)
     assert "guard one_commit" in line and res.returncode == 1
+
+
+def test_fp8_weights_fail_the_a5500_gate(research):
+    """The target (sm_86) has no FP8: a candidate holding float8 tensors is discarded."""
+    proj = research
+    base = proj.head()
+    src = STOCK.replace("        self.spec = spec\n",
+                        "        self.spec = spec\n        self.scales = {'w8': torch.zeros(4, dtype=torch.float8_e4m3fn)}\n", 1)
+    assert src != STOCK
+    proj.commit_candidate(src, "exact", "fp8 scales")
+    res, line = _run(proj)
+    assert "guard features: fp8 not supported on a5500 (sm_86): torch.float8_e4m3fn" in line, line
+    assert proj.head() == base
