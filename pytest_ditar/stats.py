@@ -256,6 +256,14 @@ class Comparison:
         return self.verdict == FASTER
 
 
+def _ratio_of_medians(champ: np.ndarray, cand: np.ndarray, n_boot: int, seed: int) -> tuple[float, ...]:
+    """champion median, candidate median, speedup (champ/cand) and its bootstrap 95% CI."""
+    champ_med = float(np.median(champ))
+    cand_med = float(np.median(cand))
+    low, high = _bootstrap_ratio_ci(champ, cand, int(n_boot), seed, 0.95)
+    return champ_med, cand_med, champ_med / cand_med, low, high
+
+
 def _fmt_pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
@@ -289,10 +297,7 @@ def compare(
         raise ValueError(f"max_cv must be finite and > 0, got {max_cv!r}")
     _check_n_boot(n_boot)
 
-    champ_med = float(np.median(champ_arr))
-    cand_med = float(np.median(cand_arr))
-    speedup = champ_med / cand_med
-    low, high = _bootstrap_ratio_ci(champ_arr, cand_arr, int(n_boot), seed, 0.95)
+    champ_med, cand_med, speedup, low, high = _ratio_of_medians(champ_arr, cand_arr, n_boot, seed)
     # A NaN p (degenerate input) fails `p < alpha`, so the rule fails closed to NOT_FASTER.
     p_faster = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="less").pvalue)
     p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
@@ -397,10 +402,7 @@ def regression_check(
         raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
     _check_n_boot(n_boot)
 
-    champ_med = float(np.median(champ_arr))
-    cand_med = float(np.median(cand_arr))
-    speedup = champ_med / cand_med
-    low, high = _bootstrap_ratio_ci(champ_arr, cand_arr, int(n_boot), seed, 0.95)
+    champ_med, cand_med, speedup, low, high = _ratio_of_medians(champ_arr, cand_arr, n_boot, seed)
     p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
     head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
     verdict: RegressionVerdict
