@@ -65,9 +65,7 @@ def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
     res.achieved_tflops = flops / med / 1e12
     device = sess.resolved_device()
     if device.startswith("cuda"):
-        from .hardware import collect
-
-        fp = collect(device)
+        fp = sess.fingerprint()
         try:
             peak = get_profile("h200" if "H200" in fp.device_name else sess.cfg.target)
         except ValueError:

@@ -71,9 +71,9 @@ class Gate:
         lines = [f"ditar: suite={s.suite.name} items={len(s.suite.corpus)} lanes={','.join(l.name for l in s.suite.lanes)} "
                  f"objective={s.cfg.objective_lane} tag={s.tag} state={s.state_dir}"]
         try:
-            from .hardware import collect, get_profile, target_header
+            from .hardware import get_profile, target_header
 
-            lines.append("ditar: " + target_header(collect(s.resolved_device()), get_profile(s.cfg.target)))
+            lines.append("ditar: " + target_header(s.fingerprint(), get_profile(s.cfg.target)))
         except Exception as exc:  # noqa: BLE001 - a header must never break a run
             lines.append(f"ditar: device={s.resolved_device()} target={s.cfg.target} (fingerprint unavailable: {exc})")
         return lines
@@ -400,9 +400,9 @@ class Gate:
 
     def _off_target(self) -> bool:
         try:
-            from .hardware import collect, get_profile, on_target
+            from .hardware import get_profile, on_target
 
-            return not on_target(collect(self.sess.resolved_device()), get_profile(self.sess.cfg.target))
+            return not on_target(self.sess.fingerprint(), get_profile(self.sess.cfg.target))
         except Exception:  # noqa: BLE001
             return True
 

@@ -43,6 +43,7 @@ class DitarSession:
     _baseline: Any = None
     _run_dir: Path | None = None
     _threads_set: bool = False
+    _fingerprint: Any = None
     _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
 
     @classmethod
@@ -93,6 +94,14 @@ class DitarSession:
             # that spin-waits against other processes turns timing noise into 100x outliers.
             torch.set_num_threads(int(os.environ.get("DITAR_CPU_THREADS", "1")))
         return self.device
+
+    def fingerprint(self):
+        """The device's hardware fingerprint, collected once per session (NVML and torch queries)."""
+        if self._fingerprint is None:
+            from .hardware import collect
+
+            self._fingerprint = collect(self.resolved_device())
+        return self._fingerprint
 
     def model_dir(self) -> Path:
         if self._model_dir is None:

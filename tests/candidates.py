@@ -26,5 +26,5 @@ HANG = _patch("    def generate(self, request: Request) -> Generated:\n",
               "    def generate(self, request: Request) -> Generated:\n        import time; time.sleep(3600)\n")
 NOISY = _patch("    def generate(self, request: Request) -> Generated:\n",
                "    def generate(self, request: Request) -> Generated:\n"
-               "        import random, time; time.sleep(random.choice([0.0, 0.0, 0.05, 0.12]))\n")
+               "        import random, time; time.sleep(random.choice([0.0, 0.05, 0.12]))\n")
 COMMENT_ONLY = STOCK + "\n# a comment: same code, a different commit\n"
