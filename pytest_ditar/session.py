@@ -44,6 +44,7 @@ class DitarSession:
     _run_dir: Path | None = None
     _threads_set: bool = False
     _fingerprint: Any = None
+    _built: dict = field(default_factory=dict)
     _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
 
     @classmethod
@@ -155,9 +156,15 @@ class DitarSession:
         return session_scores(self, item, cand, base)
 
     def build_from(self, candidate_dir: Path) -> Any:
-        """Build another copy of the pipeline (the champion, from a git worktree) in this process."""
-        spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
-        default_torch_flags()
-        built = Isolated(build_candidate(candidate_dir, spec, self.cfg.item_timeout_s))
-        default_torch_flags()
-        return built
+        """Build another pipeline (the champion or the baseline, from a git worktree) in this process.
+
+        A worktree is pinned to one commit, so one build per directory serves both the perf
+        lanes' champion and the holdout's baseline when they are the same commit.
+        """
+        key = Path(candidate_dir).resolve()
+        if key not in self._built:
+            spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
+            default_torch_flags()
+            self._built[key] = Isolated(build_candidate(candidate_dir, spec, self.cfg.item_timeout_s))
+            default_torch_flags()
+        return self._built[key]
