@@ -72,20 +72,12 @@ def git(ws: Path, *args: str) -> str:
 
 
 def setup(ws: Path, suite: str) -> None:
+    """A fresh scratch research project (the same one `dit-ar demo` uses), on the chosen suite."""
+    from pytest_ditar.demo import make_workspace
+
     if ws.exists():
         shutil.rmtree(ws)
-    ws.mkdir(parents=True)
-    for rel in ("mutable", "suites"):
-        shutil.copytree(ROOT / rel, ws / rel, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "conftest.py", ws)
-    cfg = json.loads((ROOT / "config/autoresearch.json").read_text())
-    cfg.update(suite=suite, fixed_paths=["config/", "suites/", "conftest.py"])
-    (ws / "config").mkdir()
-    (ws / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))
-    (ws / ".gitignore").write_text(".autoresearch/\n__pycache__/\n")
-    git(ws, "init", "-q", "-b", "main")
-    git(ws, "add", "-A")
-    git(ws, "commit", "-qm", "stock DiTPipeline (the unmodified fp16 baseline)")
+    make_workspace(ROOT, ws, suite)
 
 
 def ditar(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

@@ -23,11 +23,7 @@ def build_champion(sess: DitarSession, gate: Any) -> Any:
     head = gitops.state(sess.cfg.root).head
     if not commit or commit == head:
         return None  # nothing distinct to interleave with: use the stored samples
-    wt = sess.state_dir / "worktrees" / commit[:12]
-    if not (wt / sess.cfg.candidate_dir).is_dir():
-        wt.parent.mkdir(parents=True, exist_ok=True)
-        gitops.add_worktree(sess.cfg.root, wt, commit)
-    return sess.build_from(wt / sess.cfg.candidate_dir)
+    return sess.build_at_commit(commit)
 
 
 def baseline_lanes(sess: DitarSession) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -133,15 +134,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     lanes = json.loads((path / "lanes.json").read_text())
     for name, lane in lanes.items():
         n = lane["noise"]
-        print(f"  lane {name}: median {_median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "
+        print(f"  lane {name}: median {statistics.median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "
               f"{n['ci_half_width'] * 100:.2f}%, shift {n['abs_shift'] * 100:.2f}%")
     return 0
-
-
-def _median(xs: list[float]) -> float:
-    import statistics
-
-    return statistics.median(xs)
 
 
 def _start_commit(sess) -> str | None:

@@ -29,17 +29,17 @@ def _git(ws: Path, *args: str) -> None:
     _run(["git", "-c", "user.name=ditar-demo", "-c", "user.email=demo@localhost", *args], ws)
 
 
-def make_workspace(project_root: Path, ws: Path) -> Path:
-    """A minimal research project: config, the tiny suite, the stock candidate, the root conftest."""
+def make_workspace(project_root: Path, ws: Path, suite: str = "tiny") -> Path:
+    """A minimal research project: config, one suite, the stock candidate, the root conftest."""
     ws.mkdir(parents=True, exist_ok=True)
-    for rel in ("mutable", "suites/tiny", "knowledge/handbook"):
+    for rel in ("mutable", f"suites/{suite}", "knowledge/handbook"):
         src = project_root / rel
         if src.is_dir():
             shutil.copytree(src, ws / rel, ignore=shutil.ignore_patterns("__pycache__", ".index"))
     if not (ws / "mutable" / "pipeline.py").is_file():
         raise DitarError(f"{project_root}: no mutable/pipeline.py to start the demo from (run it from a pytest-ditar checkout)")
     cfg = json.loads((project_root / "config" / "autoresearch.json").read_text())
-    cfg.update(suite="tiny", fixed_paths=["config/", "suites/", "conftest.py"])
+    cfg.update(suite=suite, fixed_paths=["config/", "suites/", "conftest.py"])
     (ws / "config").mkdir(exist_ok=True)
     (ws / "config" / "autoresearch.json").write_text(json.dumps(cfg, indent=1))
     shutil.copy(project_root / "conftest.py", ws / "conftest.py")

@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from . import gitops
 from .errors import CandidateError
 from .harness import ItemOutput, batches, run_batch
 from .quality import ContractResult, check_contract, compute_metrics
@@ -56,11 +55,7 @@ def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None, rng: rando
 
 def baseline_pipeline(sess: Any, commit: str) -> Any:
     """Build the baseline commit's candidate package from a worktree (shared with the champion's)."""
-    wt = sess.state_dir / "worktrees" / commit[:12]
-    if not (wt / sess.cfg.candidate_dir).is_dir():
-        wt.parent.mkdir(parents=True, exist_ok=True)
-        gitops.add_worktree(sess.cfg.root, wt, commit)
-    return sess.build_from(wt / sess.cfg.candidate_dir)
+    return sess.build_at_commit(commit)
 
 
 def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> HoldoutReport:

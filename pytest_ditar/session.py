@@ -155,6 +155,14 @@ class DitarSession:
 
         return session_scores(self, item, cand, base)
 
+    def build_at_commit(self, commit: str) -> Any:
+        """Build the candidate package of `commit` from a worktree under the state dir."""
+        wt = self.state_dir / "worktrees" / commit[:12]
+        if not (wt / self.cfg.candidate_dir).is_dir():
+            wt.parent.mkdir(parents=True, exist_ok=True)
+            gitops.add_worktree(self.cfg.root, wt, commit)
+        return self.build_from(wt / self.cfg.candidate_dir)
+
     def build_from(self, candidate_dir: Path) -> Any:
         """Build another pipeline (the champion or the baseline, from a git worktree) in this process.
 

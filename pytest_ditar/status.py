@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from typing import Any
 
 from .decision import cumulative_class
@@ -21,7 +22,7 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
         out["baseline"] = {"commit": m.get("git_sha"), "items": len(m.get("items", {})), "device": m.get("device"),
                            "created": m.get("created"), "verifies": not problems, "problems": problems[:3]}
         lanes = snap.read_json("lanes.json") or {}
-        out["baseline"]["lanes"] = {k: {"median_s": _median(v["samples"]),
+        out["baseline"]["lanes"] = {k: {"median_s": statistics.median(v["samples"]),
                                         "noise_half_width": v["noise"]["ci_half_width"]} for k, v in lanes.items()}
     else:
         out["baseline"] = None
@@ -50,11 +51,6 @@ def _rows_lenient(ledger: Ledger) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
     return rows
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
 def _product(xs: list[Any]) -> float | None:
