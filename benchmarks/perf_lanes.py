@@ -4,6 +4,10 @@ One process, one suite. Prints a table and writes JSON. Run on the device you wa
 
     python benchmarks/perf_lanes.py --suite dit-xl-2-256 --aa-runs 10 --out perf_lanes.json
 
+It compares host settings (GC, CPU pinning) on the objective lane's A/A noise, calibrates every
+lane, runs the A/A verdicts, and times two exact candidates (the lean loop, and the lean loop
+replayed from CUDA graphs) against the stock pipeline. Raw samples go into the JSON.
+
 Every figure is labelled with the device it came from (the fingerprint is in the JSON).
 """
 from __future__ import annotations
@@ -26,24 +30,51 @@ from pytest_ditar.hardware import collect  # noqa: E402
 from pytest_ditar.perf import judge_lane, measure_lane  # noqa: E402
 from pytest_ditar.quality import check_contract, compute_metrics  # noqa: E402
 from pytest_ditar.session import DitarSession  # noqa: E402
-from pytest_ditar.stats import calibrated_min_effect, noise_floor, NoiseFloor  # noqa: E402
+from pytest_ditar.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
 from pytest_ditar.suite import load_suite  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from ladder import DEFAULTS, render  # noqa: E402  (the rung template and its switches)
 
-def candidate_dir(source: Path) -> Path:
+
+def candidate_dir(source: str) -> Path:
     d = Path(tempfile.mkdtemp(prefix="ditar-cand-"))
     (d / "__init__.py").write_text("")
-    shutil.copy(source, d / "pipeline.py")
+    (d / "pipeline.py").write_text(source)
     return d
+
+
+def floors(m, n_boot: int) -> dict:
+    """Unpaired and paired A/A noise of one interleaved measurement (samples kept raw)."""
+    return {"unpaired": dataclasses.asdict(noise_floor(m.samples, m.champion_samples, n_boot=n_boot)),
+            "paired": dataclasses.asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=n_boot)),
+            "samples": m.samples, "champion_samples": m.champion_samples,
+            "timed_s": sum(m.samples) + sum(m.champion_samples) + sum(m.warmup_s) + sum(m.champion_warmup_s),
+            "wall_s": m.wall_s}
+
+
+def verdict(m, noise, cfg) -> dict:
+    r = judge_lane(m, m.champion_samples, objective=True, source="interleaved", noise=noise, perf_cfg=cfg.perf)
+    return {"verdict": r.outcome.verdict, "speedup": r.outcome.speedup, "ci": [r.outcome.ci_low, r.outcome.ci_high],
+            "median_s": statistics.median(m.samples), "champion_median_s": statistics.median(m.champion_samples),
+            "samples": m.samples, "champion_samples": m.champion_samples, "peak_reserved_gib": m.peak_reserved_gib,
+            "min_effect": r.min_effect, "in_lane_overhead": m.wall_s / (sum(m.samples) + sum(m.champion_samples)
+                                                                        + sum(m.warmup_s) + sum(m.champion_warmup_s))}
+
+
+# Host-side settings compared on the objective lane: the harness default is whatever the
+# config says; the other arms show what each setting buys on this machine.
+ARMS = {"plain": dict(steady=False, pin_cpu=False), "gc_off": dict(steady=True, pin_cpu=False),
+        "gc_off_pin": dict(steady=True, pin_cpu=True)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default=str(ROOT / "config/autoresearch.json"))
     ap.add_argument("--suite", default="tiny")
-    ap.add_argument("--candidate", default=str(ROOT / "pytest_ditar/demo_candidates/faster_exact.py"))
     ap.add_argument("--aa-runs", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=None, help="rounds per lane (default: the suite's repeats)")
+    ap.add_argument("--arms", default=",".join(ARMS), help="host settings probed on the objective lane")
     ap.add_argument("--out", default="perf_lanes.json")
     args = ap.parse_args()
 
@@ -51,70 +82,89 @@ def main() -> int:
     sess = DitarSession(cfg=cfg, suite=load_suite(cfg.suite_dir), tag="bench", device="auto")
     device = sess.resolved_device()
     fp = collect(device)
-    print(f"device: {fp.device_name} ({device}); suite {sess.suite.name}", flush=True)
+    default_arm = "gc_off_pin" if cfg.perf.pin_cpu else "gc_off"
+    print(f"device: {fp.device_name} ({device}); suite {sess.suite.name}; harness default arm {default_arm}", flush=True)
     t0 = time.perf_counter()
     stock = sess.get_candidate()
-    cand = sess.build_from(candidate_dir(Path(args.candidate)))
-    build_s = time.perf_counter() - t0
-    result: dict = {"device": fp.to_dict(), "suite": sess.suite.name, "build_s": build_s, "lanes": {}}
-    rows = []
+    lean = sess.build_from(candidate_dir(render(dict(DEFAULTS))))
+    graphs = sess.build_from(candidate_dir(render(dict(DEFAULTS, CUDA_GRAPHS=True))))
+    result: dict = {"device": fp.to_dict(), "suite": sess.suite.name, "build_s": time.perf_counter() - t0,
+                    "default_arm": default_arm, "probe": {}, "lanes": {}}
+    out = Path(args.out)
+
+    def save(stage: str) -> None:
+        out.write_text(json.dumps(result, indent=1, default=str))
+        print(f"  [{time.perf_counter() - t0:6.1f}s] {stage}", flush=True)
+
+    objective = next(l for l in sess.suite.lanes if l.name == cfg.objective_lane)
+    rounds = lambda lane: args.rounds or lane.repeats  # noqa: E731
+    for arm in args.arms.split(","):
+        m = measure_lane(stock, sess.suite, objective, device, champion=stock, repeats=rounds(objective), **ARMS[arm])
+        result["probe"][arm] = floors(m, cfg.perf.n_boot)
+        save(f"probe {arm}: A/A half-width unpaired {result['probe'][arm]['unpaired']['ci_half_width'] * 100:.2f}% "
+             f"paired {result['probe'][arm]['paired']['ci_half_width'] * 100:.2f}%")
     for lane in sess.suite.lanes:
-        rounds = args.rounds or lane.repeats
-        t_lane = time.perf_counter()
-        cal = measure_lane(stock, sess.suite, lane, device, champion=stock, repeats=rounds)
-        noise = noise_floor(cal.samples, cal.champion_samples, n_boot=cfg.perf.n_boot)
-        min_eff = calibrated_min_effect(noise, cfg.perf.min_speedup, cfg.perf.noise_k)
-        aa = []
-        if lane.name == cfg.objective_lane:
-            for _ in range(args.aa_runs):
-                m = measure_lane(stock, sess.suite, lane, device, champion=stock, repeats=rounds)
-                r = judge_lane(m, m.champion_samples, objective=True, source="interleaved",
-                               noise=dataclasses.asdict(noise), perf_cfg=cfg.perf)
-                aa.append({"verdict": r.outcome.verdict, "speedup": r.outcome.speedup,
-                           "ci": [r.outcome.ci_low, r.outcome.ci_high]})
-        m = measure_lane(cand, sess.suite, lane, device, champion=stock, repeats=rounds)
-        r = judge_lane(m, m.champion_samples, objective=True, source="interleaved",
-                       noise=dataclasses.asdict(noise), perf_cfg=cfg.perf)
-        timed = sum(m.samples) + sum(m.champion_samples) + sum(m.warmup_s) + sum(m.champion_warmup_s)
-        lane_wall = time.perf_counter() - t_lane
-        entry = {
-            "rounds": rounds, "stock_median_s": statistics.median(cal.samples), "noise": dataclasses.asdict(noise),
-            "noise_ci_half_width_pct": noise.ci_half_width * 100, "min_effect": min_eff, "aa": aa,
-            "aa_keeps": sum(1 for a in aa if a["verdict"] == "FASTER"),
-            "candidate": {"verdict": r.outcome.verdict, "speedup": r.outcome.speedup,
-                          "ci": [r.outcome.ci_low, r.outcome.ci_high], "median_s": statistics.median(m.samples),
-                          "peak_reserved_gib": m.peak_reserved_gib},
-            "harness_overhead": m.wall_s / timed if timed else None,
-            "lane_wall_s": lane_wall,
-        }
+        kw = dict(repeats=rounds(lane), pin_cpu=cfg.perf.pin_cpu)
+        entry: dict = {"rounds": rounds(lane), "aa": []}
+        cal = measure_lane(stock, sess.suite, lane, device, champion=stock, **kw)
+        entry["calibration"] = floors(cal, cfg.perf.n_boot)
+        noise = entry["calibration"]["unpaired"]
+        entry["stock_median_s"] = statistics.median(cal.samples)
+        entry["min_effect"] = calibrated_min_effect(NoiseFloor(**noise), cfg.perf.min_speedup, cfg.perf.noise_k)
         result["lanes"][lane.name] = entry
-        rows.append((lane.name, entry))
-        print(f"  {lane.name}: done in {lane_wall:.1f}s", flush=True)
-    # The candidate must also be exact: compare a few corpus items against the stock pipeline.
+        save(f"{lane.name}: calibrated, half-width {noise['ci_half_width'] * 100:.2f}%")
+        if lane.name == cfg.objective_lane:
+            for i in range(args.aa_runs):
+                m = measure_lane(stock, sess.suite, lane, device, champion=stock, **kw)
+                entry["aa"].append(verdict(m, noise, cfg))
+                save(f"{lane.name}: A/A {i + 1}/{args.aa_runs} {entry['aa'][-1]['verdict']}")
+        entry["aa_keeps"] = sum(1 for a in entry["aa"] if a["verdict"] == "FASTER")
+        for name, cand in (("lean", lean), ("graphs", graphs)):
+            m = measure_lane(cand, sess.suite, lane, device, champion=stock, **kw)
+            entry[name] = verdict(m, noise, cfg)
+            save(f"{lane.name}: {name} {entry[name]['speedup']:.3f}x {entry[name]['verdict']}")
+        # The same lane once launch jitter is gone: A/A of the graph-replayed pipeline.
+        m = measure_lane(graphs, sess.suite, lane, device, champion=graphs, **kw)
+        entry["graphs_aa"] = floors(m, cfg.perf.n_boot)
+        save(f"{lane.name}: graphs A/A half-width {entry['graphs_aa']['unpaired']['ci_half_width'] * 100:.2f}%")
+    # Both candidates must be exact: compare one batch of corpus items against the stock pipeline.
     from pytest_ditar.harness import run_batch
 
     items = list(sess.suite.corpus[: sess.suite.pipeline.batch])
     a = run_batch(stock, items, sess.suite, None)
-    b = run_batch(cand, items, sess.suite, None)
-    exact = [check_contract(x.item_id, "exact", compute_metrics(y.latents, y.image, x.latents, x.image),
-                            cfg.thresholds_for("exact")) for x, y in zip(a, b)]
-    result["candidate_exact"] = {"passed": sum(e.passed for e in exact), "total": len(exact),
-                                 "worst_psnr": min(e.metrics.psnr for e in exact),
-                                 "worst_rel_l2": max(e.metrics.latent_rel_l2 for e in exact)}
-    Path(args.out).write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nperf lanes on {fp.device_name} ({sess.suite.name}); candidate {Path(args.candidate).name}")
-    print(f"{'lane':<15}{'stock ms':>10}{'noise ci±%':>11}{'min eff%':>9}{'A/A KEEP':>9}{'cand ms':>9}"
-          f"{'speedup':>9}{'ci95':>17}{'verdict':>11}{'overhead':>9}")
-    for name, e in rows:
-        c = e["candidate"]
-        aa = f"{e['aa_keeps']}/{len(e['aa'])}" if e["aa"] else "-"
-        print(f"{name:<15}{e['stock_median_s'] * 1e3:>10.2f}{e['noise_ci_half_width_pct']:>11.2f}{e['min_effect'] * 100:>9.2f}"
-              f"{aa:>9}{c['median_s'] * 1e3:>9.2f}{c['speedup']:>8.3f}x  [{c['ci'][0]:.3f},{c['ci'][1]:.3f}]"
-              f"{c['verdict']:>11}{e['harness_overhead']:>8.3f}x")
-    ce = result["candidate_exact"]
-    print(f"candidate vs stock outputs (exact contract): {ce['passed']}/{ce['total']} pass, worst PSNR "
-          f"{ce['worst_psnr']:.2f} dB, worst latent rel-L2 {ce['worst_rel_l2']:.2e}")
+    result["exact"] = {}
+    for name, cand in (("lean", lean), ("graphs", graphs)):
+        b = run_batch(cand, items, sess.suite, None)
+        res = [check_contract(x.item_id, "exact", compute_metrics(y.latents, y.image, x.latents, x.image),
+                              cfg.thresholds_for("exact")) for x, y in zip(a, b)]
+        result["exact"][name] = {"passed": sum(e.passed for e in res), "total": len(res),
+                                 "worst_psnr": min(e.metrics.psnr for e in res),
+                                 "worst_rel_l2": max(e.metrics.latent_rel_l2 for e in res)}
+    save("exactness checked")
+    print_table(result, fp.device_name)
     return 0
+
+
+def print_table(result: dict, device_name: str) -> None:
+    print(f"\nA/A noise of the objective lane by host setting on {device_name} ({result['suite']}), CI half-width:")
+    print(f"{'arm':<12}{'median ms':>10}{'robust CV':>10}{'unpaired':>10}{'paired':>9}")
+    for arm, f in result["probe"].items():
+        print(f"{arm:<12}{statistics.median(f['samples']) * 1e3:>10.2f}{max(f['unpaired']['cv_a'], f['unpaired']['cv_b']) * 100:>9.2f}%"
+              f"{f['unpaired']['ci_half_width'] * 100:>9.2f}%{f['paired']['ci_half_width'] * 100:>8.2f}%")
+    print(f"\nlanes (harness default arm {result['default_arm']}):")
+    print(f"{'lane':<15}{'stock ms':>9}{'noise ±%':>9}{'paired ±%':>10}{'min eff%':>9}{'A/A KEEP':>9}"
+          f"{'lean':>27}{'graphs':>27}{'graphs A/A ±%':>14}{'in-lane ovh':>12}")
+    for name, e in result["lanes"].items():
+        cal = e["calibration"]
+        aa = f"{e['aa_keeps']}/{len(e['aa'])}" if e["aa"] else "-"
+        cell = lambda c: f"{c['speedup']:.2f}x [{c['ci'][0]:.2f},{c['ci'][1]:.2f}] {c['verdict'][:6]}"  # noqa: E731
+        print(f"{name:<15}{e['stock_median_s'] * 1e3:>9.1f}{cal['unpaired']['ci_half_width'] * 100:>9.2f}"
+              f"{cal['paired']['ci_half_width'] * 100:>10.2f}{e['min_effect'] * 100:>9.2f}{aa:>9}{cell(e['lean']):>27}"
+              f"{cell(e['graphs']):>27}{e['graphs_aa']['unpaired']['ci_half_width'] * 100:>14.2f}"
+              f"{e['lean']['in_lane_overhead']:>11.3f}x")
+    for name, ex in result.get("exact", {}).items():
+        print(f"{name} vs stock (exact contract): {ex['passed']}/{ex['total']} pass, worst PSNR {ex['worst_psnr']:.2f} dB, "
+              f"worst latent rel-L2 {ex['worst_rel_l2']:.2e}")
 
 
 if __name__ == "__main__":

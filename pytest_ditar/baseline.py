@@ -134,7 +134,8 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     device = sess.resolved_device()
     out: dict[str, Any] = {}
     for lane in sess.suite.lanes:
-        m = measure_lane(candidate, sess.suite, lane, device, champion=candidate, timeout_s=sess.cfg.item_timeout_s)
+        m = measure_lane(candidate, sess.suite, lane, device, champion=candidate, timeout_s=sess.cfg.item_timeout_s,
+                         pin_cpu=sess.cfg.perf.pin_cpu)
         noise = noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot)
         out[lane.name] = {**m.to_dict(), "noise": asdict(noise), "flops": count_flops(candidate, sess.suite, lane)}
     return out

@@ -23,7 +23,7 @@ def build_champion(sess: DitarSession, gate: Any) -> Any:
     head = gitops.state(sess.cfg.root).head
     if not commit or commit == head:
         return None  # nothing distinct to interleave with: use the stored samples
-    return sess.build_at_commit(commit)
+    return sess.build_at_commit(commit, "perf.build_champion")
 
 
 def baseline_lanes(sess: DitarSession) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class PerfConfig:
     guard_tolerance: float = 0.05  # non-objective lanes may not regress beyond this
     n_boot: int = 2000
     interleave: bool = True  # time champion and candidate in the same process when possible
+    pin_cpu: bool = False  # pin the launching thread to one core while a lane is timed
 
 
 @dataclass(frozen=True)

@@ -65,16 +65,18 @@ class QualityChecker:
     def check(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> ContractResult:
         """Compute every metric, record the result for the gate, fail with all numbers."""
         sess = self.sess
-        metrics = compute_metrics(cand.latents, cand.image, base.latents, base.image)
-        try:
-            extra = sess.semantic_scores(item, cand, base) if hasattr(sess, "semantic_scores") else None
-        except DitarError as exc:  # e.g. an evaluator path that does not load: one line, no traceback
-            pytest.fail(str(exc), pytrace=False)
-        if extra:
-            from dataclasses import replace
+        with sess.clock.span("quality.metrics"):
+            metrics = compute_metrics(cand.latents, cand.image, base.latents, base.image)
+            try:
+                with sess.clock.span("semantic"):
+                    extra = sess.semantic_scores(item, cand, base)
+            except DitarError as exc:  # e.g. an evaluator path that does not load: one line, no traceback
+                pytest.fail(str(exc), pytrace=False)
+            if extra:
+                from dataclasses import replace
 
-            metrics = replace(metrics, **extra)
-        result = check_contract(item.id, sess.cls, metrics, sess.cfg.thresholds_for(sess.cls))
+                metrics = replace(metrics, **extra)
+            result = check_contract(item.id, sess.cls, metrics, sess.cfg.thresholds_for(sess.cls))
         sess.quality[item.id] = result
         if not metrics.finite:
             sess.errors.append(CandidateError("non_finite", "", item=item.id))
@@ -129,7 +131,7 @@ class PerfRunner:
         from . import champion
 
         try:
-            self._champion = champion.build_champion(self.sess, self.gate)
+            self._champion = champion.build_champion(self.sess, self.gate)  # booked as perf.build_champion
         except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
             self._champion_error = f"{type(exc).__name__}: {exc}"
         return self._champion
@@ -162,8 +164,8 @@ class PerfRunner:
         champ = None if group else self.champion()
         from . import exclusivity
 
-        try:
-            with exclusivity.Watch(sess.resolved_device()) as watch:  # no other process on this GPU while timing
+        try:  # the watch: no other process may use this GPU while it is timed
+            with exclusivity.Watch(sess.resolved_device()) as watch, sess.clock.span("perf.lanes"):
                 if group:
                     from .multigpu import measure_group_lane
 
@@ -171,10 +173,11 @@ class PerfRunner:
                 else:
                     m = measure_lane(cand, sess.suite, lane, sess.resolved_device(), champion=champ,
                                      benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
-                                     progress=self._progress(lane))
+                                     progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu)
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)
+        sess.clock.timed_s += sum(m.samples) + sum(m.warmup_s) + sum(m.champion_samples) + sum(m.champion_warmup_s)
         stored = champion.stored_lanes(sess, self.gate)
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples

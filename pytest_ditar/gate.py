@@ -353,7 +353,8 @@ class Gate:
                    "guards": [g.__dict__ for g in self.guards],
                    "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
                                for k, r in s.quality.items()},
-                   "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")}}
+                   "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
+                   "timings": s.clock.as_dict(time.perf_counter() - self.t_start)}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         if d.status == "KEEP":
             self._store_champion()
@@ -429,6 +430,7 @@ class Gate:
 
             for line in run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.cls):
                 tr.write_line(line)
+            tr.write_line(s.clock.line(time.perf_counter() - self.t_start))
         for line in self.summary_lines:
             tr.write_line(line)
 

@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import importlib
 import importlib.util
+import os
 import signal
 import sys
 import time
@@ -179,6 +180,44 @@ def device_timer(device: str) -> Callable[[], float]:
         return time.perf_counter()
 
     return clock
+
+
+def _current_cpu() -> int | None:
+    try:  # field 39 of /proc/thread-self/stat: the CPU this thread last ran on
+        return int(Path("/proc/thread-self/stat").read_text().rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@contextlib.contextmanager
+def steady_host(pin_cpu: bool = False) -> Iterator[None]:
+    """Quiet the host side of a timed lane: no garbage-collector pauses inside a round and,
+    with `pin_cpu`, the launching thread fixed to the core it is on (no migrations between
+    kernel launches). Both are restored afterwards."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    old_mask = None
+    if pin_cpu and hasattr(os, "sched_setaffinity"):
+        cpu = _current_cpu()
+        try:
+            old_mask = os.sched_getaffinity(0)
+            if cpu is not None and cpu in old_mask:
+                os.sched_setaffinity(0, {cpu})
+            else:
+                old_mask = None
+        except OSError:
+            old_mask = None
+    try:
+        yield
+    finally:
+        if old_mask is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, old_mask)
+        if was_enabled:
+            gc.enable()
 
 
 @dataclass

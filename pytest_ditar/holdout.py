@@ -55,7 +55,7 @@ def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None, rng: rando
 
 def baseline_pipeline(sess: Any, commit: str) -> Any:
     """Build the baseline commit's candidate package from a worktree (shared with the champion's)."""
-    return sess.build_at_commit(commit)
+    return sess.build_at_commit(commit, "holdout")
 
 
 def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> HoldoutReport:
@@ -90,9 +90,10 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
     del candidate
     from .semantic import evaluators_for, pair_scores
 
-    ev = evaluators_for(sess)
-    scores = pair_scores(ev, items, [cand_outs[it.id].image for it in items],
-                         [base_outs[it.id].image for it in items]) if ev else [None] * len(items)
+    with sess.clock.span("semantic"):
+        ev = evaluators_for(sess)
+        scores = pair_scores(ev, items, [cand_outs[it.id].image for it in items],
+                             [base_outs[it.id].image for it in items]) if ev else [None] * len(items)
     t = cfg.thresholds_for(sess.cls)
     results, failures = [], []
     for it, extra in zip(items, scores):
@@ -142,7 +143,8 @@ def run_for_gate(gate: Any) -> tuple[str, ...]:
     if not gate.baseline_commit:
         return ("holdout: the baseline snapshot records no commit, so the baseline code cannot be rebuilt",)
     try:
-        report = run(sess, gate.baseline_commit)
+        with sess.clock.span("holdout"):
+            report = run(sess, gate.baseline_commit)
     except Exception as exc:  # noqa: BLE001 - a holdout that cannot run must not let a candidate through
         return (f"holdout: could not run: {_one_line(exc)}",)
     try:

@@ -1,12 +1,13 @@
 """Performance lanes: warm, device-synchronized, repeated timing of candidate and champion."""
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from .errors import CandidateError
-from .harness import classify_exception, deadline, device_timer, synchronize, track_peak_memory
+from .harness import classify_exception, deadline, device_timer, steady_host, synchronize, track_peak_memory
 from .interface import Request
 from .suite import Lane, Suite
 
@@ -48,7 +49,8 @@ def _call(fn: Callable[[], Any], device: str, timeout_s: float | None) -> float:
 
 def measure_lane(candidate: Any, suite: Suite, lane: Lane, device: str, *, champion: Any = None,
                  benchmark: Any = None, timeout_s: float | None = None, repeats: int | None = None,
-                 progress: Callable[[int], None] | None = None) -> LaneMeasurement:
+                 progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
+                 steady: bool = True) -> LaneMeasurement:
     """Warm up, then time `repeats` rounds. With a champion, rounds alternate ABBA so drift
     (clocks, thermals, page cache) lands on both sides equally."""
     req = lane_request(suite, lane)
@@ -57,7 +59,8 @@ def measure_lane(candidate: Any, suite: Suite, lane: Lane, device: str, *, champ
     run_champ = (lambda: champion.generate(req)) if champion is not None else None
     m = LaneMeasurement(lane.name, [], [])
     t_wall = time.perf_counter()
-    with track_peak_memory(device) as peak:
+    quiet = steady_host(pin_cpu) if steady else contextlib.nullcontext()  # steady=False: benchmarks' control arm
+    with track_peak_memory(device) as peak, quiet:
         for _ in range(lane.warmup):
             m.warmup_s.append(_call(run_cand, device, timeout_s))
             if run_champ:

@@ -14,6 +14,7 @@ from .harness import (Isolated, ItemOutput, batches, build_candidate, default_to
                       run_batch)
 from .quality import ContractResult
 from .suite import CorpusItem, Suite, load_suite
+from .timings import PhaseClock
 
 
 def resolve_tag(cfg: Config, explicit: str | None = None) -> str:
@@ -46,6 +47,7 @@ class DitarSession:
     _fingerprint: Any = None
     _built: dict = field(default_factory=dict)
     _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
+    clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
 
     @classmethod
     def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
@@ -126,7 +128,8 @@ class DitarSession:
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
             try:
                 default_torch_flags()
-                self.candidate = Isolated(build_candidate(self.cfg.candidate_path, spec, self.cfg.item_timeout_s))
+                with self.clock.span("build.candidate"):
+                    self.candidate = Isolated(build_candidate(self.cfg.candidate_path, spec, self.cfg.item_timeout_s))
             except CandidateError as exc:
                 self.candidate_error = exc
                 self.errors.append(exc)
@@ -140,7 +143,9 @@ class DitarSession:
             group = next(b for b in batches(self.suite.corpus, self.suite, self.suite.pipeline.batch)
                          if any(it.id == item.id for it in b))
             try:
-                for out in run_batch(candidate, group, self.suite, self.cfg.item_timeout_s):
+                with self.clock.span("quality.generate"):
+                    outs = run_batch(candidate, group, self.suite, self.cfg.item_timeout_s)
+                for out in outs:
                     self.outputs[out.item_id] = out
             except CandidateError as exc:
                 self.errors.append(exc)
@@ -155,15 +160,15 @@ class DitarSession:
 
         return session_scores(self, item, cand, base)
 
-    def build_at_commit(self, commit: str) -> Any:
+    def build_at_commit(self, commit: str, phase: str = "build.worktree") -> Any:
         """Build the candidate package of `commit` from a worktree under the state dir."""
         wt = self.state_dir / "worktrees" / commit[:12]
         if not (wt / self.cfg.candidate_dir).is_dir():
             wt.parent.mkdir(parents=True, exist_ok=True)
             gitops.add_worktree(self.cfg.root, wt, commit)
-        return self.build_from(wt / self.cfg.candidate_dir)
+        return self.build_from(wt / self.cfg.candidate_dir, phase)
 
-    def build_from(self, candidate_dir: Path) -> Any:
+    def build_from(self, candidate_dir: Path, phase: str = "build.worktree") -> Any:
         """Build another pipeline (the champion or the baseline, from a git worktree) in this process.
 
         A worktree is pinned to one commit, so one build per directory serves both the perf
@@ -173,6 +178,7 @@ class DitarSession:
         if key not in self._built:
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
             default_torch_flags()
-            self._built[key] = Isolated(build_candidate(candidate_dir, spec, self.cfg.item_timeout_s))
+            with self.clock.span(phase):  # booked to the phase that needed it (perf, holdout)
+                self._built[key] = Isolated(build_candidate(candidate_dir, spec, self.cfg.item_timeout_s))
             default_torch_flags()
         return self._built[key]

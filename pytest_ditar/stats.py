@@ -44,6 +44,7 @@ __all__ = [
     "robust_cv",
     "bootstrap_ratio_ci",
     "noise_floor",
+    "paired_noise_floor",
     "calibrated_min_effect",
     "compare",
     "regression_check",
@@ -214,6 +215,30 @@ def noise_floor(
         n_a=int(arr_a.size),
         n_b=int(arr_b.size),
     )
+
+
+def paired_noise_floor(
+    a: Samples, b: Samples, *, n_boot: int = 2000, seed: int = 0, conf: float = 0.95
+) -> NoiseFloor:
+    """The A/A noise when the two sets were timed interleaved (a[i] next to b[i]).
+
+    The ratio is exp(median(log a_i - log b_i)) and the bootstrap resamples whole pairs, so
+    drift slower than one round (clocks, thermals, a neighbour's load) cancels within a pair.
+    """
+    arr_a = _as_samples(a, "A/A first set")
+    arr_b = _as_samples(b, "A/A second set")
+    if arr_a.size != arr_b.size:
+        raise ValueError(f"paired sets must have equal length, got {arr_a.size} and {arr_b.size}")
+    _check_n_boot(n_boot)
+    _check_fraction(conf, "conf")
+    logs = np.log(arr_a) - np.log(arr_b)
+    idx = np.random.default_rng(seed).integers(0, logs.size, size=(int(n_boot), logs.size))
+    tail = (1.0 - conf) / 2.0 * 100.0
+    low, high = np.exp(np.percentile(np.median(logs[idx], axis=1), [tail, 100.0 - tail]))
+    ratio = float(np.exp(np.median(logs)))
+    return NoiseFloor(ratio=ratio, ci_low=float(low), ci_high=float(high), ci_half_width=float(high - low) / 2.0,
+                      abs_shift=abs(1.0 - ratio), cv_a=robust_cv(arr_a), cv_b=robust_cv(arr_b),
+                      n_a=int(arr_a.size), n_b=int(arr_b.size))
 
 
 def calibrated_min_effect(noise: NoiseFloor | None, floor: float, k: float) -> float:

@@ -36,6 +36,13 @@ def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
     assert (champ / "manifest.json").is_file() and (champ / "lanes.json").is_file()
     st = proj.ditar("status")
     assert st.returncode == 0 and f"champion  {sha[:7]}" in st.stdout and "hash chain verifies" in st.stdout
+    # Where the run's time went: phases booked once each, the lanes' timed share, the holdout.
+    assert "ditar: time: build " in res.stdout and "perf overhead " in res.stdout
+    (summary,) = (proj.root / ".autoresearch/t/runs").glob("*/summary.json")
+    t = json.loads(summary.read_text())["timings"]
+    assert t["build.candidate"] > 0 and t["quality.generate"] > 0 and t["holdout"] > 0
+    assert t["perf.build_champion"] > 0 and t["perf.lanes"] >= t["perf.timed"] > 0
+    assert 1.0 <= t["perf.overhead"] and sum(t[g] for g in t if g.startswith("group.")) <= t["wall"]
 
 
 def test_output_changing_exact_candidate_is_discarded_with_patch(research):

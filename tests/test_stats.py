@@ -206,6 +206,20 @@ def test_noise_floor_and_calibrated_min_effect() -> None:
     assert calibrated_min_effect(noisy, 0.0, 2.0) > calibrated_min_effect(nf, 0.0, 2.0)
 
 
+def test_paired_noise_floor_cancels_drift_that_the_unpaired_one_sees() -> None:
+    # Slow drift shared by both arms of each round (a host that speeds up and slows down),
+    # plus 1% per-call jitter: pairing should see only the jitter.
+    rng = np.random.default_rng(3)
+    drift = 0.6 * (1.0 + 0.15 * np.sin(np.linspace(0, 6, 20)))
+    a = drift * rng.lognormal(0.0, 0.01, 20)
+    b = drift * rng.lognormal(0.0, 0.01, 20)
+    unpaired, paired = noise_floor(a, b), stats.paired_noise_floor(a, b)
+    assert paired.ci_half_width < 0.02 < unpaired.ci_half_width
+    assert paired.ci_low <= paired.ratio <= paired.ci_high
+    with pytest.raises(ValueError, match="equal length"):
+        stats.paired_noise_floor(a, b[:-1])
+
+
 def test_calibrated_min_effect_from_shift_dominates() -> None:
     nf = NoiseFloor(
         ratio=1.044, ci_low=1.03, ci_high=1.05, ci_half_width=0.01, abs_shift=0.044,
