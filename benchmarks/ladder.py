@@ -80,6 +80,18 @@ def setup(ws: Path, suite: str) -> None:
     make_workspace(ROOT, ws, suite)
 
 
+def configure_semantic(ws: Path) -> None:
+    """Random-init evaluators at real size, outside the repo, named in the (fixed) config."""
+    from pytest_ditar.random_evaluators import write_random_evaluators
+
+    sem = write_random_evaluators(ws.parent / f"{ws.name}-evaluators", clip_arch="ViT-B-32")
+    cfg_path = ws / "config/autoresearch.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["semantic"] = sem
+    cfg_path.write_text(json.dumps(cfg, indent=1))
+    git(ws, "commit", "-qam", "Semantic evaluators: random-init CLIP ViT-B-32 and LPIPS alex (timing only)")
+
+
 def ditar(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     return sh([sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json", *args], ws, check)
 
@@ -97,6 +109,9 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="continue in an existing workdir (state kept)")
     ap.add_argument("--out", default="ladder")
     ap.add_argument("--write-patches", metavar="DIR", help="write each rung as a patch of mutable/pipeline.py and exit")
+    ap.add_argument("--semantic", action="store_true",
+                    help="configure full-size random-init CLIP ViT-B-32 + LPIPS alex, so approximate and "
+                         "quantization rungs run the whole firewall (scores meaningless; timing and path real)")
     args = ap.parse_args()
     if args.write_patches:
         return write_patches(Path(args.write_patches))
@@ -106,6 +121,8 @@ def main() -> int:
     state_file = ws / ".autoresearch" / "ladder-state.json"
     if not args.resume:
         setup(ws, args.suite)
+        if args.semantic:
+            configure_semantic(ws)
         ditar(ws, "init", "--tag", "ladder")
         t0 = time.perf_counter()
         print(ditar(ws, "baseline").stdout, flush=True)
@@ -138,6 +155,7 @@ def main() -> int:
             "wall_s": wall,
             "worst_psnr": min((v.get("psnr") or 1e9 for v in q.values()), default=None),
             "worst_ssim": min((v.get("ssim") or 1e9 for v in q.values()), default=None),
+            "timings": summary.get("timings", {}),
             "lanes": {},
         }
         for lane, data in summary.get("lanes", {}).items():
@@ -181,17 +199,20 @@ def write_patches(out: Path) -> int:
 def print_table(state: dict, base_med: dict) -> None:
     print(f"\nbaseline medians: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in base_med.items()))
     hdr = (f"{'rung':<13}{'class':<13}{'verdict':<8}{'b1 x champ':>11}{'ci95':>15}{'b1 cum':>8}{'b8 cum':>8}"
-           f"{'TFLOP/s b8':>11}{'PSNR min':>9}{'SSIM min':>9}{'VRAM GiB':>9}{'wall s':>7}  reason")
+           f"{'TFLOP/s b8':>11}{'PSNR min':>9}{'SSIM min':>9}{'VRAM GiB':>9}{'wall s':>7}{'perf ovh':>9}"
+           f"{'firewall':>9}  reason")
     print(hdr)
     for r in state["rows"]:
         b1, b8 = r["lanes"].get("latency_b1", {}), r["lanes"].get("throughput_b8", {})
         ci = f"[{b1['ci'][0]:.2f},{b1['ci'][1]:.2f}]" if b1.get("ci") and b1["ci"][0] else "-"
         f = lambda x, fmt: (fmt.format(x) if isinstance(x, (int, float)) and x < 1e8 else "-")  # noqa: E731
         vram = max([l.get("peak_vram_gib") or 0 for l in r["lanes"].values()], default=0)
+        t = r.get("timings") or {}
         print(f"{r['rung']:<13}{r['class']:<13}{r['verdict']:<8}{f(b1.get('speedup'), '{:.3f}x'):>11}{ci:>15}"
               f"{f(b1.get('cumulative_vs_baseline'), '{:.2f}x'):>8}{f(b8.get('cumulative_vs_baseline'), '{:.2f}x'):>8}"
               f"{f(b8.get('achieved_tflops'), '{:.0f}'):>11}{f(r['worst_psnr'], '{:.1f}'):>9}{f(r['worst_ssim'], '{:.4f}'):>9}"
-              f"{f(vram or None, '{:.2f}'):>9}{r['wall_s']:>7.0f}  {r['reason'][:90]}")
+              f"{f(vram or None, '{:.2f}'):>9}{r['wall_s']:>7.0f}{f(t.get('perf.overhead'), '{:.3f}x'):>9}"
+              f"{f(100 * t['firewall.fraction'] if t.get('firewall.fraction') else None, '{:.1f}%'):>9}  {r['reason'][:90]}")
 
 
 if __name__ == "__main__":

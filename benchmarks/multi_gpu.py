@@ -35,19 +35,25 @@ def sh(cmd, cwd, env=None):
     return res, time.perf_counter() - t0
 
 
-def workspace(suite: str, ws: Path) -> Path:
+def workspace(suite: str, ws: Path, scale: int) -> Path:
+    """A scratch research project on `suite` whose corpus is repeated `scale` times with fresh seeds.
+
+    Only the quality phase is measured here, so the lanes are cut to 3 rounds to keep the
+    baseline (which calibrates every lane) short; the corpus and the pipeline are untouched."""
+    import yaml
+
     from pytest_ditar.demo import make_workspace
 
-    make_workspace(ROOT, ws)
-    cfg = json.loads((ws / "config/autoresearch.json").read_text())
-    if suite != "tiny":
-        shutil.copytree(ROOT / "suites" / suite, ws / "suites" / suite, ignore=shutil.ignore_patterns("__pycache__"))
-        cfg["suite"] = suite
-        (ws / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))
-        subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@l", "commit", "-qam", f"suite {suite}"],
-                       cwd=ws, check=True)
-        subprocess.run(["git", "add", "-A"], cwd=ws)
-        subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@l", "commit", "-qm", "suite files"], cwd=ws)
+    make_workspace(ROOT, ws, suite)
+    path = ws / "suites" / suite / "suite.yaml"
+    spec = yaml.safe_load(path.read_text())
+    base = spec["corpus"]
+    spec["corpus"] = [dict(it, id=f"{it['id']}-r{r}", seed=it["seed"] + 100_000 * r) if r else dict(it)
+                      for r in range(scale) for it in base]
+    spec["lanes"] = [dict(l, repeats=3, warmup=1) for l in spec["lanes"]]
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@l", "commit", "-qam", f"corpus x{scale}, short lanes"],
+                   cwd=ws, check=True)
     return ws
 
 
@@ -57,11 +63,14 @@ def quality_phase(ws: Path, device: str) -> dict:
     assert res.returncode == 0, res.stderr
     res, base_s = sh([*ditar, "baseline", "--device", device], ws)
     assert res.returncode == 0, res.stdout + res.stderr
-    py = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "quality"]
+    from pytest_ditar.cli import _plugin_flag  # "-p pytest_ditar.plugin" where no entry point is installed
+
+    py = [sys.executable, "-m", "pytest", *_plugin_flag(), "-p", "no:cacheprovider", "-q", "-m", "quality"]
     one, t1 = sh([*py, f"--ditar-device={device}"], ws)
     two, t2 = sh([*py, "-n", "2", "--dist", "loadgroup"], ws)  # workers pin themselves to cuda:0 / cuda:1
     ok = lambda r: r.returncode == 0 and "quality" in r.stdout  # noqa: E731
-    return {"baseline_s": base_s, "one_gpu_s": t1, "two_gpu_s": t2, "speedup": t1 / t2,
+    items = len(json.loads((ws / ".autoresearch/mg/baseline/manifest.json").read_text())["items"])
+    return {"items": items, "baseline_s": base_s, "one_gpu_s": t1, "two_gpu_s": t2, "speedup": t1 / t2,
             "one_ok": ok(one), "two_ok": ok(two), "two_tail": two.stdout.strip().splitlines()[-2:]}
 
 
@@ -132,25 +141,32 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--scales", default="1,8", help="corpus sizes to shard, as multiples of the suite's corpus")
     args = ap.parse_args()
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ws = Path(args.workdir or out / "workspace").resolve()
-    shutil.rmtree(ws, ignore_errors=True)
     result = {"suite": args.suite, "device": device, "gpus": torch.cuda.device_count() if device == "cuda" else 0,
-              "backend": "nccl" if device == "cuda" else "gloo"}
-    result["quality_phase"] = quality_phase(workspace(args.suite, ws), device)
-    result["cfg_split"] = cfg_split_lane(args.suite, device, args.blocks, args.repeats)
+              "backend": "nccl" if device == "cuda" else "gloo", "quality_phase": []}
+    save = lambda: (out / "multi_gpu.json").write_text(json.dumps(result, indent=1, default=str))  # noqa: E731
+    for scale in (int(x) for x in args.scales.split(",")):
+        ws = Path(args.workdir or out / "workspace").resolve() / f"x{scale}"
+        shutil.rmtree(ws, ignore_errors=True)
+        result["quality_phase"].append(quality_phase(workspace(args.suite, ws, scale), device))
+        save()
+        print(f"[multi_gpu] quality phase x{scale}: {result['quality_phase'][-1]}", flush=True)
     result["exclusivity"] = exclusivity_probe(device)
-    (out / "multi_gpu.json").write_text(json.dumps(result, indent=1, default=str))
-    q, c, e = result["quality_phase"], result["cfg_split"], result["exclusivity"]
+    save()
+    result["cfg_split"] = cfg_split_lane(args.suite, device, args.blocks, args.repeats)
+    save()
+    c, e = result["cfg_split"], result["exclusivity"]
     print(f"| what | figure |  ({args.suite}, {device}, {result['backend']})")
     print("|---|---|")
-    print(f"| quality phase, 1 device | {q['one_gpu_s']:.1f} s (ok={q['one_ok']}) |")
-    print(f"| quality phase, -n 2 | {q['two_gpu_s']:.1f} s (ok={q['two_ok']}), {q['speedup']:.2f}x |")
+    for q in result["quality_phase"]:
+        print(f"| quality phase, {q['items']} items, 1 device | {q['one_gpu_s']:.1f} s (ok={q['one_ok']}) |")
+        print(f"| quality phase, {q['items']} items, -n 2 | {q['two_gpu_s']:.1f} s (ok={q['two_ok']}), {q['speedup']:.2f}x |")
     print(f"| {c['lane']} 1-GPU lean | median {c['one_gpu_median_ms']:.2f} ms |")
     print(f"| {c['lane']} 2-GPU CFG split | median {c['two_gpu_median_ms']:.2f} ms, {c['speedup']:.3f}x "
           f"ci95 [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] {c['verdict']}; exact contract {c['exact_contract']} |")

@@ -128,7 +128,7 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     from dataclasses import asdict
 
     from .perf import count_flops, measure_lane
-    from .stats import noise_floor
+    from .stats import noise_floor, paired_noise_floor
 
     candidate = sess.get_candidate()
     device = sess.resolved_device()
@@ -136,8 +136,10 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     for lane in sess.suite.lanes:
         m = measure_lane(candidate, sess.suite, lane, device, champion=candidate, timeout_s=sess.cfg.item_timeout_s,
                          pin_cpu=sess.cfg.perf.pin_cpu)
-        noise = noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot)
-        out[lane.name] = {**m.to_dict(), "noise": asdict(noise), "flops": count_flops(candidate, sess.suite, lane)}
+        noise = asdict(noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
+        # The floor a paired (interleaved) comparison is held to: A/A on per-round ratios.
+        noise["paired"] = asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
+        out[lane.name] = {**m.to_dict(), "noise": noise, "flops": count_flops(candidate, sess.suite, lane)}
     return out
 
 

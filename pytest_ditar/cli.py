@@ -134,8 +134,9 @@ def cmd_baseline(args: argparse.Namespace) -> int:
     lanes = json.loads((path / "lanes.json").read_text())
     for name, lane in lanes.items():
         n = lane["noise"]
+        paired = f" (paired {n['paired']['ci_half_width'] * 100:.2f}%)" if n.get("paired") else ""
         print(f"  lane {name}: median {statistics.median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "
-              f"{n['ci_half_width'] * 100:.2f}%, shift {n['abs_shift'] * 100:.2f}%")
+              f"{n['ci_half_width'] * 100:.2f}%{paired}, shift {n['abs_shift'] * 100:.2f}%")
     return 0
 
 

@@ -141,7 +141,12 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
     from . import stats
     from .decision import LaneOutcome
 
-    floor = stats.NoiseFloor(**noise) if noise else None
+    # Interleaved rounds are judged paired, against the paired A/A floor measured at baseline
+    # (an older baseline without one falls back to the wider unpaired floor).
+    paired = source == "interleaved" and len(champion_samples) == len(m.samples)
+    raw = (noise or {}).get("paired") if paired else None
+    floor_fields = {k: v for k, v in (raw or noise or {}).items() if k != "paired"}
+    floor = stats.NoiseFloor(**floor_fields) if floor_fields else None
     min_effect = stats.calibrated_min_effect(floor, perf_cfg.min_speedup, perf_cfg.noise_k)
     peak = m.peak_reserved_gib
     if len(champion_samples) < 3 or len(m.samples) < 3:
@@ -149,13 +154,14 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
         return LaneResult(m, oc, source, min_effect)
     if objective:
         c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
-                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
+                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
         verdict = c.verdict
     else:
-        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot)
+        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot,
+                                   paired=paired)
         verdict = c.verdict
     # stats' reason starts with "1.234x ci95=[..]: "; the verdict line already carries those numbers
     why = c.reason.split(": ", 1)[1] if c.reason.count(": ") and c.reason.split(": ", 1)[0].endswith("]") else c.reason
-    reason = f"{why} [{source} champion, min effect {min_effect * 100:.1f}%]"
+    reason = f"{why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
     oc = LaneOutcome(m.lane, objective, verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
     return LaneResult(m, oc, source, min_effect, comparison=_asdict(c))

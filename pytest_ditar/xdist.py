@@ -11,8 +11,8 @@
   `pytest_testnodedown`, so the decision, the class-claim check and the champion snapshot see one
   session (the way syrupy merges snapshot reports).
 - Perf lanes never run inside a worker: timing next to other busy workers is poisoned.
-- Quality items of one harness batch get one `xdist_group`, so with `--dist loadgroup` a batch is
-  generated once, on one worker.
+- Quality items of one harness batch are one scheduling scope (the controller's scheduler, and an
+  `xdist_group` mark for older pytest), so a batch is generated once, on one worker.
 """
 from __future__ import annotations
 
@@ -76,6 +76,12 @@ def _gate(config):
     return config.stash.get(GATE_KEY, None)
 
 
+def _param_id(nodeid: str) -> str | None:
+    """`path::test_quality[xl-003]` (or `...[xl-003]@group` on older pytest) -> `xl-003`."""
+    head, sep, tail = nodeid.rpartition("[")
+    return tail.split("]", 1)[0] if sep and "]" in tail else None
+
+
 def _item_key(item: pytest.Item) -> tuple[str, str] | None:
     cs = getattr(item, "callspec", None)
     if cs is None:
@@ -95,6 +101,30 @@ class ControllerPlugin:
         self.session: pytest.Session | None = None
         self.decided = False
         self.payloads: dict[str, dict[str, Any]] = {}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_make_scheduler(self, config, log):
+        """xdist's scope scheduler with one scope per harness batch, so a batch is generated once.
+
+        xdist's own `loadgroup` reads a group suffix that it appends to node ids, and that no
+        longer takes on pytest >= 9.2 (pytest-xdist#1386): every item was then scheduled alone
+        and each worker regenerated whole batches. The scope here comes from the item's id."""
+        gate = _gate(config)
+        if gate is None or config.getvalue("dist") not in ("load", "loadgroup", "loadscope", "loadfile"):
+            return None
+        from xdist.scheduler import LoadScopeScheduling
+
+        from .harness import batches
+
+        s = gate.sess
+        group_of = {it.id: f"ditar-batch-{n}" for n, b in enumerate(batches(s.suite.corpus, s.suite, s.suite.pipeline.batch))
+                    for it in b}
+
+        class BatchScheduling(LoadScopeScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return group_of.get(_param_id(nodeid), nodeid)
+
+        return BatchScheduling(config, log)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -155,7 +185,6 @@ class WorkerPlugin:
     @pytest.hookimpl(tryfirst=True)  # before xdist's own modifyitems, which reads xdist_group
     def pytest_collection_modifyitems(self, session, config, items) -> None:
         gate = _gate(config)
-        found: dict[str, list[str]] = {"items": [], "lanes": []}
         group_of = {}
         if gate is not None:
             from .harness import batches
@@ -166,13 +195,19 @@ class WorkerPlugin:
                     group_of[it.id] = f"ditar-batch-{n}"
         for item in items:
             key = _item_key(item)
-            if key is None:
-                continue
-            found["items" if key[0] == "item" else "lanes"].append(key[1])
-            if key[0] == "item" and key[1] in group_of:
+            if key is not None and key[0] == "item" and key[1] in group_of:
                 item.add_marker(pytest.mark.xdist_group(group_of[key[1]]))
+
+    @pytest.hookimpl(tryfirst=True)  # before xdist tells the controller that collection finished
+    def pytest_collection_finish(self, session) -> None:
+        """Report what this worker will run, after `-m`/`-k` deselection, for the gate's full-run test."""
+        found: dict[str, list[str]] = {"items": [], "lanes": []}
+        for item in session.items:
+            key = _item_key(item)
+            if key is not None:
+                found["items" if key[0] == "item" else "lanes"].append(key[1])
         if self.exchange is not None:
-            shards.write_json(self.exchange / f"collected-{worker_id(config)}.json", found)
+            shards.write_json(self.exchange / f"collected-{worker_id(self.config)}.json", found)
 
     def _read_go(self) -> dict[str, Any]:
         if self.go is None:

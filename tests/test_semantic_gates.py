@@ -16,7 +16,7 @@ pytest.importorskip("lpips")
 
 from candidates import STOCK  # noqa: E402
 from conftest import make_project  # noqa: E402
-from evaluators import write_random_evaluators  # noqa: E402
+from pytest_ditar.random_evaluators import write_random_evaluators  # noqa: E402
 
 
 def _patch(old: str, new: str) -> str:

@@ -282,3 +282,55 @@ def test_noisy_lanes_decide_only_on_separated_distributions():
     assert c.cand_cv > 0.2 and c.verdict == FASTER and "75th percentile" in c.reason
     overlapping = np.concatenate([rng.normal(0.55, 0.01, 10), rng.normal(0.95, 0.01, 10)])
     assert compare(champ, overlapping, min_effect=0.2, max_cv=0.2).verdict == UNSTABLE
+
+
+# --------------------------------------------------------------------------- paired (interleaved) rounds
+
+
+def _drifting_rounds(rng: np.random.Generator, n: int, jitter: float, drift: float) -> np.ndarray:
+    """A host whose speed wanders by `drift` between rounds; both sides of a round share it."""
+    return 1.0 + drift * np.sin(np.linspace(0.0, 7.0, n) + rng.uniform(0, 6)) + rng.normal(0, jitter, n).clip(-0.5, 0.5)
+
+
+def test_paired_compare_sees_a_small_real_speedup_that_drift_hides_from_the_unpaired_one() -> None:
+    rng = np.random.default_rng(21)
+    host = 0.6 * _drifting_rounds(rng, 20, 0.0, 0.15)
+    champ = host * rng.lognormal(0, 0.01, 20)
+    cand = host / 1.06 * rng.lognormal(0, 0.01, 20)  # 6% faster, every round
+    unpaired = compare(champ, cand, min_effect=0.02, max_cv=0.20)
+    paired = compare(champ, cand, min_effect=0.02, max_cv=0.20, paired=True)
+    assert unpaired.verdict != FASTER
+    assert paired.verdict == FASTER and paired.paired and 1.03 < paired.ci_low <= paired.speedup < 1.09
+    assert paired.p_value < 0.01
+
+
+def test_paired_compare_never_keeps_an_aa_run_under_drift() -> None:
+    keeps = 0
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        host = 0.6 * _drifting_rounds(rng, 20, 0.0, 0.15)
+        a, b = host * rng.lognormal(0, 0.03, 20), host * rng.lognormal(0, 0.03, 20)
+        floor = stats.paired_noise_floor(a, b)  # calibrated on an independent A/A pair
+        a2, b2 = host * rng.lognormal(0, 0.03, 20), host * rng.lognormal(0, 0.03, 20)
+        c = compare(a2, b2, min_effect=calibrated_min_effect(floor, 0.02, 2.0), max_cv=0.20, paired=True)
+        keeps += c.verdict == FASTER
+    assert keeps <= 2  # a 1% false-KEEP budget, with margin for 200 draws
+
+
+def test_paired_compare_is_unstable_when_the_per_round_ratios_spread() -> None:
+    rng = np.random.default_rng(5)
+    champ = 0.6 * rng.lognormal(0, 0.01, 20)
+    cand = champ / rng.choice([0.7, 1.4], 20)  # bimodal per round: half the rounds much slower
+    c = compare(champ, cand, min_effect=0.02, max_cv=0.20, paired=True)
+    assert c.verdict == UNSTABLE and "per-round ratio" in c.reason
+    with pytest.raises(ValueError, match="equal length"):
+        compare(champ, cand[:-1], min_effect=0.02, paired=True)
+
+
+def test_paired_regression_check_flags_a_consistent_slowdown() -> None:
+    rng = np.random.default_rng(8)
+    host = 0.6 * _drifting_rounds(rng, 20, 0.0, 0.15)
+    champ = host * rng.lognormal(0, 0.01, 20)
+    cand = host * 1.10 * rng.lognormal(0, 0.01, 20)
+    assert regression_check(champ, cand, 0.05, paired=True).verdict == REGRESSED
+    assert regression_check(champ, champ * 1.01, 0.05, paired=True).verdict == OK

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from candidates import ALTERS, COMMENT_ONLY
+from candidates import ALTERS, COMMENT_ONLY, STOCK
 from pytest_ditar.xdist import PERF_REFUSAL, device_for_worker
 
 
@@ -64,3 +64,21 @@ def test_perf_lane_refuses_to_run_inside_a_worker(research):
     out = res.stdout.str()
     assert res.ret == 4 and _last(out).startswith("DITAR REFUSED: " + PERF_REFUSAL), out[-3000:]
     assert proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]
+
+
+def test_each_batch_is_generated_once_across_workers(research, tmp_path):
+    """Items of one harness batch share a worker: no batch is generated twice, both workers work."""
+    proj = research
+    log = tmp_path / "generate.log"
+    logging = STOCK.replace(
+        "    def generate(self, request: Request) -> Generated:\n",
+        "    def generate(self, request: Request) -> Generated:\n"
+        f"        import os; open({str(log)!r}, 'a').write(f'{{os.getpid()}} {{list(request.seeds)}}\\n')\n", 1)
+    assert logging != STOCK
+    proj.commit_candidate(logging, "exact", "log each generate call")
+    res = proj.pytest("-m", "quality", "-n", "2")
+    assert res.ret == 0, res.stdout.str()[-3000:]
+    calls = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    seeds = [s for _, batch in calls for s in json.loads(batch)]
+    assert sorted(seeds) == sorted(set(seeds)) and len(seeds) == 6  # every corpus item once
+    assert len({pid for pid, _ in calls}) == 2  # the batches were spread over both workers

@@ -1,0 +1,8 @@
+# Source on the GPU machine from the repo root: the carried wheels (.whl) into /tmp/site once,
+# then the environment every benchmark here expects (nothing is downloaded; NVLink multicast off).
+if [ -d .whl ] && [ ! -f /tmp/site/.ditar-wheels ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && touch /tmp/site/.ditar-wheels || return 1
+fi
+export PYTHONPATH=/tmp/site:$PWD DITAR_CACHE=${DITAR_CACHE:-/tmp/ditar-cache} PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
