@@ -74,8 +74,7 @@ def test_approximate_fewer_steps_passes_or_fails_the_semantic_gate_by_its_thresh
     held = json.loads(sorted((proj.root / ".autoresearch/t/runs").glob("*/holdout.json"))[-1].read_text())
     assert len(held["results"]) == 2 and all(r["lpips"] is not None and r["passed"] for r in held["results"].values())
 
-    if summary["decision"] == "KEEP":  # a kept approximation raises the branch's class; start again from main
-        proj.git("reset", "-q", "--hard", "HEAD^")
+    # Kept or not (one step fewer is a small speedup), the next candidate builds on the branch as it is.
     line, summary = _run(proj, steps("request.steps // 2"), "approximate", "Half the steps")
     assert line.startswith("DITAR VERDICT: DISCARD") and "class=approximate" in line, line
     fails = [f for m in summary["quality"].values() for f in m["failures"]]
