@@ -44,3 +44,42 @@ def test_lane_with_random_sleeps_is_unstable(research):
     res = proj.ditar("experiment", "--classification", "exact", "--description", "jittery")
     line = res.stdout.strip().splitlines()[-1]
     assert line.startswith("DITAR VERDICT: DISCARD") and "unstable" in line and "too noisy to decide" in line, line
+
+
+def test_lanes_time_with_the_gc_off_and_pin_the_thread_when_configured(research, tmp_path):
+    """Inside a timed lane the garbage collector is off and, with `perf.pin_cpu`, the launching
+    thread runs on one core; the quality phase runs as usual. The candidate reports what it saw."""
+    import os
+
+    proj = research
+    log = tmp_path / "host.log"
+    probe = STOCK.replace(
+        "    def generate(self, request: Request) -> Generated:\n",
+        "    def generate(self, request: Request) -> Generated:\n"
+        f"        import gc, os; open({str(log)!r}, 'a').write(f'{{len(request.seeds)}} {{gc.isenabled()}} "
+        "{len(os.sched_getaffinity(0))}\\n')\n", 1)
+    assert probe != STOCK
+    proj.commit_candidate(probe, "exact", "report the host state")
+    cfg = proj.config()
+    proj.set_config(perf={**cfg.get("perf", {}), "pin_cpu": True})
+    res = proj.pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "perf", "-k", "latency_b1", timeout=300)
+    assert "ditar: lane latency_b1:" in res.stdout.str(), res.stdout.str()[-2000:]
+    calls = [line.split() for line in log.read_text().splitlines()]
+    lane = [c for c in calls if c[0] == "1"]  # latency_b1 requests one image
+    assert lane and all(gc == "False" for _, gc, _ in lane)
+    if len(os.sched_getaffinity(0)) > 1:  # pinning is only visible with more than one core
+        assert all(cpus == "1" for _, _, cpus in lane)
+
+
+def test_steady_host_restores_the_gc_and_the_cpu_mask():
+    import gc
+    import os
+
+    from pytest_ditar.harness import steady_host
+
+    before = os.sched_getaffinity(0)
+    assert gc.isenabled()
+    with steady_host(pin_cpu=True):
+        assert not gc.isenabled()
+        assert len(os.sched_getaffinity(0)) == 1 and os.sched_getaffinity(0) <= before
+    assert gc.isenabled() and os.sched_getaffinity(0) == before
