@@ -163,10 +163,11 @@ class DitarSession:
     def build_at_commit(self, commit: str, phase: str = "build.worktree") -> Any:
         """Build the candidate package of `commit` from a worktree under the state dir."""
         wt = self.state_dir / "worktrees" / commit[:12]
-        if not (wt / self.cfg.candidate_dir).is_dir():
-            wt.parent.mkdir(parents=True, exist_ok=True)
-            gitops.add_worktree(self.cfg.root, wt, commit)
-        return self.build_from(wt / self.cfg.candidate_dir, phase)
+        with self.clock.span(phase):  # the checkout counts too
+            if not (wt / self.cfg.candidate_dir).is_dir():
+                wt.parent.mkdir(parents=True, exist_ok=True)
+                gitops.add_worktree(self.cfg.root, wt, commit)
+            return self.build_from(wt / self.cfg.candidate_dir, phase)
 
     def build_from(self, candidate_dir: Path, phase: str = "build.worktree") -> Any:
         """Build another pipeline (the champion or the baseline, from a git worktree) in this process.
