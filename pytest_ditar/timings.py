@@ -25,7 +25,7 @@ class PhaseClock:
     seconds: dict[str, float] = field(default_factory=dict)
     timed_s: float = 0.0  # device-synchronized inference inside the lanes, warm-up included
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
-    started: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=lambda: time.perf_counter())
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
