@@ -27,6 +27,13 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+def verdict_line(out: str) -> str:
+    """A gated run's last line, which must be its verdict."""
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    assert last.startswith("DITAR VERDICT: "), out[-3000:]
+    return last
+
+
 @dataclass
 class Project:
     root: Path
@@ -50,6 +57,12 @@ class Project:
         msg = subject + (f"\n\nDitar-Class: {cls}" if cls else "")
         self.git("commit", "-qam", msg)
         return self.head()
+
+    def experiment(self, source: str, cls: str, subject: str) -> tuple[str, subprocess.CompletedProcess, str]:
+        """Commit `source` as one hypothesis and judge it as the agent does: (sha, result, verdict line)."""
+        sha = self.commit_candidate(source, cls, subject)
+        res = self.ditar("experiment", "--classification", cls, "--description", subject)
+        return sha, res, verdict_line(res.stdout)
 
     def ditar(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         """The console script, as a user runs it."""

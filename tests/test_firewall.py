@@ -8,16 +8,12 @@ import numpy as np
 import pytest
 
 from candidates import STOCK
+from conftest import verdict_line
 from pytest_ditar.config import SemanticConfig, Thresholds, load_config
 from pytest_ditar.errors import ConfigError
 from pytest_ditar.quality import check_contract, compute_metrics
 from pytest_ditar.suite import CorpusItem
 
-
-def _verdict(out: str) -> str:
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("DITAR VERDICT: "), out[-3000:]
-    return last
 
 
 def _patch(old: str, new: str) -> str:
@@ -50,9 +46,7 @@ REPLAY = _patch("    def generate(self, request: Request) -> Generated:\n", ''' 
 def test_approximate_without_evaluators_is_refused_with_the_config_hint(research):
     proj = research
     base = proj.head()
-    proj.commit_candidate(FEWER_STEPS, "approximate", "One step fewer")
-    res = proj.ditar("experiment", "--classification", "approximate", "--description", "One step fewer")
-    line = _verdict(res.stdout)
+    _, res, line = proj.experiment(FEWER_STEPS, "approximate", "One step fewer")
     assert res.returncode == 1
     assert line.startswith("DITAR VERDICT: DISCARD") and "guard class_gate" in line, line
     assert "semantic.clip_model, semantic.clip_weights and semantic.lpips_weights" in line
@@ -63,9 +57,7 @@ def test_approximate_without_evaluators_is_refused_with_the_config_hint(research
 def test_replaying_candidate_is_caught_by_the_fresh_seed_holdout(research):
     proj = research
     base = proj.head()
-    proj.commit_candidate(REPLAY, "exact", "Cache outputs")
-    res = proj.ditar("experiment", "--classification", "exact", "--description", "Cache outputs")
-    line = _verdict(res.stdout)
+    _, res, line = proj.experiment(REPLAY, "exact", "Cache outputs")
     assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line, line  # the corpus is fooled
     assert 'reason="holdout seed ' in line and "latent_rel_l2" in line, line
     assert "ditar: holdout 2 fresh seed(s)" in res.stdout and "2 failed" in res.stdout
@@ -92,7 +84,7 @@ def test_holdout_passes_an_honest_candidate_and_runs_only_when_gated(research):
     assert "ditar: holdout" not in res.stdout.str()
     res = proj.ditar("experiment", "--classification", "exact", "--description", "A comment")
     assert "ditar: holdout 2 fresh seed(s)" in res.stdout and ": ok (" in res.stdout, res.stdout[-2000:]
-    assert "holdout seed" not in _verdict(res.stdout)
+    assert "holdout seed" not in verdict_line(res.stdout)
 
 
 def test_verify_catches_an_edited_snapshot_file_and_an_edited_ledger_row(research):

@@ -7,11 +7,6 @@ from candidates import ALTERS, COMMENT_ONLY, HANG, NAN, RAISES, REDUNDANT, STOCK
 from conftest import research_project
 
 
-def _verdict(out: str) -> str:
-    last = out.strip().splitlines()[-1]
-    assert last.startswith("DITAR VERDICT: "), out[-3000:]
-    return last
-
 
 @pytest.fixture
 def slow_research(pytester, model_cache, tmp_path_factory):
@@ -21,9 +16,7 @@ def slow_research(pytester, model_cache, tmp_path_factory):
 
 def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
     proj = slow_research
-    sha = proj.commit_candidate(STOCK, "exact", "Drop the redundant pass")
-    res = proj.ditar("experiment", "--classification", "exact", "--description", "Drop the redundant pass")
-    line = _verdict(res.stdout)
+    sha, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
     assert res.returncode == 0, res.stdout[-3000:]
     assert line.startswith("DITAR VERDICT: KEEP lane=latency_b1 speedup=") and "quality=6/6 class=exact" in line
     speedup = float(line.split("speedup=")[1].split("x")[0])
@@ -48,9 +41,7 @@ def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
 def test_output_changing_exact_candidate_is_discarded_with_patch(research):
     proj = research
     base = proj.head()
-    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
-    res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")
-    line = _verdict(res.stdout)
+    sha, res, line = proj.experiment(ALTERS, "exact", "Lower guidance")
     assert res.returncode == 1
     assert line.startswith("DITAR VERDICT: DISCARD") and "quality=0/6" in line and "latent_rel_l2" in line
     assert proj.head() == base  # reverted
@@ -64,9 +55,7 @@ def test_output_changing_exact_candidate_is_discarded_with_patch(research):
 def test_unchanged_candidate_is_not_kept(research):
     proj = research
     base = proj.head()
-    proj.commit_candidate(COMMENT_ONLY, "exact", "A comment")
-    res = proj.ditar("experiment", "--classification", "exact", "--description", "A comment")
-    line = _verdict(res.stdout)
+    _, res, line = proj.experiment(COMMENT_ONLY, "exact", "A comment")
     assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line
     assert "not faster" in line or "unstable" in line.lower()
     assert proj.head() == base
@@ -78,15 +67,12 @@ def test_unchanged_candidate_is_not_kept(research):
 def test_crashes_are_reverted_and_the_next_experiment_runs(research, source, kind):
     proj = research
     base = proj.head()
-    proj.commit_candidate(source, "exact", "A broken idea")
-    res = proj.ditar("experiment", "--classification", "exact", "--description", "A broken idea")
-    line = _verdict(res.stdout)
+    _, res, line = proj.experiment(source, "exact", "A broken idea")
     assert res.returncode == 1
     assert line.startswith("DITAR VERDICT: CRASH") and kind in line, line
     assert proj.head() == base
-    sha = proj.commit_candidate(ALTERS, "exact", "Next idea")
-    res = proj.ditar("experiment", "--classification", "exact", "--description", "Next idea")
-    assert _verdict(res.stdout).startswith("DITAR VERDICT: DISCARD")  # judged normally, not a crash
+    _, _, line = proj.experiment(ALTERS, "exact", "Next idea")
+    assert line.startswith("DITAR VERDICT: DISCARD")  # judged normally, not a crash
     assert [r["status"] for r in proj.ledger()][-2:] == ["CRASH", "DISCARD"]
 
 

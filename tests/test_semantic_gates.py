@@ -55,10 +55,7 @@ def semantic_research(pytester, model_cache, tmp_path_factory):
 
 
 def _run(proj, source: str, cls: str, subject: str):
-    proj.commit_candidate(source, cls, subject)
-    res = proj.ditar("experiment", "--classification", cls, "--description", subject)
-    line = res.stdout.strip().splitlines()[-1]
-    assert line.startswith("DITAR VERDICT: "), res.stdout[-3000:]
+    _, _, line = proj.experiment(source, cls, subject)
     summary = json.loads(sorted((proj.root / ".autoresearch/t/runs").glob("*/summary.json"))[-1].read_text())
     return line, summary
 
