@@ -3,8 +3,8 @@
     python benchmarks/multi_gpu.py --suite dit-xl-2-256 --out multi_gpu     # 2x H200 (NCCL)
     python benchmarks/multi_gpu.py --suite tiny --out /tmp/mg               # CPU dry run (gloo)
 
-1. Quality phase wall time: `pytest -m quality` (1 GPU) vs `pytest -m quality -n 2 --dist
-   loadgroup` (one xdist worker per GPU), both as a user runs them, process start included.
+1. Quality phase wall time: `pytest -m quality` (1 GPU) vs `pytest -m quality -n 2` (one xdist
+   worker per GPU), both as a user runs them, process start included.
 2. CFG-split lane: the lean 1-GPU pipeline vs `demo_candidates/cfg_split.py` over 2 ranks, both
    launched by pytest_ditar.multigpu (same barrier/sync timing), alternating blocks; ratio of
    medians with a bootstrap 95% CI (stats.compare). The outputs of the 2-rank group are checked
@@ -67,7 +67,7 @@ def quality_phase(ws: Path, device: str) -> dict:
 
     py = [sys.executable, "-m", "pytest", *_plugin_flag(), "-p", "no:cacheprovider", "-q", "-m", "quality"]
     one, t1 = sh([*py, f"--ditar-device={device}"], ws)
-    two, t2 = sh([*py, "-n", "2", "--dist", "loadgroup"], ws)  # workers pin themselves to cuda:0 / cuda:1
+    two, t2 = sh([*py, "-n", "2"], ws)  # one batch per scope; workers pin themselves to cuda:0 / cuda:1
     ok = lambda r: r.returncode == 0 and "quality" in r.stdout  # noqa: E731
     items = len(json.loads((ws / ".autoresearch/mg/baseline/manifest.json").read_text())["items"])
     return {"items": items, "baseline_s": base_s, "one_gpu_s": t1, "two_gpu_s": t2, "speedup": t1 / t2,

@@ -49,7 +49,7 @@ def floors(m, n_boot: int) -> dict:
     return {"unpaired": dataclasses.asdict(noise_floor(m.samples, m.champion_samples, n_boot=n_boot)),
             "paired": dataclasses.asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=n_boot)),
             "samples": m.samples, "champion_samples": m.champion_samples,
-            "timed_s": sum(m.samples) + sum(m.champion_samples) + sum(m.warmup_s) + sum(m.champion_warmup_s),
+            "timed_s": m.timed_s,
             "wall_s": m.wall_s}
 
 
@@ -58,8 +58,7 @@ def verdict(m, noise, cfg) -> dict:
     return {"verdict": r.outcome.verdict, "speedup": r.outcome.speedup, "ci": [r.outcome.ci_low, r.outcome.ci_high],
             "median_s": statistics.median(m.samples), "champion_median_s": statistics.median(m.champion_samples),
             "samples": m.samples, "champion_samples": m.champion_samples, "peak_reserved_gib": m.peak_reserved_gib,
-            "min_effect": r.min_effect, "in_lane_overhead": m.wall_s / (sum(m.samples) + sum(m.champion_samples)
-                                                                        + sum(m.warmup_s) + sum(m.champion_warmup_s))}
+            "min_effect": r.min_effect, "in_lane_overhead": m.wall_s / m.timed_s}
 
 
 # Host-side settings compared on the objective lane: the harness default is whatever the

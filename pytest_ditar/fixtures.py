@@ -177,7 +177,7 @@ class PerfRunner:
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)
-        sess.clock.timed_s += sum(m.samples) + sum(m.warmup_s) + sum(m.champion_samples) + sum(m.champion_warmup_s)
+        sess.clock.timed_s += m.timed_s
         stored = champion.stored_lanes(sess, self.gate)
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples

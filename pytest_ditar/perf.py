@@ -30,6 +30,11 @@ class LaneMeasurement:
     peak_reserved_gib: float | None = None
     wall_s: float = 0.0
 
+    @property
+    def timed_s(self) -> float:
+        """Device-synchronized inference inside the lane, warm-up included, both sides."""
+        return sum(self.samples) + sum(self.warmup_s) + sum(self.champion_samples) + sum(self.champion_warmup_s)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

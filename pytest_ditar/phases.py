@@ -82,7 +82,7 @@ def run_two_phase(cmd: list[str], workers: int, cwd: Path) -> int:
     """`dit-ar experiment --workers N`: quality sharded over N xdist workers, then perf + decision."""
     import subprocess
 
-    quality = [*cmd, "-m", "quality", "-n", str(workers), "--dist", "loadgroup", f"--ditar-phase={QUALITY}"]
+    quality = [*cmd, "-m", "quality", "-n", str(workers), f"--ditar-phase={QUALITY}"]  # batches stay whole: xdist.py
     rc = subprocess.call(quality, cwd=cwd)
     if rc not in (0, 1):  # refused (4), interrupted (2), internal error (3): nothing to decide
         return rc

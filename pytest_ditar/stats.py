@@ -219,6 +219,21 @@ def noise_floor(
     )
 
 
+def _log_ratios(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per-round log(a_i / b_i) of two interleaved sample sets."""
+    if a.size != b.size:
+        raise ValueError(f"paired samples must have equal length, got {a.size} and {b.size}")
+    return np.log(a) - np.log(b)
+
+
+def _paired_ratio_ci(logs: np.ndarray, n_boot: int, seed: int, conf: float) -> tuple[float, float, float]:
+    """exp(median log ratio) and its percentile CI, resampling whole rounds."""
+    idx = np.random.default_rng(seed).integers(0, logs.size, size=(int(n_boot), logs.size))
+    tail = (1.0 - conf) / 2.0 * 100.0
+    low, high = np.exp(np.percentile(np.median(logs[idx], axis=1), [tail, 100.0 - tail]))
+    return float(np.exp(np.median(logs))), float(low), float(high)
+
+
 def paired_noise_floor(
     a: Samples, b: Samples, *, n_boot: int = 2000, seed: int = 0, conf: float = 0.95
 ) -> NoiseFloor:
@@ -229,16 +244,11 @@ def paired_noise_floor(
     """
     arr_a = _as_samples(a, "A/A first set")
     arr_b = _as_samples(b, "A/A second set")
-    if arr_a.size != arr_b.size:
-        raise ValueError(f"paired sets must have equal length, got {arr_a.size} and {arr_b.size}")
+    logs = _log_ratios(arr_a, arr_b)
     _check_n_boot(n_boot)
     _check_fraction(conf, "conf")
-    logs = np.log(arr_a) - np.log(arr_b)
-    idx = np.random.default_rng(seed).integers(0, logs.size, size=(int(n_boot), logs.size))
-    tail = (1.0 - conf) / 2.0 * 100.0
-    low, high = np.exp(np.percentile(np.median(logs[idx], axis=1), [tail, 100.0 - tail]))
-    ratio = float(np.exp(np.median(logs)))
-    return NoiseFloor(ratio=ratio, ci_low=float(low), ci_high=float(high), ci_half_width=float(high - low) / 2.0,
+    ratio, low, high = _paired_ratio_ci(logs, n_boot, seed, conf)
+    return NoiseFloor(ratio=ratio, ci_low=low, ci_high=high, ci_half_width=(high - low) / 2.0,
                       abs_shift=abs(1.0 - ratio), cv_a=robust_cv(arr_a), cv_b=robust_cv(arr_b),
                       n_a=int(arr_a.size), n_b=int(arr_b.size))
 
@@ -292,19 +302,16 @@ def _ratio_of_medians(champ: np.ndarray, cand: np.ndarray, n_boot: int, seed: in
     return champ_med, cand_med, champ_med / cand_med, low, high
 
 
-def _paired_effect(champ: np.ndarray, cand: np.ndarray, n_boot: int, seed: int) -> tuple[float, ...]:
-    """Interleaved rounds: speedup = exp(median of per-round log ratios), CI from resampling rounds."""
-    if champ.size != cand.size:
-        raise ValueError(f"paired samples must have equal length, got {champ.size} and {cand.size}")
-    logs = np.log(champ) - np.log(cand)
-    idx = np.random.default_rng(seed).integers(0, logs.size, size=(int(n_boot), logs.size))
-    low, high = np.exp(np.percentile(np.median(logs[idx], axis=1), [2.5, 97.5]))
-    return float(np.median(champ)), float(np.median(cand)), float(np.exp(np.median(logs))), float(low), float(high)
+def _paired_effect(champ: np.ndarray, cand: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, tuple[float, ...]]:
+    """Interleaved rounds: the per-round log ratios, and champion median, candidate median,
+    speedup = exp(median log ratio) with its 95% CI from resampling rounds."""
+    logs = _log_ratios(champ, cand)
+    speedup, low, high = _paired_ratio_ci(logs, n_boot, seed, 0.95)
+    return logs, (float(np.median(champ)), float(np.median(cand)), speedup, low, high)
 
 
-def _paired_p(champ: np.ndarray, cand: np.ndarray, alternative: str) -> float:
+def _paired_p(logs: np.ndarray, alternative: str) -> float:
     """One-sided Wilcoxon signed-rank on per-round log ratios ("greater": the candidate is faster)."""
-    logs = np.log(champ) - np.log(cand)
     if not np.any(logs):
         return 1.0
     return float(_sps.wilcoxon(logs, alternative=alternative).pvalue)
@@ -353,9 +360,8 @@ def compare(
     champ_cv = robust_cv(champ_arr)
     # A NaN p (degenerate input) fails `p < alpha`, so the rule fails closed to NOT_FASTER.
     if paired:
-        champ_med, cand_med, speedup, low, high = _paired_effect(champ_arr, cand_arr, n_boot, seed)
-        p_faster, p_slower = _paired_p(champ_arr, cand_arr, "greater"), _paired_p(champ_arr, cand_arr, "less")
-        logs = np.log(champ_arr) - np.log(cand_arr)
+        logs, (champ_med, cand_med, speedup, low, high) = _paired_effect(champ_arr, cand_arr, n_boot, seed)
+        p_faster, p_slower = _paired_p(logs, "greater"), _paired_p(logs, "less")
         spread, which = float(np.subtract(*np.percentile(logs, [75.0, 25.0])) / _IQR_TO_SIGMA), "per-round ratio"
         # Separation for a paired design: three rounds in four beat the champion by the min effect.
         dominates = float(np.quantile(logs, 0.25)) > math.log1p(min_effect)
@@ -465,8 +471,8 @@ def regression_check(
     _check_n_boot(n_boot)
 
     if paired:  # interleaved rounds: the same per-round ratios as compare(paired=True)
-        champ_med, cand_med, speedup, low, high = _paired_effect(champ_arr, cand_arr, n_boot, seed)
-        p_slower = _paired_p(champ_arr, cand_arr, "less")
+        logs, (champ_med, cand_med, speedup, low, high) = _paired_effect(champ_arr, cand_arr, n_boot, seed)
+        p_slower = _paired_p(logs, "less")
     else:
         champ_med, cand_med, speedup, low, high = _ratio_of_medians(champ_arr, cand_arr, n_boot, seed)
         p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)

@@ -11,8 +11,8 @@
   `pytest_testnodedown`, so the decision, the class-claim check and the champion snapshot see one
   session (the way syrupy merges snapshot reports).
 - Perf lanes never run inside a worker: timing next to other busy workers is poisoned.
-- Quality items of one harness batch are one scheduling scope (the controller's scheduler, and an
-  `xdist_group` mark for older pytest), so a batch is generated once, on one worker.
+- Quality items of one harness batch are one scheduling scope (the controller supplies xdist's
+  scope scheduler), so a batch is generated once, on one worker.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def _gate(config):
 
 
 def _param_id(nodeid: str) -> str | None:
-    """`path::test_quality[xl-003]` (or `...[xl-003]@group` on older pytest) -> `xl-003`."""
+    """`path::test_quality[xl-003]` -> `xl-003`."""
     head, sep, tail = nodeid.rpartition("[")
     return tail.split("]", 1)[0] if sep and "]" in tail else None
 
@@ -181,22 +181,6 @@ class WorkerPlugin:
         self.config = config
         self.exchange = Path(config.workerinput["ditar_exchange"]) if "ditar_exchange" in config.workerinput else None
         self.go: dict[str, Any] | None = None
-
-    @pytest.hookimpl(tryfirst=True)  # before xdist's own modifyitems, which reads xdist_group
-    def pytest_collection_modifyitems(self, session, config, items) -> None:
-        gate = _gate(config)
-        group_of = {}
-        if gate is not None:
-            from .harness import batches
-
-            s = gate.sess
-            for n, b in enumerate(batches(s.suite.corpus, s.suite, s.suite.pipeline.batch)):
-                for it in b:
-                    group_of[it.id] = f"ditar-batch-{n}"
-        for item in items:
-            key = _item_key(item)
-            if key is not None and key[0] == "item" and key[1] in group_of:
-                item.add_marker(pytest.mark.xdist_group(group_of[key[1]]))
 
     @pytest.hookimpl(tryfirst=True)  # before xdist tells the controller that collection finished
     def pytest_collection_finish(self, session) -> None:
