@@ -4,7 +4,10 @@
     python benchmarks/multi_gpu.py --suite tiny --out /tmp/mg               # CPU dry run (gloo)
 
 1. Quality phase wall time: `pytest -m quality` (1 GPU) vs `pytest -m quality -n 2` (one xdist
-   worker per GPU), both as a user runs them, process start included.
+   worker per GPU), both as a user runs them. Two ratios: the whole command (process start,
+   imports, CUDA, model build, generation, teardown) and the quality window (first batch start to
+   last item's metrics, across workers), read off the run's `ditar: time` line. Start-up and
+   build are paid once per process whatever the corpus size, so the corpus is also scaled up.
 2. CFG-split lane: the lean 1-GPU pipeline vs `demo_candidates/cfg_split.py` over 2 ranks, both
    launched by pytest_ditar.multigpu (same barrier/sync timing), alternating blocks; ratio of
    medians with a bootstrap 95% CI (stats.compare). The outputs of the 2-rank group are checked
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,6 +61,21 @@ def workspace(suite: str, ws: Path, scale: int) -> Path:
     return ws
 
 
+def time_line(stdout: str) -> dict:
+    """`ditar: time[ on N workers]: start-up 3.3s, build 2.6s window (5.2s busy), quality 0.1s ...; wall 8.6s`."""
+    line = next((l for l in stdout.splitlines() if l.startswith("ditar: time")), "")
+    out: dict = {"line": line}
+    for name in ("start-up", "build", "quality"):
+        m = re.search(rf"\b{name} ([0-9.]+)s( window \(([0-9.]+)s busy\))?", line)
+        if m:
+            out[name] = float(m.group(1))  # the window under xdist, the busy time serially (the same thing)
+            out[f"{name}_busy"] = float(m.group(3) or m.group(1))
+    m = re.search(r"all phases ([0-9.]+)s window", line)
+    # build through the last item's metrics: serially the sum, under xdist the window over workers
+    out["work"] = float(m.group(1)) if m else out.get("build", 0.0) + out.get("quality", 0.0)
+    return out
+
+
 def quality_phase(ws: Path, device: str) -> dict:
     ditar = [sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json"]
     res, _ = sh([*ditar, "init", "--tag", "mg"], ws)
@@ -70,8 +89,63 @@ def quality_phase(ws: Path, device: str) -> dict:
     two, t2 = sh([*py, "-n", "2"], ws)  # one batch per scope; workers pin themselves to cuda:0 / cuda:1
     ok = lambda r: r.returncode == 0 and "quality" in r.stdout  # noqa: E731
     items = len(json.loads((ws / ".autoresearch/mg/baseline/manifest.json").read_text())["items"])
+    tl1, tl2 = time_line(one.stdout), time_line(two.stdout)
+    window = tl1.get("quality", 0) / tl2["quality"] if tl2.get("quality") else None
+    work = tl1["work"] / tl2["work"] if tl2.get("work") else None
     return {"items": items, "baseline_s": base_s, "one_gpu_s": t1, "two_gpu_s": t2, "speedup": t1 / t2,
-            "one_ok": ok(one), "two_ok": ok(two), "two_tail": two.stdout.strip().splitlines()[-2:]}
+            "one_window_s": tl1.get("quality"), "two_window_s": tl2.get("quality"), "window_speedup": window,
+            "one_work_s": tl1.get("work"), "two_work_s": tl2.get("work"), "work_speedup": work,
+            "one_time": tl1, "two_time": tl2,
+            "one_ok": ok(one), "two_ok": ok(two), "two_tail": two.stdout.strip().splitlines()[-3:]}
+
+
+STARTUP_PROBE = r"""
+import sys, time
+from pathlib import Path
+marks = [("process up", time.time())]
+import torch
+marks.append(("import torch", time.time()))
+device = sys.argv[1]
+if device.startswith("cuda"):
+    torch.zeros(1, device=device); torch.cuda.synchronize(device)
+marks.append(("CUDA context", time.time()))
+import diffusers  # noqa: F401
+marks.append(("import diffusers", time.time()))
+sys.path.insert(0, sys.argv[3])
+from pytest_ditar.harness import batches, build_candidate, make_spec, run_batch
+from pytest_ditar.models import resolve_model_dir
+from pytest_ditar.suite import load_suite
+suite = load_suite(Path(sys.argv[2]))
+cand = build_candidate(Path(sys.argv[3]) / "mutable", make_spec(suite, resolve_model_dir(suite), device))
+marks.append(("build stock pipeline", time.time()))
+first = batches(suite.corpus, suite, suite.pipeline.batch)[0]
+run_batch(cand, first, suite, None)
+marks.append(("first batch (cold)", time.time()))
+run_batch(cand, first, suite, None)
+marks.append(("second batch (warm)", time.time()))
+print("MARKS", " ".join(f"{name.replace(' ', '_')}={t:.4f}" for name, t in marks), flush=True)
+"""
+
+
+def startup_probe(suite_name: str, device: str) -> dict:
+    """Where one process's fixed cost goes: imports, CUDA context, model build, the cold batch, exit.
+
+    The steps run in a fresh interpreter, as an xdist worker or a gated run starts; the first
+    mark is taken when the script starts, so interpreter start-up is the gap before it."""
+    t0 = time.time()
+    res = subprocess.run([sys.executable, "-c", STARTUP_PROBE, device, str(ROOT / "suites" / suite_name), str(ROOT)],
+                         capture_output=True, text=True)
+    t_end = time.time()
+    line = next((l for l in res.stdout.splitlines() if l.startswith("MARKS ")), None)
+    if res.returncode or line is None:
+        return {"error": (res.stdout + res.stderr)[-2000:]}
+    marks = [(k.replace("_", " "), float(v)) for k, v in (kv.split("=") for kv in line.split()[1:])]
+    steps = {"interpreter start": marks[0][1] - t0}
+    for (_, a), (name, b) in zip(marks, marks[1:]):
+        steps[name] = b - a
+    steps["exit (teardown)"] = t_end - marks[-1][1]
+    steps["total"] = t_end - t0
+    return {k: round(v, 3) for k, v in steps.items()}
 
 
 def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> dict:
@@ -141,7 +215,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--scales", default="1,8", help="corpus sizes to shard, as multiples of the suite's corpus")
+    ap.add_argument("--scales", default="1,16", help="corpus sizes to shard, as multiples of the suite's corpus")
     args = ap.parse_args()
     import torch
 
@@ -151,6 +225,9 @@ def main() -> int:
     result = {"suite": args.suite, "device": device, "gpus": torch.cuda.device_count() if device == "cuda" else 0,
               "backend": "nccl" if device == "cuda" else "gloo", "quality_phase": []}
     save = lambda: (out / "multi_gpu.json").write_text(json.dumps(result, indent=1, default=str))  # noqa: E731
+    result["startup_probe"] = startup_probe(args.suite, device if device == "cpu" else "cuda:0")
+    save()
+    print(f"[multi_gpu] one process's fixed cost: {result['startup_probe']}", flush=True)
     for scale in (int(x) for x in args.scales.split(",")):
         ws = Path(args.workdir or out / "workspace").resolve() / f"x{scale}"
         shutil.rmtree(ws, ignore_errors=True)
@@ -162,11 +239,23 @@ def main() -> int:
     result["cfg_split"] = cfg_split_lane(args.suite, device, args.blocks, args.repeats)
     save()
     c, e = result["cfg_split"], result["exclusivity"]
+    print("| step of one fresh process | seconds |")
+    print("|---|---|")
+    for k, v in result["startup_probe"].items():
+        print(f"| {k} | {v} |")
+    print()
     print(f"| what | figure |  ({args.suite}, {device}, {result['backend']})")
     print("|---|---|")
     for q in result["quality_phase"]:
-        print(f"| quality phase, {q['items']} items, 1 device | {q['one_gpu_s']:.1f} s (ok={q['one_ok']}) |")
-        print(f"| quality phase, {q['items']} items, -n 2 | {q['two_gpu_s']:.1f} s (ok={q['two_ok']}), {q['speedup']:.2f}x |")
+        for side, label in (("one", "1 device"), ("two", "-n 2")):
+            t = q[f"{side}_time"]
+            print(f"| quality phase, {q['items']} items, {label} | command {q[f'{side}_gpu_s']:.1f} s "
+                  f"(start-up {t.get('start-up', float('nan')):.1f} s, build {t.get('build', float('nan')):.1f} s, "
+                  f"quality window {t.get('quality', float('nan')):.2f} s, build to last item {t.get('work', float('nan')):.2f} s; "
+                  f"ok={q[f'{side}_ok']}) |")
+        w, k = q["window_speedup"] or float("nan"), q["work_speedup"] or float("nan")
+        print(f"| quality phase, {q['items']} items, 2 devices vs 1 | command {q['speedup']:.2f}x, "
+              f"build to last item {k:.2f}x, quality window {w:.2f}x |")
     print(f"| {c['lane']} 1-GPU lean | median {c['one_gpu_median_ms']:.2f} ms |")
     print(f"| {c['lane']} 2-GPU CFG split | median {c['two_gpu_median_ms']:.2f} ms, {c['speedup']:.3f}x "
           f"ci95 [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] {c['verdict']}; exact contract {c['exact_contract']} |")

@@ -68,8 +68,7 @@ class QualityChecker:
         with sess.clock.span("quality.metrics"):
             metrics = compute_metrics(cand.latents, cand.image, base.latents, base.image)
             try:
-                with sess.clock.span("semantic"):
-                    extra = sess.semantic_scores(item, cand, base)
+                extra = sess.semantic_scores(item, cand, base)
             except DitarError as exc:  # e.g. an evaluator path that does not load: one line, no traceback
                 pytest.fail(str(exc), pytrace=False)
             if extra:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +61,6 @@ class Gate:
         self.head: str | None = None
         self.baseline_commit: str | None = None
         self.champion_commit: str | None = None
-        self.t_start = time.perf_counter()
         self.summary_lines: list[str] = []
 
     # ---- header ---------------------------------------------------------------------------
@@ -354,7 +352,7 @@ class Gate:
                    "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
                                for k, r in s.quality.items()},
                    "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
-                   "timings": s.clock.as_dict(time.perf_counter() - self.t_start)}
+                   "timings": s.clock.as_dict()}
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
         if d.status == "KEEP":
             self._store_champion()
@@ -421,6 +419,7 @@ class Gate:
         if s.quality and not self.gated:
             passed, total, _ = aggregate(list(s.quality.values()))
             tr.write_line(f"ditar: quality {passed}/{total} passed (class {s.cls}) - report only, nothing recorded")
+            tr.write_line(s.clock.line())
         for lr in s.lanes.values():
             oc = getattr(lr, "outcome", None)
             if oc:
@@ -430,7 +429,7 @@ class Gate:
 
             for line in run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.cls):
                 tr.write_line(line)
-            tr.write_line(s.clock.line(time.perf_counter() - self.t_start))
+            tr.write_line(s.clock.line())
         for line in self.summary_lines:
             tr.write_line(line)
 

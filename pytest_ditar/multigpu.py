@@ -40,7 +40,9 @@ def _rank_main(rank: int, world: int, init_file: str, backend: str, candidate_di
         torch.cuda.set_device(rank)
     else:
         torch.set_num_threads(int(os.environ.get("DITAR_CPU_THREADS", "1")))  # as the in-process harness
-    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
+    # device_id binds NCCL to this rank's GPU up front (no guessing from the rank, no warning)
+    extra = {"device_id": torch.device("cuda", rank)} if cuda else {}
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world, **extra)
     try:
         device = f"cuda:{rank}" if cuda else "cpu"
         default_torch_flags()

@@ -156,9 +156,12 @@ class DitarSession:
 
     def semantic_scores(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> dict[str, float] | None:
         """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
-        from .semantic import session_scores
+        from .semantic import configured, needed, session_scores
 
-        return session_scores(self, item, cand, base)
+        if not needed(self.cfg.thresholds_for(self.cls)) or not configured(self.cfg):
+            return None
+        with self.clock.span("semantic"):  # only runs that score book firewall time (loading included)
+            return session_scores(self, item, cand, base)
 
     def build_at_commit(self, commit: str, phase: str = "build.worktree") -> Any:
         """Build the candidate package of `commit` from a worktree under the state dir."""

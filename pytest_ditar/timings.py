@@ -3,13 +3,20 @@
 A span's time excludes the spans opened inside it (a holdout that builds the baseline code
 books the build under the build's own name), so the phases add up to no more than the wall
 time and a fraction of the run can be read straight off them.
+
+Spans also keep when they first opened and last closed (seconds since the epoch), so the
+clocks of xdist workers fold into the controller's: the busy seconds add up, the windows
+span from the earliest worker's start to the latest one's end, and what is left of the wall
+time is start-up (interpreter, imports, CUDA, collection) and hand-over.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from pathlib import Path
+from typing import Any, Iterator
 
 # Phases grouped the way the run summary and the benchmarks report them.
 GROUPS = {
@@ -20,34 +27,99 @@ GROUPS = {
 }
 
 
+def process_start_epoch() -> float | None:
+    """When this process started (seconds since the epoch), from /proc; None where there is none."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[19])  # starttime: field 22 of stat(5), counted after the ")"
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
+        return None
+
+
 @dataclass
 class PhaseClock:
     seconds: dict[str, float] = field(default_factory=dict)
     timed_s: float = 0.0  # device-synchronized inference inside the lanes, warm-up included
+    first: dict[str, float] = field(default_factory=dict)  # span name -> epoch of its first start
+    last: dict[str, float] = field(default_factory=dict)  # span name -> epoch of its last end
+    workers: int = 0  # xdist workers folded in
+    process_start: float | None = field(default_factory=process_start_epoch)
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
     started: float = field(default_factory=lambda: time.perf_counter())
+    _epoch0: float = field(default_factory=lambda: time.time())
+
+    def _epoch(self, perf: float) -> float:
+        # one time source inside spans (perf_counter), mapped onto the epoch for cross-process windows
+        return self._epoch0 + (perf - self.started)
 
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
         frame = [time.perf_counter(), 0.0]
         self._stack.append(frame)
+        self.first.setdefault(name, self._epoch(frame[0]))
         try:
             yield
         finally:
             self._stack.pop()
-            total = time.perf_counter() - frame[0]
+            end = time.perf_counter()
+            total = end - frame[0]
             self.seconds[name] = self.seconds.get(name, 0.0) + total - frame[1]
+            self.last[name] = self._epoch(end)
             if self._stack:
                 self._stack[-1][1] += total
 
     def group(self, name: str) -> float:
         return sum(self.seconds.get(k, 0.0) for k in GROUPS[name])
 
+    def window(self, group: str | None = None) -> float | None:
+        """Wall time from the group's (or any phase's) first start to its last end, across folded-in workers."""
+        names = [k for k in (GROUPS[group] if group else self.first) if k in self.first and k in self.last]
+        if not names:
+            return None
+        return max(self.last[k] for k in names) - min(self.first[k] for k in names)
+
+    def startup(self) -> float | None:
+        """From this process's start to the first phase anywhere (a worker's, under xdist)."""
+        if self.process_start is None or not self.first:
+            return None
+        return max(0.0, min(self.first.values()) - self.process_start)
+
+    def wall(self) -> float:
+        """The process's wall time so far: from its start where known, else from this clock's."""
+        now = time.perf_counter()
+        if self.process_start is None:
+            return now - self.started
+        return self._epoch(now) - self.process_start
+
+    def to_payload(self) -> dict[str, Any]:
+        """What a worker sends the controller (JSON-able)."""
+        return {"seconds": dict(self.seconds), "first": dict(self.first), "last": dict(self.last),
+                "timed_s": self.timed_s}
+
+    def absorb(self, payload: dict[str, Any]) -> None:
+        """Fold a worker's clock in: busy seconds add up, windows widen to cover it."""
+        self.workers += 1
+        for k, v in payload.get("seconds", {}).items():
+            self.seconds[k] = self.seconds.get(k, 0.0) + float(v)
+        for k, v in payload.get("first", {}).items():
+            self.first[k] = min(self.first.get(k, v), float(v))
+        for k, v in payload.get("last", {}).items():
+            self.last[k] = max(self.last.get(k, v), float(v))
+        self.timed_s += float(payload.get("timed_s", 0.0))
+
     def as_dict(self, wall_s: float | None = None) -> dict[str, float | None]:
-        wall = wall_s if wall_s is not None else time.perf_counter() - self.started
+        wall = wall_s if wall_s is not None else self.wall()
         perf = self.group("perf")
         out: dict[str, float | None] = {k: round(v, 4) for k, v in sorted(self.seconds.items())}
         out.update({f"group.{g}": round(self.group(g), 4) for g in GROUPS})
+        out.update({f"window.{g}": None if w is None else round(w, 4) for g in GROUPS for w in [self.window(g)]})
+        out["window.all"] = None if self.window() is None else round(self.window(), 4)
+        startup = self.startup()
+        out["startup"] = None if startup is None else round(startup, 4)
+        out["workers"] = self.workers
         out["perf.timed"] = round(self.timed_s, 4)
         out["perf.overhead"] = round(perf / self.timed_s, 4) if self.timed_s else None
         out["firewall.fraction"] = round(self.group("firewall") / wall, 4) if wall else None
@@ -56,9 +128,23 @@ class PhaseClock:
 
     def line(self, wall_s: float | None = None) -> str:
         d = self.as_dict(wall_s)
-        parts = [f"{g} {d[f'group.{g}']:.1f}s" for g in GROUPS if d[f"group.{g}"]]
+        parts = [f"start-up {_s(d['startup'])}"] if d["startup"] is not None else []
+        for g in GROUPS:
+            if not d[f"group.{g}"]:
+                continue
+            if self.workers > 1 and d[f"window.{g}"] is not None:  # concurrent: the window is what the wall sees
+                parts.append(f"{g} {_s(d[f'window.{g}'])} window ({_s(d[f'group.{g}'])} busy)")
+            else:
+                parts.append(f"{g} {_s(d[f'group.{g}'])}")
         if d["perf.overhead"]:
             parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
         if d["group.firewall"]:
             parts.append(f"firewall {100 * (d['firewall.fraction'] or 0):.1f}% of the run")
-        return f"ditar: time: {', '.join(parts)}; wall {d['wall']:.1f}s"
+        if self.workers > 1 and d["window.all"] is not None:
+            parts.append(f"all phases {_s(d['window.all'])} window")
+        on = f" on {self.workers} workers" if self.workers > 1 else ""
+        return f"ditar: time{on}: {', '.join(parts)}; wall {d['wall']:.1f}s"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"

@@ -165,7 +165,10 @@ class ControllerPlugin:
             return
         raw = out.get("ditar")
         if raw:
-            shards.merge(gate.sess, [json.loads(raw)])
+            payload = json.loads(raw)
+            shards.merge(gate.sess, [payload])
+            if payload.get("clock"):
+                gate.sess.clock.absorb(payload["clock"])  # the run's time line covers every worker
         elif error is not None and self.decided:
             from .errors import CandidateError
 
@@ -230,6 +233,7 @@ class WorkerPlugin:
         if not (s.outputs or s.quality or s.errors):
             return
         payload = shards.dump(s, self.exchange, f"shard-{worker_id(self.config)}")
+        payload["clock"] = s.clock.to_payload()
         self.config.workeroutput["ditar"] = json.dumps(payload, default=str)
 
 

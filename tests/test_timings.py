@@ -5,17 +5,21 @@ from pytest_ditar import timings
 
 
 class FakeTime:
-    def __init__(self):
+    def __init__(self, epoch: float = 1000.0):
         self.now = 0.0
+        self.epoch = epoch  # the epoch at now == 0
 
     def perf_counter(self) -> float:
         return self.now
+
+    def time(self) -> float:
+        return self.epoch + self.now
 
 
 def test_nested_spans_book_their_time_once(monkeypatch):
     t = FakeTime()
     monkeypatch.setattr(timings, "time", t)
-    clock = timings.PhaseClock()
+    clock = timings.PhaseClock(process_start=None)
     with clock.span("holdout"):
         t.now += 3
         with clock.span("semantic"):
@@ -32,3 +36,45 @@ def test_nested_spans_book_their_time_once(monkeypatch):
     assert d["perf.overhead"] == pytest.approx(4 / 3.5, abs=1e-4) and d["firewall.fraction"] == pytest.approx(10 / 15, abs=1e-4)
     line = clock.line()
     assert "firewall 10.0s" in line and "perf overhead 1.143x of 3.5s timed" in line and "wall 15.0s" in line
+
+
+def test_worker_clocks_fold_into_windows_and_busy_time(monkeypatch):
+    """Two workers generating side by side: the wall sees the window, the busy time adds up."""
+    t = FakeTime(epoch=1000.0)
+    monkeypatch.setattr(timings, "time", t)
+    controller = timings.PhaseClock(process_start=995.0)  # its process started 5 s before this clock
+    workers = []
+    for offset in (2.0, 3.0):  # the second worker came up a second later
+        t.now = offset
+        w = timings.PhaseClock(process_start=None)
+        with w.span("build.candidate"):
+            t.now += 4
+        with w.span("quality.generate"):
+            t.now += 6
+        with w.span("quality.metrics"):
+            t.now += 1
+        workers.append(w.to_payload())
+    t.now = 16.0
+    for payload in workers:
+        controller.absorb(payload)
+    d = controller.as_dict()
+    assert d["workers"] == 2
+    assert d["group.quality"] == 14 and d["window.quality"] == 8  # 6 + 1 on each; from 1006 to 1014
+    assert d["group.build"] == 8 and d["window.build"] == 5
+    assert d["startup"] == 7  # controller start (995) to the first worker's build (1002)
+    assert d["wall"] == 21  # from the controller's process start
+    line = controller.line()
+    assert line.startswith("ditar: time on 2 workers: start-up 7.00s, build 5.00s window (8.00s busy), "
+                           "quality 8.00s window (14.0s busy)"), line
+    assert line.endswith(", all phases 12.0s window; wall 21.0s"), line  # first build (1002) to last metrics (1014)
+
+
+def test_process_start_is_before_now_on_linux():
+    import sys
+    import time
+
+    start = timings.process_start_epoch()
+    if not sys.platform.startswith("linux"):
+        assert start is None
+        return
+    assert start is not None and time.time() - 600 < start <= time.time() + 1  # this test process, a clock tick of slack
