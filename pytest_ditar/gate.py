@@ -68,6 +68,13 @@ class Gate:
         s = self.sess
         lines = [f"ditar: suite={s.suite.name} items={len(s.suite.corpus)} lanes={','.join(l.name for l in s.suite.lanes)} "
                  f"objective={s.cfg.objective_lane} tag={s.tag} state={s.state_dir}"]
+        from . import xdist
+
+        if xdist.is_controller(self.config):
+            # The controller runs no candidate: fingerprinting it would only start CUDA here before
+            # the workers spawn. Each worker's device line follows once it has collected.
+            lines.append(f"ditar: device=one per xdist worker (gwN -> cuda:N where CUDA is) target={s.cfg.target}")
+            return lines
         try:
             from .hardware import get_profile, target_header
 
@@ -222,6 +229,10 @@ class Gate:
         return GuardResult("class_gate", True)
 
     def _bind_memory_budget(self) -> None:
+        from . import xdist
+
+        if xdist.is_controller(self.config):
+            return  # each worker binds its own GPU (xdist.WorkerPlugin); the controller allocates nothing
         device = self.sess.resolved_device()
         if not device.startswith("cuda"):
             return

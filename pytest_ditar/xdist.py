@@ -135,14 +135,17 @@ class ControllerPlugin:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        seen = self.exchange / f"collected-{node.gateway.id}.json"
+        data = json.loads(seen.read_text()) if seen.is_file() else {"items": [], "lanes": []}
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if data.get("device") and tr is not None:
+            tr.write_line(f"ditar: {node.gateway.id}: {data['device']}")  # the header line a serial run shows
         if self.decided:
             return
         self.decided = True
         gate = _gate(self.config)
         go: dict[str, Any] = {"run": True, "reason": "", "cls": None, "gated": False, "run_dir": None}
         if gate is not None:
-            seen = self.exchange / f"collected-{node.gateway.id}.json"
-            data = json.loads(seen.read_text()) if seen.is_file() else {"items": [], "lanes": []}
             gate.items_collected |= set(data["items"])
             gate.lanes_collected |= set(data["lanes"])
             ok = gate.before_tests(self.session)
@@ -188,11 +191,14 @@ class WorkerPlugin:
     @pytest.hookimpl(tryfirst=True)  # before xdist tells the controller that collection finished
     def pytest_collection_finish(self, session) -> None:
         """Report what this worker will run, after `-m`/`-k` deselection, for the gate's full-run test."""
-        found: dict[str, list[str]] = {"items": [], "lanes": []}
+        found: dict[str, Any] = {"items": [], "lanes": []}
         for item in session.items:
             key = _item_key(item)
             if key is not None:
                 found["items" if key[0] == "item" else "lanes"].append(key[1])
+        gate = _gate(self.config)
+        if gate is not None and found["items"]:
+            found["device"] = gate.header()[-1].removeprefix("ditar: ")  # device, target, match
         if self.exchange is not None:
             shards.write_json(self.exchange / f"collected-{worker_id(self.config)}.json", found)
 

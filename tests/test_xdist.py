@@ -1,5 +1,6 @@
 """`-n N` (pytest-xdist): sharded quality, one decision on the controller, perf refused in workers."""
 import json
+import re
 
 import pytest
 
@@ -82,6 +83,11 @@ def test_each_batch_is_generated_once_across_workers(research, tmp_path):
     seeds = [s for _, batch in calls for s in json.loads(batch)]
     assert sorted(seeds) == sorted(set(seeds)) and len(seeds) == 6  # every corpus item once
     assert len({pid for pid, _ in calls}) == 2  # the batches were spread over both workers
+    # the header names each worker's device and target instead of fingerprinting the controller
+    out = res.stdout.str()
+    assert "ditar: device=one per xdist worker (gwN -> cuda:N where CUDA is) target=" in out
+    for wid in ("gw0", "gw1"):
+        assert re.search(rf"^ditar: {wid}: device=.+ target=\S+ \(.+\) (ON|OFF)-TARGET$", out, re.M), out[-3000:]
     # the controller's time line folds in both workers' clocks: windows, busy time, start-up
     line = next(l for l in res.stdout.lines if l.startswith("ditar: time"))
     assert line.startswith("ditar: time on 2 workers: start-up ") and " quality " in line and " busy)" in line, line
