@@ -1,7 +1,7 @@
 # Source on the GPU machine from the repo root: the carried wheels (.whl) into /tmp/site once,
 # then the environment every benchmark here expects (nothing is downloaded; NVLink multicast off).
-# Bytecode is compiled once, as pip does on a user's machine: without it every fresh process
-# (each xdist worker, each gated run) recompiled diffusers from source, 6.6 s of a 33 s start.
+# Bytecode is compiled once, as pip does on a user's machine, so that every fresh process (each
+# xdist worker, each gated run) imports what a user's would.
 if [ -d .whl ] && [ ! -f /tmp/site/.ditar-wheels ]; then
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && python3 -m compileall -q -j 0 /tmp/site >/dev/null && touch /tmp/site/.ditar-wheels || return 1
