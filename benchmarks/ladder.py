@@ -198,7 +198,7 @@ def write_patches(out: Path) -> int:
 
 
 def print_table(state: dict, base_med: dict) -> None:
-    print(f"\nbaseline medians: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in base_med.items()))
+    print("\nbaseline medians: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in base_med.items()))
     hdr = (f"{'rung':<13}{'class':<13}{'verdict':<8}{'b1 x champ':>11}{'ci95':>15}{'b1 cum':>8}{'b8 cum':>8}"
            f"{'TFLOP/s b8':>11}{'PSNR min':>9}{'SSIM min':>9}{'VRAM GiB':>9}{'wall s':>7}{'perf ovh':>9}"
            f"{'firewall':>9}  reason")

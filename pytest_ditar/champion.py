@@ -1,7 +1,6 @@
 """The champion: the last kept commit (or the baseline), its stored samples and its code."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from . import gitops

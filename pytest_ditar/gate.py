@@ -2,24 +2,21 @@
 code runs, and at session end turns results into KEEP / DISCARD / CRASH with git actions."""
 from __future__ import annotations
 
-import json
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from . import gitops
+from . import gitops, record
 from .decision import (Decision, GuardResult, LaneOutcome, QualityOutcome, RunError, cumulative_class, decide,
-                       validate_class, verdict_line)
+                       validate_class)
 from .errors import CandidateError, DitarError
 from .guard import check_guards, hash_fixed_paths
 from .ledger import Ledger
 from .quality import aggregate, check_contract, compute_metrics
 from .session import DitarSession
-from .snapshot import load_snapshot, verify_snapshot, write_snapshot
+from .snapshot import load_snapshot
 
 TRAILER = "Ditar-Class:"
 
@@ -299,7 +296,7 @@ class Gate:
             phases.record_quality(self)  # phase 1: record for the decide phase; no verdict, no git action
             return
         self.decision = self._decide()
-        self._act(self.decision)
+        record.act(self, self.decision)
         if phases.phase(self.config) == phases.DECIDE:
             phases.consume(self)
         if self.decision.status != "KEEP":
@@ -346,75 +343,6 @@ class Gate:
             if not res.passed:
                 return False, f"labelled '{cls}' but differs from the champion on {item_id}: {res.failures[0]}"
         return True, ""
-
-    def _act(self, d: Decision) -> None:
-        s = self.sess
-        run_dir = s.run_dir()
-        obj = s.lanes.get(s.cfg.objective_lane)
-        oc = getattr(obj, "outcome", None)
-        passed, total, _ = aggregate(list(s.quality.values()))
-        peak = max([lr.outcome.peak_vram_gib for lr in s.lanes.values()
-                    if getattr(lr, "outcome", None) and lr.outcome.peak_vram_gib is not None], default=None)
-        off_target = self._off_target()
-        st = gitops.state(self.root)
-        summary = {"decision": d.status, "reason": d.reason, "reasons": list(d.reasons), "commit": self.head,
-                   "class": self.meta.cls if self.meta else "", "cumulative_class": s.cls,
-                   "guards": [g.__dict__ for g in self.guards],
-                   "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
-                               for k, r in s.quality.items()},
-                   "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
-                   "timings": s.clock.as_dict()}
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-        if d.status == "KEEP":
-            self._store_champion()
-        self.ledger.append({
-            "commit": self.head, "parent": st.parent, "class": self.meta.cls if self.meta else "",
-            "description": self.meta.description if self.meta else "", "lane": s.cfg.objective_lane,
-            "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None, "ci_high": oc.ci_high if oc else None,
-            "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
-            "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off_target),
-        })
-        self.verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=oc.speedup if oc else None,
-                                    ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
-                                    quality_pass=passed, quality_total=total, cls=s.cls, commit=(self.head or "")[:7],
-                                    off_target=off_target)
-        (run_dir / "verdict.txt").write_text(self.verdict + "\n")
-        if d.status != "KEEP":
-            self._revert(run_dir)
-
-    def _revert(self, run_dir: Path) -> None:
-        base = gitops.state(self.root).parent
-        if base:
-            (run_dir / "candidate.patch").write_text(gitops.diff_patch(self.root, base, self.head))
-        if self.config.getoption("--ditar-no-revert"):
-            self.summary_lines.append("ditar: --ditar-no-revert: the commit stays in place")
-            return
-        if any(g.name == "clean_tree" and not g.ok for g in self.guards):
-            self.summary_lines.append("ditar: dirty tree: not reverting (that would lose uncommitted work)")
-            return
-        if any(g.name == "branch" and not g.ok for g in self.guards):
-            self.summary_lines.append("ditar: wrong branch: not reverting a branch this session does not own")
-            return
-        try:
-            gitops.reset_hard_to_parent(self.root, self.head)
-            self.summary_lines.append(f"ditar: reverted {self.head[:7]} (patch and logs in {run_dir})")
-        except DitarError as exc:
-            self.summary_lines.append(f"ditar: not reverted: {exc}")
-
-    def _store_champion(self) -> None:
-        s = self.sess
-        lanes = {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")}
-        write_snapshot(s.state_dir / "champions" / self.head, [s.outputs[i.id] for i in s.suite.corpus],
-                       {"kind": "champion", "git_sha": self.head, "class": self.meta.cls if self.meta else ""},
-                       extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)
-
-    def _off_target(self) -> bool:
-        try:
-            from .hardware import get_profile, on_target
-
-            return not on_target(self.sess.fingerprint(), get_profile(self.sess.cfg.target))
-        except Exception:  # noqa: BLE001
-            return True
 
     def log_report(self, report: pytest.TestReport) -> None:
         if not self.gated or (report.when != "call" and report.passed):

@@ -1,11 +1,8 @@
 """Bad input: each gives a one-line error naming the file/key, with no traceback."""
-import json
 import shutil
 
 import pytest
 import yaml
-
-from conftest import make_project
 
 
 def _one_line_error(text: str, *needles: str) -> None:

@@ -1,6 +1,4 @@
 """Ten experiments in a row, as a scripted agent runs them overnight."""
-import subprocess
-
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
 from conftest import REPO, research_project
 

@@ -86,7 +86,6 @@ def test_wrong_branch_is_refused(research, tmp_path):
 
 def test_two_commits_at_once_are_one_hypothesis_too_many(research):
     proj = research
-    base = proj.head()
     proj.commit_candidate(STOCK + "\n# one\n", "exact", "one")
     proj.commit_candidate(ALTERS, "exact", "two")
     res, line = _run(proj)

@@ -2,8 +2,6 @@
 import json
 import re
 
-import pytest
-
 from candidates import ALTERS, COMMENT_ONLY, STOCK
 from pytest_ditar.xdist import PERF_REFUSAL, device_for_worker
 
