@@ -358,7 +358,6 @@ class Gate:
         if s.quality and not self.gated:
             passed, total, _ = aggregate(list(s.quality.values()))
             tr.write_line(f"ditar: quality {passed}/{total} passed (class {s.cls}) - report only, nothing recorded")
-            tr.write_line(s.clock.line())
         for lr in s.lanes.values():
             oc = getattr(lr, "outcome", None)
             if oc:
@@ -368,6 +367,7 @@ class Gate:
 
             for line in run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.cls):
                 tr.write_line(line)
+        if s.clock.seconds:  # any run that built or generated, a sharded quality phase included
             tr.write_line(s.clock.line())
         for line in self.summary_lines:
             tr.write_line(line)

@@ -25,6 +25,7 @@ def _both(proj, source, subject):
     assert _last(serial.stdout).startswith("DITAR VERDICT: "), serial.stdout[-2000:] + serial.stderr[-2000:]
     assert _last(sharded.stdout).startswith("DITAR VERDICT: "), sharded.stdout[-3000:] + sharded.stderr[-2000:]
     assert "ditar: quality phase recorded" in sharded.stdout  # phase 1 ran under xdist and recorded
+    assert "ditar: time on 2 workers: start-up " in sharded.stdout  # and said where its time went
     assert not (proj.root / ".autoresearch/t/phase-quality.json").exists()  # the record was decided once
     a, b = proj.ledger()[-2:]
     proj.git("reset", "-q", "--hard", "HEAD^")  # back to the champion for the next candidate
