@@ -72,13 +72,17 @@ class Gate:
             # the workers spawn. Each worker's device line follows once it has collected.
             lines.append(f"ditar: device=one per xdist worker (gwN -> cuda:N where CUDA is) target={s.cfg.target}")
             return lines
+        return [*lines, "ditar: " + self.device_line()]
+
+    def device_line(self) -> str:
+        """Device, target and whether they match (also what an xdist worker reports for itself)."""
+        s = self.sess
         try:
             from .hardware import get_profile, target_header
 
-            lines.append("ditar: " + target_header(s.fingerprint(), get_profile(s.cfg.target)))
+            return target_header(s.fingerprint(), get_profile(s.cfg.target))
         except Exception as exc:  # noqa: BLE001 - a header must never break a run
-            lines.append(f"ditar: device={s.resolved_device()} target={s.cfg.target} (fingerprint unavailable: {exc})")
-        return lines
+            return f"device={s.resolved_device()} target={s.cfg.target} (fingerprint unavailable: {exc})"
 
     # ---- collection -----------------------------------------------------------------------
     def collected(self, items: list[pytest.Item]) -> None:

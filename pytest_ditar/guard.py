@@ -79,6 +79,8 @@ def candidate_dtypes(candidate: object, depth: int = 3) -> set[str]:
     """
     import torch
 
+    from .hardware import scan_module_dtypes
+
     seen: set[int] = set()
     dtypes: set[str] = set()
     frontier = [getattr(candidate, "candidate", candidate)]  # unwrap harness.Isolated
@@ -91,8 +93,7 @@ def candidate_dtypes(candidate: object, depth: int = 3) -> set[str]:
             if isinstance(obj, torch.Tensor):
                 dtypes.add(str(obj.dtype))
             elif isinstance(obj, torch.nn.Module):
-                dtypes.update(str(t.dtype) for t in obj.parameters())
-                dtypes.update(str(t.dtype) for t in obj.buffers())
+                dtypes.update(scan_module_dtypes(obj))
             elif isinstance(obj, dict):
                 nxt.extend(obj.values())
             elif isinstance(obj, (list, tuple)):

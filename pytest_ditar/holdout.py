@@ -88,12 +88,13 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
             sess.errors.append(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}"))
             return done(note="the candidate crashed on the holdout")
     del candidate
-    from .semantic import evaluators_for, pair_scores
+    from .semantic import evaluators_for, pair_scores, wanted
 
-    with sess.clock.span("semantic"):
-        ev = evaluators_for(sess)
-        scores = pair_scores(ev, items, [cand_outs[it.id].image for it in items],
-                             [base_outs[it.id].image for it in items]) if ev else [None] * len(items)
+    scores: list = [None] * len(items)
+    if wanted(sess):  # only runs that score book firewall time for it, as in the quality phase
+        with sess.clock.span("semantic"):
+            scores = pair_scores(evaluators_for(sess), items, [cand_outs[it.id].image for it in items],
+                                 [base_outs[it.id].image for it in items])
     t = cfg.thresholds_for(sess.cls)
     results, failures = [], []
     for it, extra in zip(items, scores):

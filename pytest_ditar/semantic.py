@@ -41,6 +41,11 @@ def configured(cfg: Config) -> bool:
     return bool(sem.clip_model and sem.clip_weights and sem.lpips_weights)
 
 
+def wanted(sess: Any) -> bool:
+    """Whether this run scores with the evaluators: its class needs them and they are configured."""
+    return needed(sess.cfg.thresholds_for(sess.cls)) and configured(sess.cfg)
+
+
 def _resolve(cfg: Config, key: str, value: str) -> Path:
     path = Path(value).expanduser()
     path = path if path.is_absolute() else (cfg.root / path)
@@ -335,7 +340,7 @@ def pair_scores(ev: Evaluators, items: Sequence[Any], cand_images: Sequence[np.n
 
 def evaluators_for(sess: Any) -> Evaluators | None:
     """The session's evaluators (built on first use) when its class needs them, else None."""
-    if not needed(sess.cfg.thresholds_for(sess.cls)) or not configured(sess.cfg):
+    if not wanted(sess):
         return None
     cache: SessionScores | None = getattr(sess, "_semantic", None)
     if cache is None:

@@ -156,9 +156,9 @@ class DitarSession:
 
     def semantic_scores(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> dict[str, float] | None:
         """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
-        from .semantic import configured, needed, session_scores
+        from .semantic import session_scores, wanted
 
-        if not needed(self.cfg.thresholds_for(self.cls)) or not configured(self.cfg):
+        if not wanted(self):
             return None
         with self.clock.span("semantic"):  # only runs that score book firewall time (loading included)
             return session_scores(self, item, cand, base)
@@ -166,11 +166,11 @@ class DitarSession:
     def build_at_commit(self, commit: str, phase: str = "build.worktree") -> Any:
         """Build the candidate package of `commit` from a worktree under the state dir."""
         wt = self.state_dir / "worktrees" / commit[:12]
-        with self.clock.span(phase):  # the checkout counts too
+        with self.clock.span(phase):  # the checkout counts too; build_from books the build itself
             if not (wt / self.cfg.candidate_dir).is_dir():
                 wt.parent.mkdir(parents=True, exist_ok=True)
                 gitops.add_worktree(self.cfg.root, wt, commit)
-            return self.build_from(wt / self.cfg.candidate_dir, phase)
+        return self.build_from(wt / self.cfg.candidate_dir, phase)
 
     def build_from(self, candidate_dir: Path, phase: str = "build.worktree") -> Any:
         """Build another pipeline (the champion or the baseline, from a git worktree) in this process.

@@ -116,7 +116,8 @@ class PhaseClock:
         out: dict[str, float | None] = {k: round(v, 4) for k, v in sorted(self.seconds.items())}
         out.update({f"group.{g}": round(self.group(g), 4) for g in GROUPS})
         out.update({f"window.{g}": None if w is None else round(w, 4) for g in GROUPS for w in [self.window(g)]})
-        out["window.all"] = None if self.window() is None else round(self.window(), 4)
+        whole = self.window()
+        out["window.all"] = None if whole is None else round(whole, 4)
         startup = self.startup()
         out["startup"] = None if startup is None else round(startup, 4)
         out["workers"] = self.workers

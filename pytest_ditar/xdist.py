@@ -100,7 +100,6 @@ class ControllerPlugin:
         self.go_file = self.exchange / "go.json"
         self.session: pytest.Session | None = None
         self.decided = False
-        self.payloads: dict[str, dict[str, Any]] = {}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_make_scheduler(self, config, log):
@@ -198,7 +197,7 @@ class WorkerPlugin:
                 found["items" if key[0] == "item" else "lanes"].append(key[1])
         gate = _gate(self.config)
         if gate is not None and found["items"]:
-            found["device"] = gate.header()[-1].removeprefix("ditar: ")  # device, target, match
+            found["device"] = gate.device_line()
         if self.exchange is not None:
             shards.write_json(self.exchange / f"collected-{worker_id(self.config)}.json", found)
 
