@@ -38,7 +38,7 @@ $DITAR baseline 2>&1 | tee "$OUT/baseline.log"
 stamp "baseline done"
 $PYT -m quality -q 2>&1 | tail -4 | tee "$OUT/quality.log"
 stamp "quality done"
-cp $REPO/pytest_ditar/demo_candidates/faster_exact.py mutable/pipeline.py
+cp $REPO/pytest_ditar/demo/candidates/faster_exact.py mutable/pipeline.py
 git -c user.email=g@x -c user.name=g commit -qam "Lean sampling loop: cut per-step dispatch overhead" -m "Ditar-Class: exact"
 $PYT --ditar-gate -q 2>&1 | tail -25 | tee "$OUT/experiment.log"
 stamp "experiment done"

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "pytest_ditar/demo_candidates/faster_exact.py"  # the lean loop with rung switches
+TEMPLATE = ROOT / "pytest_ditar/demo/candidates/faster_exact.py"  # the lean loop with rung switches
 
 # name, class, commit subject, switch updates on top of the champion's switches, expected verdict
 RUNGS = [
@@ -74,7 +74,7 @@ def git(ws: Path, *args: str) -> str:
 
 def setup(ws: Path, suite: str) -> None:
     """A fresh scratch research project (the same one `dit-ar demo` uses), on the chosen suite."""
-    from pytest_ditar.demo import make_workspace
+    from pytest_ditar.cli.demo import make_workspace
 
     if ws.exists():
         shutil.rmtree(ws)
@@ -83,7 +83,7 @@ def setup(ws: Path, suite: str) -> None:
 
 def configure_semantic(ws: Path) -> None:
     """Random-init evaluators at real size, outside the repo, named in the (fixed) config."""
-    from pytest_ditar.random_evaluators import write_random_evaluators
+    from pytest_ditar.runtime.random_evaluators import write_random_evaluators
 
     sem = write_random_evaluators(ws.parent / f"{ws.name}-evaluators", clip_arch="ViT-B-32")
     cfg_path = ws / "config/autoresearch.json"

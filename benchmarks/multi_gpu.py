@@ -8,7 +8,7 @@
    imports, CUDA, model build, generation, teardown) and the quality window (first batch start to
    last item's metrics, across workers), read off the run's `ditar: time` line. Start-up and
    build are paid once per process whatever the corpus size, so the corpus is also scaled up.
-2. CFG-split lane: the lean 1-GPU pipeline vs `demo_candidates/cfg_split.py` over 2 ranks, both
+2. CFG-split lane: the lean 1-GPU pipeline vs `demo/candidates/cfg_split.py` over 2 ranks, both
    launched by pytest_ditar.multigpu (same barrier/sync timing), alternating blocks; ratio of
    medians with a bootstrap 95% CI (stats.compare). The outputs of the 2-rank group are checked
    against the stock pipeline with the exact contract.
@@ -46,7 +46,7 @@ def workspace(suite: str, ws: Path, scale: int) -> Path:
     baseline (which calibrates every lane) short; the corpus and the pipeline are untouched."""
     import yaml
 
-    from pytest_ditar.demo import make_workspace
+    from pytest_ditar.cli.demo import make_workspace
 
     make_workspace(ROOT, ws, suite)
     path = ws / "suites" / suite / "suite.yaml"
@@ -82,7 +82,7 @@ def quality_phase(ws: Path, device: str) -> dict:
     assert res.returncode == 0, res.stderr
     res, base_s = sh([*ditar, "baseline", "--device", device], ws)
     assert res.returncode == 0, res.stdout + res.stderr
-    from pytest_ditar.cli import _plugin_flag  # "-p pytest_ditar.plugin" where no entry point is installed
+    from pytest_ditar.cli.main import _plugin_flag  # "-p pytest_ditar.plugin" where no entry point is installed
 
     py = [sys.executable, "-m", "pytest", *_plugin_flag(), "-p", "no:cacheprovider", "-q", "-m", "quality"]
     one, t1 = sh([*py, f"--ditar-device={device}"], ws)
@@ -112,9 +112,9 @@ marks.append(("CUDA context", time.time()))
 import diffusers  # noqa: F401
 marks.append(("import diffusers", time.time()))
 sys.path.insert(0, sys.argv[3])
-from pytest_ditar.harness import batches, build_candidate, make_spec, run_batch
-from pytest_ditar.models import resolve_model_dir
-from pytest_ditar.suite import load_suite
+from pytest_ditar.runtime.harness import batches, build_candidate, make_spec, run_batch
+from pytest_ditar.runtime.models import resolve_model_dir
+from pytest_ditar.config.suite import load_suite
 suite = load_suite(Path(sys.argv[2]))
 cand = build_candidate(Path(sys.argv[3]) / "mutable", make_spec(suite, resolve_model_dir(suite), device))
 marks.append(("build stock pipeline", time.time()))
@@ -149,15 +149,15 @@ def startup_probe(suite_name: str, device: str) -> dict:
 
 
 def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> dict:
-    from pytest_ditar import stats
-    from pytest_ditar.harness import batches, build_candidate, make_spec, run_batch
+    from pytest_ditar.core import stats
+    from pytest_ditar.runtime.harness import batches, build_candidate, make_spec, run_batch
     from pytest_ditar.interface import Request
-    from pytest_ditar.models import resolve_model_dir
-    from pytest_ditar.multigpu import group_outputs, group_times
-    from pytest_ditar.perf import lane_request
-    from pytest_ditar.quality import check_contract, compute_metrics
-    from pytest_ditar.config import DEFAULT_THRESHOLDS, Thresholds
-    from pytest_ditar.suite import load_suite
+    from pytest_ditar.runtime.models import resolve_model_dir
+    from pytest_ditar.runtime.multigpu import group_outputs, group_times
+    from pytest_ditar.runtime.lanes import lane_request
+    from pytest_ditar.core.quality import check_contract, compute_metrics
+    from pytest_ditar.config.project import DEFAULT_THRESHOLDS, Thresholds
+    from pytest_ditar.config.suite import load_suite
 
     suite = load_suite(ROOT / "suites" / suite_name)
     spec = make_spec(suite, resolve_model_dir(suite), device)
@@ -165,7 +165,7 @@ def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> d
     lean, split = tmp / "lean", tmp / "split"
     for d, src in ((lean, "faster_exact.py"), (split, "cfg_split.py")):
         d.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / "pytest_ditar/demo_candidates" / src, d / "pipeline.py")
+        shutil.copy(ROOT / "pytest_ditar/demo/candidates" / src, d / "pipeline.py")
     lane = next(l for l in suite.lanes if l.name == "latency_b1")
     req = lane_request(suite, lane)
     one, two = [], []
@@ -188,7 +188,7 @@ def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> d
 
 
 def exclusivity_probe(device: str) -> dict:
-    from pytest_ditar import exclusivity
+    from pytest_ditar.hardware import exclusivity
 
     if device.startswith("cuda"):
         code = "import torch,time; x=torch.ones(2**28, device='cuda:0'); time.sleep(60)"

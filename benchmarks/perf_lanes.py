@@ -24,13 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_ditar.config import load_config  # noqa: E402
-from pytest_ditar.hardware import collect  # noqa: E402
-from pytest_ditar.perf import judge_lane, measure_lane  # noqa: E402
-from pytest_ditar.quality import check_contract, compute_metrics  # noqa: E402
-from pytest_ditar.session import DitarSession  # noqa: E402
-from pytest_ditar.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
-from pytest_ditar.suite import load_suite  # noqa: E402
+from pytest_ditar.config.project import load_config  # noqa: E402
+from pytest_ditar.hardware.profiles import collect  # noqa: E402
+from pytest_ditar.runtime.lanes import judge_lane, measure_lane  # noqa: E402
+from pytest_ditar.core.quality import check_contract, compute_metrics  # noqa: E402
+from pytest_ditar.loop.session import DitarSession  # noqa: E402
+from pytest_ditar.core.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
+from pytest_ditar.config.suite import load_suite  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from ladder import DEFAULTS, render  # noqa: E402  (the rung template and its switches)
@@ -131,7 +131,7 @@ def main() -> int:
                 entry["aa_keeps"] = sum(1 for a in entry["aa"] if a["verdict"] == "FASTER")
                 save(f"{lane.name}: A/A {i + 1}/{args.aa_runs} {entry['aa'][-1]['verdict']}")
     # Both candidates must be exact: compare one batch of corpus items against the stock pipeline.
-    from pytest_ditar.harness import run_batch
+    from pytest_ditar.runtime.harness import run_batch
 
     items = list(sess.suite.corpus[: sess.suite.pipeline.batch])
     a = run_batch(stock, items, sess.suite, None)

@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_ditar.ledger import Ledger  # noqa: E402
-from pytest_ditar.report import build_report  # noqa: E402
+from pytest_ditar.store.ledger import Ledger  # noqa: E402
+from pytest_ditar.report.html import build_report  # noqa: E402
 
 BUDGET_S = 5.0
 

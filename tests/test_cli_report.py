@@ -21,8 +21,8 @@ from PIL import Image
 from candidates import ALTERS, COMMENT_ONLY, RAISES, REDUNDANT, STOCK
 from conftest import REPO, make_project
 
-from pytest_ditar.console import run_table
-from pytest_ditar.report import Experiment, build_report, cumulative_best, diff_heatmap
+from pytest_ditar.plugin.console import run_table
+from pytest_ditar.report.html import Experiment, build_report, cumulative_best, diff_heatmap
 
 WIDTH, HEIGHT = 1280, 2000
 GREEN_LINE = np.array([0x2A, 0x9D, 0x8F])  # the running-best step line in progress.png
@@ -142,7 +142,7 @@ def test_cumulative_best_multiplies_kept_speedups_and_their_cis():
 
 def test_report_survives_missing_run_dirs_and_images(tmp_path):
     """A ledger whose run dirs and snapshots are gone still gives a page, saying what is missing."""
-    from pytest_ditar.ledger import Ledger
+    from pytest_ditar.store.ledger import Ledger
 
     state = tmp_path / "state"
     led = Ledger(state)
@@ -171,7 +171,7 @@ def test_diff_heatmap_is_black_for_identical_images_and_full_scale_otherwise():
 def test_run_table_lists_lanes_quality_and_verdict():
     from types import SimpleNamespace as NS
 
-    from pytest_ditar.decision import LaneOutcome
+    from pytest_ditar.core.decision import LaneOutcome
 
     lane = NS(outcome=LaneOutcome("latency_b1", True, "FASTER", 1.183, 1.171, 1.195, "ok"),
               measurement=NS(samples=[0.01, 0.012, 0.011]), champion_source="interleaved")

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_ditar.decision import (
+from pytest_ditar.core.decision import (
     CLASS_ORDER,
     Decision,
     GuardResult,

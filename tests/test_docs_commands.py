@@ -182,7 +182,7 @@ def test_docs_conventions():
         for group in re.findall(r"-e '?\.\[([a-z,]+)\]", c.text):
             assert set(group.split(",")) <= set(extras), f"README:{c.line}: unknown extra in {group}"
     # Every `--flag` in program.md's command reference table exists on that subcommand.
-    from pytest_ditar.cli import _parser
+    from pytest_ditar.cli.main import _parser
 
     sub = next(a for a in _parser()._actions if a.dest == "command").choices
     table = program.split("| command | flags | exit status |", 1)[1].split("\n\n", 1)[0]

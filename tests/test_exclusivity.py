@@ -3,8 +3,8 @@ import os
 import time
 from types import SimpleNamespace
 
-from pytest_ditar import exclusivity
-from pytest_ditar.decision import LaneOutcome
+from pytest_ditar.hardware import exclusivity
+from pytest_ditar.core.decision import LaneOutcome
 
 
 def names(pid):

@@ -9,10 +9,10 @@ import pytest
 
 from candidates import STOCK
 from conftest import verdict_line
-from pytest_ditar.config import SemanticConfig, Thresholds, load_config
-from pytest_ditar.errors import ConfigError
-from pytest_ditar.quality import check_contract, compute_metrics
-from pytest_ditar.suite import CorpusItem
+from pytest_ditar.config.project import SemanticConfig, Thresholds, load_config
+from pytest_ditar.core.errors import ConfigError
+from pytest_ditar.core.quality import check_contract, compute_metrics
+from pytest_ditar.config.suite import CorpusItem
 
 
 
@@ -158,7 +158,7 @@ def test_invalid_outputs_have_their_own_reasons(case, reason):
 
 
 def _results(cand, base):
-    from pytest_ditar.quality import ContractResult, Metrics
+    from pytest_ditar.core.quality import ContractResult, Metrics
 
     m = Metrics(True, 0, 0, 1, 1, 40.0, 0.99, False, lpips=0.01)
     return [ContractResult(f"i{k}", "quantization", dataclasses.replace(m, clip_score=c, clip_score_baseline=b))
@@ -166,7 +166,7 @@ def _results(cand, base):
 
 
 def test_zero_regression_discards_a_slightly_lower_score_even_when_the_mean_is_within_noise():
-    from pytest_ditar import regression
+    from pytest_ditar.core import regression
 
     t = load_config_thresholds()
     base = [0.30, 0.25, 0.28, 0.31, 0.27, 0.29, 0.26, 0.30]
@@ -201,7 +201,7 @@ def test_unknown_required_score_is_a_config_error(tmp_path):
 
 @pytest.mark.parametrize("key", ["clip_model", "clip_weights", "lpips_weights"])
 def test_a_missing_evaluator_path_is_a_one_line_config_error_naming_the_key(tmp_path, key):
-    from pytest_ditar.semantic import check_config
+    from pytest_ditar.runtime.semantic import check_config
 
     for name in ("arch.json", "clip.pt", "lpips.pt"):
         (tmp_path / name).write_text("{}")
@@ -217,7 +217,7 @@ def test_a_missing_evaluator_path_is_a_one_line_config_error_naming_the_key(tmp_
 
 
 def test_holdout_draws_fresh_seeds_never_in_the_corpus():
-    from pytest_ditar.holdout import draw
+    from pytest_ditar.loop.holdout import draw
 
     corpus = tuple(CorpusItem(f"c{i}", i, i) for i in range(50))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar import knowledge
+from pytest_ditar.knowledge import search as knowledge
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "knowledge" / "handbook"

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from pytest_ditar import hardware
-from pytest_ditar.hardware import (
+from pytest_ditar.hardware import profiles as hardware
+from pytest_ditar.hardware.profiles import (
     PROFILES,
     Clocks,
     Fingerprint,

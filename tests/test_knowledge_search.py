@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar import knowledge
-from pytest_ditar.cli_search import add_search_parser, run_search
+from pytest_ditar.knowledge import search as knowledge
+from pytest_ditar.cli.search import add_search_parser, run_search
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "knowledge" / "handbook"
@@ -190,7 +190,7 @@ def test_cli_missing_handbook(tmp_path, capsys):
 
 def test_search_modules_do_not_import_torch():
     code = (
-        "import sys; from pathlib import Path; import pytest_ditar.cli_search, pytest_ditar.knowledge as k; "
+        "import sys; from pathlib import Path; import pytest_ditar.cli.search, pytest_ditar.knowledge.search as k; "
         f"k.search(Path({str(HANDBOOK)!r}), 'cuda graphs', k=3); "
         "bad = [m for m in ('torch', 'diffusers', 'transformers', 'pytest') if m in sys.modules]; "
         "assert not bad, bad"

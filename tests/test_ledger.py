@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.ledger import (
+from pytest_ditar.store.ledger import (
     COLUMNS,
     GENESIS_HASH,
     Ledger,

@@ -2,7 +2,7 @@
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
 from conftest import REPO, research_project
 
-FAST = (REPO / "pytest_ditar/demo_candidates/faster_exact.py").read_text()
+FAST = (REPO / "pytest_ditar/demo/candidates/faster_exact.py").read_text()
 
 
 def test_ten_experiments_leave_kept_commits_equal_to_the_branch(pytester, model_cache, tmp_path_factory):

@@ -77,7 +77,7 @@ def test_kill_9_mid_run_leaves_a_state_the_next_run_accepts(pytester, model_cach
 
 def test_kill_between_ledger_row_and_revert_is_finished_next_run(research):
     """The one window a kill can leave git behind the ledger: the next run completes the revert."""
-    from pytest_ditar.ledger import Ledger
+    from pytest_ditar.store.ledger import Ledger
 
     proj = research
     base = proj.head()

@@ -75,7 +75,7 @@ def test_steady_host_restores_the_gc_and_the_cpu_mask():
     import gc
     import os
 
-    from pytest_ditar.harness import steady_host
+    from pytest_ditar.runtime.harness import steady_host
 
     before = os.sched_getaffinity(0)
     assert gc.isenabled()

@@ -4,13 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.config import DEFAULT_THRESHOLDS, Thresholds
-from pytest_ditar.harness import batches, build_candidate, make_spec, run_batch
+from pytest_ditar.config.project import DEFAULT_THRESHOLDS, Thresholds
+from pytest_ditar.runtime.harness import batches, build_candidate, make_spec, run_batch
 from pytest_ditar.interface import Request
-from pytest_ditar.models import resolve_model_dir
-from pytest_ditar.multigpu import group_outputs, group_times
-from pytest_ditar.quality import check_contract, compute_metrics
-from pytest_ditar.suite import load_suite
+from pytest_ditar.runtime.models import resolve_model_dir
+from pytest_ditar.runtime.multigpu import group_outputs, group_times
+from pytest_ditar.core.quality import check_contract, compute_metrics
+from pytest_ditar.config.suite import load_suite
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def tiny(model_cache, tmp_path_factory):
     suite = load_suite(REPO / "suites" / "tiny")
     spec = make_spec(suite, resolve_model_dir(suite), "cpu")
     cand = tmp_path_factory.mktemp("cfg_split")
-    shutil.copy(REPO / "pytest_ditar" / "demo_candidates" / "cfg_split.py", cand / "pipeline.py")
+    shutil.copy(REPO / "pytest_ditar" / "demo" / "candidates" / "cfg_split.py", cand / "pipeline.py")
     return suite, spec, cand
 
 
@@ -47,7 +47,7 @@ def test_group_lane_times_the_whole_group(tiny):
 
 
 def test_a_rank_that_raises_is_a_candidate_crash(tiny, tmp_path):
-    from pytest_ditar.errors import CandidateError
+    from pytest_ditar.core.errors import CandidateError
 
     suite, spec, _ = tiny
     (tmp_path / "pipeline.py").write_text("def build(spec):\n    raise RuntimeError('no second GPU today')\n")

@@ -16,7 +16,7 @@ pytest.importorskip("lpips")
 
 from candidates import STOCK  # noqa: E402
 from conftest import make_project  # noqa: E402
-from pytest_ditar.random_evaluators import write_random_evaluators  # noqa: E402
+from pytest_ditar.runtime.random_evaluators import write_random_evaluators  # noqa: E402
 
 
 def _patch(old: str, new: str) -> str:
@@ -95,7 +95,7 @@ def test_quantization_with_a_slightly_lower_score_on_some_items_is_discarded(sem
 def _cfg(tmp_path, **semantic):
     import dataclasses
 
-    from pytest_ditar.config import SemanticConfig, load_config
+    from pytest_ditar.config.project import SemanticConfig, load_config
 
     (tmp_path / "c.json").write_text(json.dumps({"suite": "tiny"}))
     return dataclasses.replace(load_config(tmp_path / "c.json"), semantic=SemanticConfig(**semantic))
@@ -106,7 +106,7 @@ def test_evaluators_load_from_local_files_and_score_in_batches(tmp_path):
     basic sanity only (identical images: LPIPS 0), never for meaning."""
     import numpy as np
 
-    from pytest_ditar.semantic import Evaluators, prompt
+    from pytest_ditar.runtime.semantic import Evaluators, prompt
 
     ev = Evaluators.load(_cfg(tmp_path, **write_random_evaluators(tmp_path / "ev")), "cpu")
     assert prompt(1, None, ev.names) == "a photo of a goldfish" and prompt(5000, None, ev.names) == "a photo of a class 5000"
@@ -117,8 +117,8 @@ def test_evaluators_load_from_local_files_and_score_in_batches(tmp_path):
 
 
 def test_weights_that_do_not_fit_are_a_config_error_naming_the_key(tmp_path):
-    from pytest_ditar.errors import ConfigError
-    from pytest_ditar.semantic import Evaluators
+    from pytest_ditar.core.errors import ConfigError
+    from pytest_ditar.runtime.semantic import Evaluators
 
     sem = write_random_evaluators(tmp_path / "ev")
     with pytest.raises(ConfigError, match=r"key 'semantic.clip_weights': .* does not load into 'tiny-clip'"):

@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pytest_ditar import stats
-from pytest_ditar.stats import (
+from pytest_ditar.core import stats
+from pytest_ditar.core.stats import (
     FASTER,
     NOT_FASTER,
     OK,

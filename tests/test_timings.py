@@ -1,7 +1,7 @@
 """PhaseClock: exclusive time per phase, so phases add up to no more than the wall time."""
 import pytest
 
-from pytest_ditar import timings
+from pytest_ditar.core import timings
 
 
 class FakeTime:

@@ -1,7 +1,7 @@
 """`dit-ar doctor` topology rows, from injected NVML data (no GPU here)."""
 from types import SimpleNamespace
 
-from pytest_ditar.topology import Link, Topology, collect, doctor_rows
+from pytest_ditar.hardware.topology import Link, Topology, collect, doctor_rows
 
 
 class FakeNvml:

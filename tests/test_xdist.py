@@ -3,7 +3,7 @@ import json
 import re
 
 from candidates import ALTERS, COMMENT_ONLY, STOCK
-from pytest_ditar.xdist import PERF_REFUSAL, device_for_worker
+from pytest_ditar.plugin.xdist import PERF_REFUSAL, device_for_worker
 
 
 def _last(out: str) -> str:

@@ -1,7 +1,7 @@
 """Performance lanes: candidate vs the champion, device-synchronized, noise-aware."""
 import pytest
 
-from pytest_ditar.fixtures import check_lane
+from pytest_ditar.plugin.fixtures import check_lane
 
 
 @pytest.mark.perf

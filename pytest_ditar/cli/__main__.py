@@ -1,0 +1,3 @@
+from pytest_ditar.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""`dit-ar demo`: the whole loop on the embedded tiny suite, in a scratch git workspace.
+
+init -> baseline -> an exact speedup that is KEPT -> a mislabelled change that is DISCARDED
+and reverted -> status. The user's checkout is never touched.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from pytest_ditar.core.errors import DitarError
+
+CANDIDATES = Path(__file__).resolve().parents[1] / "demo" / "candidates"
+
+
+def _run(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise DitarError(f"demo step failed: {' '.join(cmd[:6])}...: {(res.stderr or res.stdout).strip().splitlines()[-1:]}")
+    return res
+
+
+def _git(ws: Path, *args: str) -> None:
+    _run(["git", "-c", "user.name=ditar-demo", "-c", "user.email=demo@localhost", *args], ws)
+
+
+def make_workspace(project_root: Path, ws: Path, suite: str = "tiny") -> Path:
+    """A minimal research project: config, one suite, the stock candidate, the root conftest."""
+    ws.mkdir(parents=True, exist_ok=True)
+    for rel in ("mutable", f"suites/{suite}", "knowledge/handbook"):
+        src = project_root / rel
+        if src.is_dir():
+            shutil.copytree(src, ws / rel, ignore=shutil.ignore_patterns("__pycache__", ".index"))
+    if not (ws / "mutable" / "pipeline.py").is_file():
+        raise DitarError(f"{project_root}: no mutable/pipeline.py to start the demo from (run it from a pytest-ditar checkout)")
+    cfg = json.loads((project_root / "config" / "autoresearch.json").read_text())
+    cfg.update(suite=suite, fixed_paths=["config/", "suites/", "conftest.py"])
+    (ws / "config").mkdir(exist_ok=True)
+    (ws / "config" / "autoresearch.json").write_text(json.dumps(cfg, indent=1))
+    shutil.copy(project_root / "conftest.py", ws / "conftest.py")
+    (ws / ".gitignore").write_text(".autoresearch/\n__pycache__/\n")
+    _git(ws, "init", "-q", "-b", "main")
+    _git(ws, "add", "-A")
+    _git(ws, "commit", "-qm", "stock DiT pipeline")
+    return ws
+
+
+def _ditar(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return _run([sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json", *args], ws, check)
+
+
+def _mislabelled(ws: Path) -> str:
+    """The stock pipeline with a changed guidance scale: an output change claimed as exact."""
+    stock = (ws / "mutable" / "pipeline.py").read_text()
+    return stock.replace("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
+
+
+def _commit_candidate(ws: Path, source: str, cls: str, subject: str) -> None:
+    (ws / "mutable" / "pipeline.py").write_text(source)
+    _git(ws, "commit", "-qam", f"{subject}\n\nDitar-Class: {cls}")
+
+
+def _last_line(res: subprocess.CompletedProcess) -> str:
+    lines = [l for l in res.stdout.splitlines() if l.strip()]
+    return lines[-1] if lines else res.stderr.strip()
+
+
+def demo(config_path: Path, workspace: str | None) -> int:
+    project_root = config_path.parent.parent if config_path.parent.name == "config" else config_path.parent
+    if not (project_root / "config" / "autoresearch.json").is_file():
+        raise DitarError(f"{config_path}: config not found; run `dit-ar demo` from a pytest-ditar checkout")
+    tmp = None
+    if workspace:
+        ws = Path(workspace).resolve()
+        if ws.exists() and any(ws.iterdir()):
+            raise DitarError(f"{ws}: workspace exists and is not empty; pick a new directory")
+    else:
+        tmp = Path(tempfile.mkdtemp(prefix="ditar-demo-"))
+        ws = tmp / "project"
+    t0 = time.perf_counter()
+    try:
+        make_workspace(project_root, ws)
+        print(f"[demo] workspace {ws}")
+        print("[demo] " + _ditar(ws, "init", "--tag", "demo").stdout.splitlines()[0])
+        res = _ditar(ws, "baseline")
+        for line in res.stdout.splitlines()[1:]:
+            print("[demo] " + line)
+        print("[demo] quality gates of the unmodified pipeline against its own baseline:")
+        q = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "quality", "-q", "-rA"], ws, check=False)
+        for line in q.stdout.splitlines():
+            if line.startswith("PASSED") or line.startswith("FAILED") or "ditar: quality" in line:
+                print("[demo]   " + line)
+        stock = (ws / "mutable" / "pipeline.py").read_text()
+        mislabelled = _mislabelled(ws)
+        assert mislabelled != stock, "the stock pipeline no longer passes guidance_scale=self.spec.guidance"
+        steps = [((CANDIDATES / "faster_exact.py").read_text(), "exact",
+                  "Lean sampling loop: cut per-step Python and dispatch overhead"),
+                 (mislabelled, "exact", "Lower the guidance scale (mislabelled as exact)")]
+        for source, cls, subject in steps:
+            _commit_candidate(ws, source, cls, subject)
+            print(f"[demo] experiment: {subject} (class {cls})")
+            res = _ditar(ws, "experiment", "--classification", cls, "--description", subject, check=False)
+            print("[demo]   " + _last_line(res))
+        print("[demo] status:")
+        for line in _ditar(ws, "status", check=False).stdout.splitlines():
+            print("[demo]   " + line)
+        print(f"[demo] done in {time.perf_counter() - t0:.1f}s")
+        return 0
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,95 @@
+"""`dit-ar doctor`: the seed's start-up checks as a short pass/fail table."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_ditar.core.errors import DitarError
+
+PASS, FAIL, WARN = "pass", "FAIL", "warn"
+
+
+def _checks(config_path: Path, tag: str | None) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.config.suite import load_suite
+
+    try:
+        cfg = load_config(config_path)
+        rows.append(("config", PASS, str(cfg.path)))
+    except DitarError as exc:
+        return [("config", FAIL, str(exc))]
+    try:
+        suite = load_suite(cfg.suite_dir)
+        rows.append(("suite", PASS, f"{suite.name}: {len(suite.corpus)} items, lanes {', '.join(l.name for l in suite.lanes)}"))
+        suite.lane(cfg.objective_lane)
+    except DitarError as exc:
+        rows.append(("suite", FAIL, str(exc)))
+        return rows
+    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.loop.session import resolve_tag
+
+    st = gitops.state(cfg.root)
+    tag = resolve_tag(cfg, tag)
+    want = cfg.branch_prefix + tag
+    rows.append(("branch", PASS if st.branch == want else FAIL,
+                 f"{st.branch}" + ("" if st.branch == want else f" (expected {cfg.branch_prefix}<tag>; run `dit-ar init --tag T`)")))
+    rows.append(("clean tree", PASS if st.is_repo and not st.dirty_paths else FAIL,
+                 "clean" if not st.dirty_paths else ", ".join(st.dirty_paths[:4])))
+    from pytest_ditar.store.snapshot import load_snapshot
+
+    try:
+        snap = load_snapshot(cfg.state_path / tag / "baseline")
+        rows.append(("baseline", PASS, f"{len(snap.item_ids)} items, commit {str(snap.manifest.get('git_sha'))[:7]}, verifies"))
+    except DitarError as exc:
+        rows.append(("baseline", FAIL, str(exc)))
+    from pytest_ditar.store.ledger import Ledger
+
+    rep = Ledger(cfg.state_path / tag).verify()
+    rows.append(("ledger", PASS if rep.ok else FAIL, f"{rep.n_rows} rows" if rep.ok else "; ".join(rep.problems[:2])))
+    rows += _software_and_device(cfg)
+    from pytest_ditar.hardware.topology import collect, doctor_rows
+
+    rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
+    return rows
+
+
+def _software_and_device(cfg) -> list[tuple[str, str, str]]:
+    import importlib.metadata as md
+
+    rows = []
+    try:
+        import torch
+
+        rows.append(("torch", PASS, torch.__version__))
+    except ImportError as exc:
+        return rows + [("torch", FAIL, str(exc))]
+    try:
+        v = md.version("diffusers")
+        rows.append(("diffusers", PASS if v.startswith("0.42") else WARN, v))
+    except md.PackageNotFoundError:
+        rows.append(("diffusers", FAIL, "not installed"))
+    from pytest_ditar.hardware.profiles import collect, get_profile, target_header
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    fp = collect(device)
+    profile = get_profile(cfg.target)
+    header = target_header(fp, profile)
+    rows.append(("device", PASS if "ON-TARGET" in header else WARN, header))
+    if device == "cuda":
+        b = torch.backends.cuda
+        backends = [name for name, on in (("flash", b.flash_sdp_enabled()), ("efficient", b.mem_efficient_sdp_enabled()),
+                                          ("cudnn", b.cudnn_sdp_enabled()), ("math", b.math_sdp_enabled())) if on]
+        rows.append(("attention", PASS, "SDPA backends enabled: " + ", ".join(backends)))
+    else:
+        rows.append(("attention", WARN, "CPU: SDPA math/flash-cpu only; GPU backends unchecked"))
+    return rows
+
+
+def doctor(config_path: Path, tag: str | None) -> int:
+    rows = _checks(config_path, tag)
+    width = max(len(r[0]) for r in rows)
+    for name, result, detail in rows:
+        print(f"{name:<{width}}  {result:<4}  {detail}")
+    failed = [r for r in rows if r[1] == FAIL]
+    print(f"doctor: {len(rows) - len(failed)}/{len(rows)} checks pass" + (f"; fix: {', '.join(r[0] for r in failed)}" if failed else ""))
+    return 1 if failed else 0

@@ -1,0 +1,230 @@
+"""Project configuration (config/autoresearch.json, JSON or YAML) as frozen dataclasses.
+
+Every problem is a ConfigError naming the file and the key, so a typo never silently
+falls back to a default during an unattended session.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from pytest_ditar.core.errors import ConfigError
+
+CLASSES = ("exact", "numerical", "approximate", "quantization")
+# Scores defined on the image alone, so candidate and baseline each have one per item (paired test).
+PAIRED_SCORES = ("clip_score",)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Per-class quality floors; None disables a check for that class."""
+
+    latent_rel_l2_max: float | None = None
+    latent_max_abs_max: float | None = None
+    psnr_min: float | None = None
+    ssim_min: float | None = None
+    latent_range_factor: float = 4.0  # sanity: candidate |latent| max may not exceed this x the baseline's
+    lpips_max: float | None = None
+    clip_drop_max: float | None = None  # CLIP score may drop at most this much per item
+    semantic_required: bool = False
+    zero_regression: bool = False  # quantization: paired test, no required score may drop
+    regression_alpha: float = 0.05
+    # Paired scores that may not regress under zero_regression (see quality.PAIRED_SCORES).
+    required_scores: tuple[str, ...] = ()
+    clip_score_item_tolerance: float = 0.005  # largest per-item CLIP score drop zero_regression allows
+
+
+@dataclass(frozen=True)
+class PerfConfig:
+    min_speedup: float = 0.02  # configured floor of the effect to KEEP (2%)
+    noise_k: float = 2.0  # min effect is at least k x the A/A noise measured at baseline
+    alpha: float = 0.05
+    max_cv: float = 0.20  # robust CV above this -> UNSTABLE (H200 eager A/A showed 6-12%)
+    guard_tolerance: float = 0.05  # non-objective lanes may not regress beyond this
+    n_boot: int = 2000
+    interleave: bool = True  # time champion and candidate in the same process when possible
+    pin_cpu: bool = False  # pin the launching thread to one core while a lane is timed
+
+
+@dataclass(frozen=True)
+class SemanticConfig:
+    clip_model: str | None = None  # open_clip architecture name, e.g. ViT-B-32
+    clip_weights: str | None = None  # local path to the checkpoint (never downloaded)
+    lpips_weights: str | None = None  # local directory/file for LPIPS (never downloaded)
+    lpips_net: str = "alex"  # LPIPS trunk: alex, vgg or squeeze (must match lpips_weights)
+
+
+@dataclass(frozen=True)
+class HoldoutConfig:
+    count: int = 2  # fresh seeds drawn per gated run
+    steps: int | None = None  # None: the suite's steps
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    root: Path
+    suite: str
+    suites_dir: str = "suites"
+    objective_lane: str = "latency_b1"
+    state_dir: str = ".autoresearch"
+    branch_prefix: str = "autoresearch/"
+    target: str = "a5500"
+    mutable_paths: tuple[str, ...] = ("mutable/",)
+    fixed_paths: tuple[str, ...] = ()
+    knowledge_dir: str = "knowledge/handbook"
+    candidate_dir: str = "mutable"
+    item_timeout_s: float = 600.0
+    vram_budget_gib: float | None = None  # None: the target's memory
+    thresholds: Mapping[str, Thresholds] = field(default_factory=dict)
+    perf: PerfConfig = PerfConfig()
+    semantic: SemanticConfig = SemanticConfig()
+    holdout: HoldoutConfig = HoldoutConfig()
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / self.state_dir
+
+    @property
+    def suite_dir(self) -> Path:
+        return self.root / self.suites_dir / self.suite
+
+    @property
+    def candidate_path(self) -> Path:
+        return self.root / self.candidate_dir
+
+    def thresholds_for(self, cls: str) -> Thresholds:
+        return self.thresholds[cls]
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+
+_SIMPLE = {f.name: f for f in dataclasses.fields(Config)} 
+_NESTED = {"perf": PerfConfig, "semantic": SemanticConfig, "holdout": HoldoutConfig}
+
+
+def _typecheck(where: str, key: str, value: Any, annotation: str) -> Any:
+    """Check a scalar against the dataclass annotation string (we use `from __future__`)."""
+    ann = annotation.replace(" ", "")
+    optional = "None" in ann
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{where}: key '{key}' must not be null")
+    if ann.startswith("tuple[str"):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: key '{key}' must be a list of strings")
+        return tuple(value)
+    if ann.startswith("float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: key '{key}' must be a number, got {value!r}")
+        return float(value)
+    if ann.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: key '{key}' must be an integer, got {value!r}")
+        return value
+    if ann.startswith("bool"):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: key '{key}' must be true or false, got {value!r}")
+        return value
+    if ann.startswith("str"):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: key '{key}' must be a string, got {value!r}")
+        return value
+    raise AssertionError(f"unhandled annotation {annotation}")
+
+
+def build_dataclass(cls: type, raw: Any, where: str, prefix: str = "", **extra: Any) -> Any:
+    """Build a frozen dataclass from a mapping, rejecting unknown keys and wrong types."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: '{prefix.rstrip('.') or 'top level'}' must be a mapping")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in extra}
+    kwargs: dict[str, Any] = dict(extra)
+    for key, value in raw.items():
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            raise ConfigError(f"{where}: unknown key '{prefix}{key}' (known: {known})")
+        kwargs[key] = _typecheck(where, prefix + key, value, str(fields[key].type))
+    return cls(**kwargs)
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found (pass --config/--ditar-config, or create config/autoresearch.json)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: malformed config{at}: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the config must be a mapping of keys to values")
+    where = str(path)
+    raw = dict(raw)
+    nested = {k: raw.pop(k) for k in list(raw) if k in _NESTED}
+    thresholds_raw = raw.pop("thresholds", None)
+    if "suite" not in raw:
+        raise ConfigError(f"{where}: missing required key 'suite' (the name of a folder under suites/)")
+    cfg_fields = {n: f for n, f in _SIMPLE.items() if n not in ("path", "root", "thresholds", *_NESTED)}
+    kwargs: dict[str, Any] = {"path": path, "root": path.parent.parent if path.parent.name == "config" else path.parent}
+    for key, value in raw.items():
+        if key == "root":
+            kwargs["root"] = (path.parent / _typecheck(where, key, value, "str")).resolve()
+            continue
+        if key not in cfg_fields:
+            known = ", ".join(sorted([*cfg_fields, "root", "thresholds", *_NESTED]))
+            raise ConfigError(f"{where}: unknown key '{key}' (known: {known})")
+        kwargs[key] = _typecheck(where, key, value, str(cfg_fields[key].type))
+    for key, value in nested.items():
+        kwargs[key] = build_dataclass(_NESTED[key], value, where, prefix=f"{key}.")
+    kwargs["thresholds"] = _load_thresholds(thresholds_raw, where)
+    cfg = Config(**kwargs)
+    if cfg.objective_lane == "":
+        raise ConfigError(f"{where}: key 'objective_lane' must name a lane of the suite")
+    return cfg
+
+
+def _load_thresholds(raw: Any, where: str) -> Mapping[str, Thresholds]:
+    merged = {c: dict(DEFAULT_THRESHOLDS[c]) for c in CLASSES}
+    if raw is not None:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: key 'thresholds' must map class names to floors")
+        for cls, values in raw.items():
+            if cls not in CLASSES:
+                raise ConfigError(f"{where}: unknown key 'thresholds.{cls}' (classes: {', '.join(CLASSES)})")
+            if not isinstance(values, dict):
+                raise ConfigError(f"{where}: key 'thresholds.{cls}' must be a mapping")
+            merged[cls].update(values)
+    out = {c: build_dataclass(Thresholds, merged[c], where, prefix=f"thresholds.{c}.") for c in CLASSES}
+    for c, t in out.items():
+        for name in t.required_scores:
+            if name not in PAIRED_SCORES:
+                raise ConfigError(f"{where}: key 'thresholds.{c}.required_scores': unknown score '{name}' "
+                                  f"(paired scores: {', '.join(PAIRED_SCORES)})")
+    return out
+
+
+# Defaults; config/autoresearch.json states them explicitly so they are a fixed path.
+DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
+    "exact": {"latent_rel_l2_max": 1e-2, "psnr_min": 38.0, "ssim_min": 0.98},
+    "numerical": {"latent_rel_l2_max": 5e-2, "psnr_min": 30.0, "ssim_min": 0.95},
+    "approximate": {"psnr_min": 18.0, "ssim_min": 0.6, "lpips_max": 0.3, "clip_drop_max": 0.02, "semantic_required": True},
+    "quantization": {"psnr_min": 25.0, "ssim_min": 0.85, "lpips_max": 0.15, "clip_drop_max": 0.01,
+                     "semantic_required": True, "zero_regression": True, "required_scores": ["clip_score"]},
+}
+
+
+def dump_config_dict(cfg: Config) -> dict[str, Any]:
+    """JSON-able view of the effective config (for manifests)."""
+    out = dataclasses.asdict(cfg)
+    out["path"] = str(cfg.path)
+    out["root"] = str(cfg.root)
+    return json.loads(json.dumps(out, default=str))

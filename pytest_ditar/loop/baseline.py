@@ -1,0 +1,139 @@
+"""Storing the baseline: the unmodified pipeline over the whole corpus, written atomically."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.core.errors import DitarError
+from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
+from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.store.snapshot import write_snapshot
+
+
+def library_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": sys.version.split()[0]}
+    for name in ("torch", "diffusers", "numpy", "scikit-image", "scipy", "pytest", "pytest-ditar"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = ""
+    return out
+
+
+_DETERMINISM = ("tf32_matmul", "tf32_cudnn", "cudnn_benchmark", "cudnn_deterministic", "deterministic_algorithms")
+
+
+def check_mutable_committed(sess: DitarSession) -> None:
+    st = gitops.state(sess.cfg.root)
+    if not st.is_repo:
+        return
+    dirty = [p for p in st.dirty_paths if is_mutable(p, sess.cfg.mutable_paths)]
+    if dirty:
+        raise DitarError(f"{sess.cfg.root}: uncommitted changes in mutable paths ({', '.join(dirty[:3])}); "
+                         "the baseline must be the committed, unmodified pipeline: commit or stash them first")
+
+
+def generate_corpus(sess: DitarSession, progress: Callable[[str], None] | None = None) -> tuple[list[ItemOutput], Any]:
+    candidate = sess.get_candidate()
+    outs: list[ItemOutput] = []
+    groups = batches(sess.suite.corpus, sess.suite, sess.suite.pipeline.batch)
+    bar = _bar(len(sess.suite.corpus), "baseline items")
+    candidate.memory(reset=True)
+    for group in groups:
+        outs.extend(run_batch(candidate, group, sess.suite, sess.cfg.item_timeout_s))
+        bar.update(len(group))
+    bar.close()
+    return outs, candidate.memory()
+
+
+def _bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False)
+
+
+def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[str, Any] | None = None,
+                    extra_files: dict[str, bytes] | None = None) -> Path:
+    if sess.baseline_dir.exists() and not force:
+        raise DitarError(f"{sess.baseline_dir}: a baseline already exists (pass --force / --ditar-force to replace it)")
+    check_mutable_committed(sess)
+    t0 = time.perf_counter()
+    outs, peak = generate_corpus(sess)
+    t_items = time.perf_counter() - t0
+    lanes = calibrate_lanes(sess)
+    device = sess.resolved_device()
+    fp = sess.fingerprint().to_dict()  # the worker's own torch flags, on a GPU: it is what ran
+    st = gitops.state(sess.cfg.root)
+    meta = {
+        "kind": "baseline",
+        "tag": sess.tag,
+        "git_sha": st.head,
+        "branch": st.branch,
+        "suite": sess.suite.name,
+        "suite_hash": sess.suite.content_hash,
+        "config_hash": sess.cfg.content_hash(),
+        "fixed_paths": hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths),
+        "libraries": library_versions(),
+        "device": device,
+        "fingerprint": fp,
+        "dtype": sess.suite.pipeline.dtype_for(device),
+        "seeds": {it.id: it.seed for it in sess.suite.corpus},
+        "determinism": {k: fp.get(k) for k in _DETERMINISM},
+        "peak_allocated_gib": peak[0],
+        "peak_reserved_gib": peak[1],
+        "generate_seconds": round(t_items, 4),
+        "calibrate_seconds": round(time.perf_counter() - t0 - t_items, 4),
+        **(extra_meta or {}),
+    }
+    files = {"lanes.json": json.dumps(lanes, indent=1).encode(), **(extra_files or {})}
+    path = write_snapshot(sess.baseline_dir, outs, meta, extra_files=files, force=force)
+    _anchor_in_ledger(sess, path)
+    sess.outputs.update({o.item_id: o for o in outs})
+    return path
+
+
+def manifest_summary(path: Path) -> str:
+    m = json.loads((path / "manifest.json").read_text())
+    return (f"baseline {path}: {len(m['items'])} items, suite {m['suite']} ({m['suite_hash'][:12]}), "
+            f"device {m['device']}, commit {(m['git_sha'] or 'none')[:7]}, {m['generate_seconds']:.2f}s")
+
+
+def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
+    """Time every lane A/A (the baseline against itself, interleaved) to measure the noise floor."""
+    from dataclasses import asdict
+
+    from pytest_ditar.runtime.lanes import count_flops, measure_lane
+    from pytest_ditar.core.stats import noise_floor, paired_noise_floor
+
+    candidate = sess.get_candidate()
+    out: dict[str, Any] = {}
+    for lane in sess.suite.lanes:
+        m = measure_lane(candidate, sess.suite, lane, champion=candidate, timeout_s=sess.cfg.item_timeout_s,
+                         pin_cpu=sess.cfg.perf.pin_cpu)
+        noise = asdict(noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
+        # The floor a paired (interleaved) comparison is held to: A/A on per-round ratios.
+        noise["paired"] = asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
+        out[lane.name] = {**m.to_dict(), "noise": noise, "flops": count_flops(candidate, sess.suite, lane)}
+    return out
+
+
+def _anchor_in_ledger(sess: DitarSession, path: Path) -> None:
+    """Record the manifest's hash in the hash-chained ledger, so an edited manifest is caught too."""
+    import hashlib
+
+    from pytest_ditar.store.ledger import Ledger
+
+    digest = hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
+    m = json.loads((path / "manifest.json").read_text())
+    Ledger(sess.state_dir).append({"commit": m.get("git_sha") or "", "status": "BASELINE",
+                                   "description": f"baseline manifest sha256={digest}",
+                                   "quality_total": len(m["items"]), "device": m["device"],
+                                   "class": "exact", "cumulative_class": "exact"})

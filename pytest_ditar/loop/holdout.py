@@ -1,0 +1,160 @@
+"""Fresh-seed holdout: a stored corpus can be memorised, fresh seeds cannot.
+
+Every gated run whose corpus contracts all passed draws K seeds and labels at run time (from the
+OS entropy pool, so no candidate can predict them), generates them with the pinned BASELINE code
+(the baseline commit's `mutable/`, checked out into a git worktree and built in this process)
+and with the candidate, and applies the same per-item contracts as the corpus, under the run's
+cumulative class. A broken contract is a DISCARD reason "holdout seed N: ...". A candidate that
+recognises corpus items, or replays stored outputs, is caught here.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics
+from pytest_ditar.config.suite import CorpusItem
+
+NUM_LABELS = 1000  # DiT conditions on the ImageNet-1k classes
+SEED_RANGE = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class HoldoutReport:
+    items: tuple[CorpusItem, ...]
+    results: tuple[ContractResult, ...]
+    failures: tuple[str, ...]
+    seconds: float
+    note: str = ""  # why it did not run, or did not finish
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"items": [{"id": it.id, "seed": it.seed, "label": it.label, "steps": it.steps} for it in self.items],
+                "failures": list(self.failures), "seconds": round(self.seconds, 4), "note": self.note,
+                "results": {r.item_id: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
+                            for r in self.results}}
+
+
+def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None, rng: random.Random | None = None) -> tuple[CorpusItem, ...]:
+    """K fresh (seed, label) pairs; never a corpus seed."""
+    rng = rng or random.SystemRandom()
+    used = {it.seed for it in corpus}
+    items: list[CorpusItem] = []
+    while len(items) < count:
+        seed = rng.randrange(1, SEED_RANGE)
+        if seed in used:
+            continue
+        used.add(seed)
+        items.append(CorpusItem(id=f"holdout-{seed}", label=rng.randrange(NUM_LABELS), seed=seed, steps=steps))
+    return tuple(items)
+
+
+def baseline_pipeline(sess: Any, commit: str) -> Any:
+    """Build the baseline commit's candidate package from a worktree (shared with the champion's)."""
+    return sess.build_at_commit(commit, "holdout")
+
+
+def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> HoldoutReport:
+    """Generate fresh items with the baseline code and the candidate; judge them by the contracts."""
+    t0 = time.perf_counter()
+    cfg = sess.cfg
+    items = draw(sess.suite.corpus, cfg.holdout.count, cfg.holdout.steps, rng)
+    if not items:
+        return HoldoutReport((), (), (), 0.0, "holdout disabled (holdout.count = 0)")
+
+    def done(results=(), failures=(), note="") -> HoldoutReport:
+        return HoldoutReport(items, tuple(results), tuple(failures), time.perf_counter() - t0, note)
+
+    try:
+        base_pipe = baseline_pipeline(sess, baseline_commit)
+    except Exception as exc:  # noqa: BLE001 - no trusted reference means no keep: fail closed
+        return done(failures=[f"holdout: the baseline code ({baseline_commit[:7]}) could not be built: {_one_line(exc)}"])
+    candidate = sess.get_candidate()
+    base_outs: dict[str, ItemOutput] = {}
+    cand_outs: dict[str, ItemOutput] = {}
+    for group in batches(items, sess.suite, sess.suite.pipeline.batch):
+        seeds = ",".join(str(it.seed) for it in group)
+        try:
+            base_outs.update({o.item_id: o for o in run_batch(base_pipe, group, sess.suite, cfg.item_timeout_s)})
+        except CandidateError as exc:
+            return done(failures=[f"holdout seed {seeds}: the baseline code failed: {exc.message}"])
+        try:
+            cand_outs.update({o.item_id: o for o in run_batch(sess.get_candidate(), group, sess.suite, cfg.item_timeout_s)})
+        except CandidateError as exc:
+            sess.errors.append(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}"))
+            return done(note="the candidate crashed on the holdout")
+    del candidate
+    from pytest_ditar.runtime.semantic import evaluators_for, pair_scores, wanted
+
+    scores: list = [None] * len(items)
+    if wanted(sess):  # only runs that score book firewall time for it, as in the quality phase
+        with sess.clock.span("semantic"):
+            scores = pair_scores(evaluators_for(sess), items, [cand_outs[it.id].image for it in items],
+                                 [base_outs[it.id].image for it in items])
+    t = cfg.thresholds_for(sess.cls)
+    results, failures = [], []
+    for it, extra in zip(items, scores):
+        c, b = cand_outs[it.id], base_outs[it.id]
+        m = compute_metrics(c.latents, c.image, b.latents, b.image)
+        if extra:
+            m = replace(m, **extra)
+        res = check_contract(it.id, sess.cls, m, t)
+        res = replace(res, failures=res.failures + _item_regressions(t, m))
+        results.append(res)
+        if not m.finite:
+            sess.errors.append(CandidateError("non_finite", f"non-finite output on holdout seed {it.seed}"))
+        if not res.passed:
+            failures.append(f"holdout seed {it.seed} (label {it.label}): {res.failures[0]}")
+    return done(results, failures)
+
+
+def _item_regressions(t: Any, m: Any) -> tuple[str, ...]:
+    """Zero regression's per-item rule on a fresh item (K is too small for the paired test)."""
+    from pytest_ditar.core.regression import _FIELDS, tolerance
+
+    out = []
+    for score in (t.required_scores if t.zero_regression else ()):
+        cand_field, base_field, higher = _FIELDS[score]
+        c, b = getattr(m, cand_field), getattr(m, base_field)
+        if c is None or b is None:
+            out.append(f"{score} unavailable (semantic evaluators not run)")
+            continue
+        drop = (b - c) if higher else (c - b)
+        if drop > tolerance(t, score):
+            out.append(f"{score} dropped {drop:.4g} (> {tolerance(t, score):g})")
+    return tuple(out)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
+
+
+def run_for_gate(gate: Any) -> tuple[str, ...]:
+    """The gate's hook: run only in a gated run whose corpus ran clean; record and report it."""
+    sess = gate.sess
+    results = list(sess.quality.values())
+    if not gate.gated or sess.errors or not results or len(results) < len(sess.suite.corpus) \
+            or any(not r.passed for r in results):
+        return ()  # crashed, incomplete or already failing: the verdict is decided without it
+    if not gate.baseline_commit:
+        return ("holdout: the baseline snapshot records no commit, so the baseline code cannot be rebuilt",)
+    try:
+        with sess.clock.span("holdout"):
+            report = run(sess, gate.baseline_commit)
+    except Exception as exc:  # noqa: BLE001 - a holdout that cannot run must not let a candidate through
+        return (f"holdout: could not run: {_one_line(exc)}",)
+    try:
+        (sess.run_dir() / "holdout.json").write_text(json.dumps(report.to_dict(), indent=1, default=str))
+    except OSError:
+        pass  # the verdict does not depend on the log
+    seeds = ",".join(str(it.seed) for it in report.items)
+    state = report.note or (f"{len(report.failures)} failed" if report.failures else "ok")
+    gate.summary_lines.append(f"ditar: holdout {len(report.items)} fresh seed(s) [{seeds}] class {sess.cls}: "
+                              f"{state} ({report.seconds:.2f}s)")
+    return report.failures

@@ -1,0 +1,89 @@
+"""Two-phase gated runs: quality (sharded with pytest-xdist) then perf + ONE decision (serial).
+
+Perf lanes must never share a machine with other GPU work, and xdist workers run at the same
+time, so `dit-ar experiment --workers N` runs
+
+  1. `pytest -m quality -n N --ditar-phase=quality`: guards once on the controller, quality items
+     spread over the workers, results merged on the controller and RECORDED (no decision, no ledger
+     row, no git action) under the run dir, with a pointer `<state>/phase-quality.json`;
+  2. `pytest -m perf --ditar-phase=decide`: guards again (the tree may have changed), the recorded
+     quality results, errors and outputs loaded into the session as if this process had produced
+     them, the lanes timed serially, then the usual decision, ledger row and git action.
+
+The pointer names the commit it is for; the decide phase refuses a record for another commit
+and consumes the pointer, so a record is never decided twice.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.store import shards
+
+QUALITY, DECIDE = "quality", "decide"
+POINTER = "phase-quality.json"
+
+
+def phase(config: Any) -> str | None:
+    try:
+        return config.getoption("--ditar-phase")
+    except (ValueError, AttributeError):
+        return None
+
+
+def pointer_path(sess: Any) -> Path:
+    return sess.state_dir / POINTER
+
+
+def record_quality(gate: Any) -> None:
+    """End of phase 1 on the controller: write the merged session and point at it."""
+    s = gate.sess
+    run_dir = s.run_dir()
+    d = run_dir / "quality-phase"
+    payload = shards.dump(s, d, "quality")
+    payload.update(head=gate.head, cls=s.cls, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
+    shards.write_json(d / "quality.json", payload)
+    shards.write_json(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)})
+    from pytest_ditar.core.quality import aggregate
+
+    passed, total, _ = aggregate(list(s.quality.values()))
+    gate.summary_lines.append(f"ditar: quality phase recorded {passed}/{total} for {str(gate.head)[:7]} "
+                              f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
+
+
+def load_quality(gate: Any) -> str | None:
+    """Start of phase 2 (guards passed): load phase 1 into the session. Returns a refusal or None."""
+    s = gate.sess
+    p = pointer_path(s)
+    if not p.is_file():
+        return (f"--ditar-phase=decide: no quality-phase record in {p} (run `pytest -m quality "
+                "--ditar-phase=quality` first, or `dit-ar experiment --workers N`)")
+    ptr = json.loads(p.read_text())
+    if ptr.get("head") != gate.head:
+        return (f"--ditar-phase=decide: the quality phase ran on {str(ptr.get('head'))[:7]}, HEAD is "
+                f"{str(gate.head)[:7]}: run the quality phase again")
+    payload = json.loads(Path(ptr["record"]).read_text())
+    s._run_dir = Path(ptr["run_dir"])  # both phases log into one run dir
+    shards.merge(s, [payload])
+    missing = [it.id for it in s.suite.corpus if it.id not in s.quality] if not s.errors else []
+    if missing:
+        return (f"--ditar-phase=decide: the quality phase has no result for {len(missing)} corpus item(s) "
+                f"({', '.join(missing[:3])}): run the full quality phase again")
+    return None
+
+
+def consume(gate: Any) -> None:
+    """After the decision: the record is spent."""
+    pointer_path(gate.sess).unlink(missing_ok=True)
+
+
+def run_two_phase(cmd: list[str], workers: int, cwd: Path) -> int:
+    """`dit-ar experiment --workers N`: quality sharded over N xdist workers, then perf + decision."""
+    import subprocess
+
+    quality = [*cmd, "-m", "quality", "-n", str(workers), f"--ditar-phase={QUALITY}"]  # batches stay whole: xdist.py
+    rc = subprocess.call(quality, cwd=cwd)
+    if rc not in (0, 1):  # refused (4), interrupted (2), internal error (3): nothing to decide
+        return rc
+    return subprocess.call([*cmd, "-m", "perf", f"--ditar-phase={DECIDE}"], cwd=cwd)

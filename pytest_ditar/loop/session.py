@@ -1,0 +1,211 @@
+"""One run's state: config, suite, device, tag, the candidate and everything it produced."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.config.project import Config, load_config
+from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.runtime.harness import batches, make_spec, pick_device, run_batch
+from pytest_ditar.runtime.worker import CandidateWorker
+from pytest_ditar.core.quality import ContractResult
+from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
+from pytest_ditar.core.timings import PhaseClock
+
+
+def resolve_tag(cfg: Config, explicit: str | None = None) -> str:
+    """The session tag: explicit > DITAR_TAG > research branch suffix > sanitized branch name."""
+    tag = explicit or os.environ.get("DITAR_TAG")
+    if not tag:
+        branch = gitops.state(cfg.root).branch or "default"
+        tag = branch[len(cfg.branch_prefix):] if branch.startswith(cfg.branch_prefix) else branch
+    return re.sub(r"[^A-Za-z0-9._-]", "_", tag)
+
+
+@dataclass
+class DitarSession:
+    cfg: Config
+    suite: Suite
+    tag: str
+    device: str
+    cls: str = "exact"  # the class this run is judged under (cumulative for gated runs)
+    candidate: Any = None
+    candidate_error: CandidateError | None = None
+    outputs: dict[str, ItemOutput] = field(default_factory=dict)
+    quality: dict[str, ContractResult] = field(default_factory=dict)
+    lanes: dict[str, Any] = field(default_factory=dict)
+    errors: list[CandidateError] = field(default_factory=list)
+    _model_dir: Path | None = None
+    _baseline: Any = None
+    _run_dir: Path | None = None
+    _fingerprint: Any = None
+    _workers: dict = field(default_factory=dict)  # candidate dir -> CandidateWorker (one process each)
+    _worker_logs: Path | None = None
+    memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
+    _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
+    clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
+
+    @classmethod
+    def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
+        cfg = load_config(config_path)
+        suite = load_suite(cfg.suite_dir)
+        return cls(cfg=cfg, suite=suite, tag=resolve_tag(cfg, tag), device=device or "auto")
+
+    @property
+    def state_dir(self) -> Path:
+        return self.cfg.state_path / self.tag
+
+    @property
+    def baseline_dir(self) -> Path:
+        return self.state_dir / "baseline"
+
+    def run_dir(self) -> Path:
+        """This run's log directory; kept on DISCARD/CRASH (state dirs are git-ignored)."""
+        if self._run_dir is None:
+            import time
+
+            head = (gitops.state(self.cfg.root).head or "nohead")[:7]
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            d = self.state_dir / "runs" / f"{stamp}-{head}"
+            n = 1
+            while d.exists():
+                n += 1
+                d = self.state_dir / "runs" / f"{stamp}-{head}-{n}"
+            d.mkdir(parents=True)
+            self._run_dir = d
+        return self._run_dir
+
+    def resolved_device(self) -> str:
+        if self.device == "auto":
+            from pytest_ditar.loop.worktrees import bound_device
+
+            # a tag bound with `dit-ar init --gpu N` runs on cuda:N (when CUDA is there)
+            self.device = bound_device(self.state_dir) or pick_device(None)
+        return self.device
+
+    def fingerprint(self):
+        """The device's hardware fingerprint, collected once per session.
+
+        On a GPU it comes from the candidate's worker (started, not yet built): the judge itself
+        never opens a CUDA context, so nothing of it sits on the GPU it times."""
+        if self._fingerprint is None:
+            from pytest_ditar.hardware.profiles import Fingerprint, collect
+
+            device = self.resolved_device()
+            if device.startswith("cuda"):
+                info = self.worker(self.cfg.candidate_path, "candidate").hello()
+                self._fingerprint = Fingerprint.from_dict(info["fingerprint"])
+            else:
+                self._fingerprint = collect(device)
+        return self._fingerprint
+
+    def model_dir(self) -> Path:
+        if self._model_dir is None:
+            from pytest_ditar.runtime.models import resolve_model_dir
+
+            self._model_dir = resolve_model_dir(self.suite)
+        return self._model_dir
+
+    def baseline(self):
+        if self._baseline is None:
+            from pytest_ditar.store.snapshot import load_snapshot
+
+            self._baseline = load_snapshot(self.baseline_dir, "baseline")
+        return self._baseline
+
+    def worker(self, candidate_dir: Path, name: str) -> CandidateWorker:
+        """The (started) worker process for the pipeline in `candidate_dir`; one per directory per session."""
+        key = Path(candidate_dir).resolve()
+        if key not in self._workers:
+            if not (key / "pipeline.py").is_file():
+                from pytest_ditar.core.errors import ConfigError
+
+                raise ConfigError(f"{key}: no pipeline.py (the candidate package must define pipeline.build(spec))")
+            if self._worker_logs is None:
+                import tempfile
+
+                self._worker_logs = Path(tempfile.mkdtemp(prefix="ditar-workers-"))
+            spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
+            w = CandidateWorker(name, key, spec, log_path=self._worker_logs / f"{name}.log",
+                                memory_budget_gib=self.memory_budget_gib, cwd=self.cfg.root,
+                                cpu_threads=int(os.environ.get("DITAR_CPU_THREADS", "1")))
+            self._workers[key] = w.start(fingerprint=self.resolved_device().startswith("cuda"))
+        return self._workers[key]
+
+    def get_candidate(self) -> CandidateWorker:
+        """The candidate's worker, built once per session; a failure is remembered, not retried."""
+        if self.candidate_error is not None:
+            raise self.candidate_error
+        if self.candidate is None:
+            try:
+                w = self.worker(self.cfg.candidate_path, "candidate")
+                w.memory_budget_gib = self.memory_budget_gib
+                with self.clock.span("build.candidate"):
+                    self.candidate = w.built(self.cfg.item_timeout_s)
+            except CandidateError as exc:
+                self.candidate_error = exc
+                self.errors.append(exc)
+                raise
+        return self.candidate
+
+    def close(self) -> None:
+        """Stop every worker; keep their logs beside the run's when the run has a log directory."""
+        for w in self._workers.values():
+            w.close()
+        if self._worker_logs is not None:
+            import shutil
+
+            if self._run_dir is not None and any(self._worker_logs.iterdir()):
+                shutil.copytree(self._worker_logs, self._run_dir / "workers", dirs_exist_ok=True)
+            shutil.rmtree(self._worker_logs, ignore_errors=True)
+            self._worker_logs = None
+
+    def output_for(self, item: CorpusItem) -> ItemOutput:
+        """Generate the fixed batch that holds `item` (once), then serve it from the cache."""
+        if item.id not in self.outputs:
+            candidate = self.get_candidate()
+            group = next(b for b in batches(self.suite.corpus, self.suite, self.suite.pipeline.batch)
+                         if any(it.id == item.id for it in b))
+            try:
+                with self.clock.span("quality.generate"):
+                    outs = run_batch(candidate, group, self.suite, self.cfg.item_timeout_s)
+                for out in outs:
+                    self.outputs[out.item_id] = out
+            except CandidateError as exc:
+                self.errors.append(exc)
+                if exc.kind == "timeout":
+                    self.candidate_error = exc  # a hung candidate is not run again this session
+                raise
+        return self.outputs[item.id]
+
+    def semantic_scores(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> dict[str, float] | None:
+        """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
+        from pytest_ditar.runtime.semantic import session_scores, wanted
+
+        if not wanted(self):
+            return None
+        with self.clock.span("semantic"):  # only runs that score book firewall time (loading included)
+            return session_scores(self, item, cand, base)
+
+    def build_at_commit(self, commit: str, phase: str = "build.worktree", start_only: bool = False) -> CandidateWorker:
+        """The candidate package of `commit`, from a worktree under the state dir, built in its worker.
+
+        A worktree is pinned to one commit, so one worker serves both the perf lanes' champion and
+        the holdout's baseline when they are the same commit. `start_only` sends the build and
+        returns at once, so it overlaps the candidate's."""
+        wt = self.state_dir / "worktrees" / commit[:12]
+        with self.clock.span(phase):  # the checkout and the wait count to the phase that needed it
+            if not (wt / self.cfg.candidate_dir).is_dir():
+                wt.parent.mkdir(parents=True, exist_ok=True)
+                gitops.add_worktree(self.cfg.root, wt, commit)
+            w = self.worker(wt / self.cfg.candidate_dir, f"commit-{commit[:7]}")
+            w.memory_budget_gib = self.memory_budget_gib
+            if start_only:
+                w.request_build()
+                return w
+            return w.built(self.cfg.item_timeout_s)

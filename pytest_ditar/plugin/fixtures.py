@@ -1,0 +1,205 @@
+"""Public fixtures: what a quality or perf test in suites/ is written with."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_ditar.core.errors import CandidateError, DitarError
+from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics, format_failure
+from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.config.suite import CorpusItem
+
+SESSION_KEY = pytest.StashKey["DitarSession | None"]()
+ERROR_KEY = pytest.StashKey["str | None"]()
+
+
+def get_session(config: pytest.Config) -> DitarSession:
+    sess = config.stash.get(SESSION_KEY, None)
+    if sess is None:
+        msg = config.stash.get(ERROR_KEY, None) or "pytest-ditar is not configured (pass --ditar-config PATH)"
+        raise pytest.UsageError(msg)
+    return sess
+
+
+@pytest.fixture(scope="session")
+def ditar_session(request: pytest.FixtureRequest) -> DitarSession:
+    return get_session(request.config)
+
+
+def _fail_candidate(exc: CandidateError) -> None:
+    pytest.fail(f"CRASH: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def ditar_candidate_output(ditar_item: CorpusItem, ditar_session: DitarSession,
+                           request: pytest.FixtureRequest) -> ItemOutput:
+    """The candidate's output for this corpus item (generated in fixed batches, once)."""
+    from pytest_ditar.plugin.console import bars
+
+    live, total = bars(request.config), len(ditar_session.suite.corpus)
+    live.set("items", len(ditar_session.outputs), total, "corpus items")
+    try:
+        out = ditar_session.output_for(ditar_item)
+    except CandidateError as exc:
+        live.close()
+        _fail_candidate(exc)
+    live.set("items", len(ditar_session.outputs), total, "corpus items")
+    return out
+
+
+@pytest.fixture
+def ditar_baseline_output(ditar_item: CorpusItem, ditar_session: DitarSession) -> ItemOutput:
+    """The ORIGINAL baseline's stored output for this item (never the previous candidate's)."""
+    try:
+        return ditar_session.baseline().output(ditar_item.id)
+    except DitarError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+class QualityChecker:
+    def __init__(self, sess: DitarSession):
+        self.sess = sess
+
+    def check(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> ContractResult:
+        """Compute every metric, record the result for the gate, fail with all numbers."""
+        sess = self.sess
+        with sess.clock.span("quality.metrics"):
+            metrics = compute_metrics(cand.latents, cand.image, base.latents, base.image)
+            try:
+                extra = sess.semantic_scores(item, cand, base)
+            except DitarError as exc:  # e.g. an evaluator path that does not load: one line, no traceback
+                pytest.fail(str(exc), pytrace=False)
+            if extra:
+                from dataclasses import replace
+
+                metrics = replace(metrics, **extra)
+            result = check_contract(item.id, sess.cls, metrics, sess.cfg.thresholds_for(sess.cls))
+        sess.quality[item.id] = result
+        if not metrics.finite:
+            sess.errors.append(CandidateError("non_finite", "", item=item.id))
+        if not result.passed:
+            where = {"baseline image": str(sess.baseline().image_path(item.id))}
+            saved = _save_failure_image(sess, item.id, cand)
+            if saved:
+                where["candidate image"] = str(saved)
+            pytest.fail(format_failure(result, where), pytrace=False)
+        return result
+
+
+def _save_failure_image(sess: DitarSession, item_id: str, out: ItemOutput) -> Path | None:
+    try:
+        from PIL import Image
+
+        d = sess.run_dir() / "failures"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{item_id}.png"
+        Image.fromarray(out.image).save(path)
+        return path
+    except Exception:  # noqa: BLE001 - a failed save must not hide the quality failure
+        return None
+
+
+@pytest.fixture(scope="session")
+def ditar_quality(ditar_session: DitarSession) -> QualityChecker:
+    return QualityChecker(ditar_session)
+
+
+@pytest.fixture(scope="session")
+def ditar_candidate(ditar_session: DitarSession):
+    try:
+        return ditar_session.get_candidate()
+    except CandidateError as exc:
+        _fail_candidate(exc)
+
+
+class PerfRunner:
+    """Times one lane for the candidate (and, interleaved, the champion) and judges it."""
+
+    def __init__(self, sess: DitarSession, gate):
+        self.sess = sess
+        self.gate = gate
+        self._champion = None
+        self._champion_error: str | None = None
+
+    def champion(self):
+        """The champion's own code from a git worktree, built in this process; None if impossible."""
+        if self._champion is not None or self._champion_error is not None or not self.sess.cfg.perf.interleave:
+            return self._champion
+        from pytest_ditar.loop import champion
+
+        try:
+            self._champion = champion.build_champion(self.sess, self.gate)  # booked as perf.build_champion
+        except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
+            self._champion_error = f"{type(exc).__name__}: {exc}"
+        return self._champion
+
+    def _progress(self, lane):
+        """A tqdm bar over the lane's timed rounds (terminal only; see console.LiveBars)."""
+        if self.gate is None:
+            return None
+        from pytest_ditar.plugin.console import bars
+
+        live = bars(self.gate.config)
+        return lambda done: live.set(f"lane {lane.name}", done, lane.repeats, f"lane {lane.name} rounds")
+
+    def run(self, lane, benchmark=None):
+        from pytest_ditar.loop import champion
+        from pytest_ditar.runtime.lanes import judge_lane, measure_lane
+
+        sess = self.sess
+        if self.gate is not None and self.gate.gated:
+            if sess.errors:
+                pytest.skip(f"not timed: the candidate already crashed ({sess.errors[0]})")
+            failed = [r.item_id for r in sess.quality.values() if not r.passed]
+            if failed:
+                pytest.skip(f"not timed: quality already failed on {len(failed)} item(s); the verdict is DISCARD")
+        try:
+            cand = sess.get_candidate()
+        except CandidateError as exc:
+            _fail_candidate(exc)
+        group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
+        champ = None if group else self.champion()
+        from pytest_ditar.hardware import exclusivity
+
+        try:  # the watch: no other process may use this GPU while it is timed
+            with exclusivity.Watch(sess.resolved_device()) as watch, sess.clock.span("perf.lanes"):
+                if group:
+                    from pytest_ditar.runtime.multigpu import measure_group_lane
+
+                    m = measure_group_lane(sess, lane)
+                else:
+                    m = measure_lane(cand, sess.suite, lane, champion=champ,
+                                     benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
+                                     progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu)
+        except CandidateError as exc:
+            sess.errors.append(exc)
+            _fail_candidate(exc)
+        sess.clock.timed_s += m.timed_s
+        stored = champion.stored_lanes(sess, self.gate)
+        if champ is not None:
+            source, champ_samples = "interleaved", m.champion_samples
+        else:
+            source, champ_samples = "stored", list(stored.get(lane.name, {}).get("samples", []))
+        noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
+        res = judge_lane(m, champ_samples, objective=lane.name == sess.cfg.objective_lane, source=source,
+                         noise=noise, perf_cfg=sess.cfg.perf)
+        champion.attach_flops(sess, lane, res)
+        res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID
+        sess.lanes[lane.name] = res
+        return res
+
+
+@pytest.fixture(scope="session")
+def ditar_perf(ditar_session: DitarSession, request: pytest.FixtureRequest) -> PerfRunner:
+    from pytest_ditar.plugin.hooks import GATE_KEY
+
+    return PerfRunner(ditar_session, request.config.stash.get(GATE_KEY, None))
+
+
+def check_lane(result) -> None:
+    """Fail the perf test with the lane's verdict unless it is FASTER (objective) or OK (guard)."""
+    oc = result.outcome
+    if oc.verdict not in ("FASTER", "OK"):
+        pytest.fail(f"lane {oc.name}: {oc.verdict}: {oc.reason}", pytrace=False)

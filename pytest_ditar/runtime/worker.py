@@ -1,0 +1,260 @@
+"""The judge's side of a candidate worker: start, build, request, time, pause, kill.
+
+Candidate code never runs in the judge's process. Each pipeline (the candidate, the champion,
+the baseline code of the holdout) runs in a worker process of its own (`worker_main`), spawned
+with a fresh interpreter (no fork: no CUDA state, no judge memory shared), in a process group of
+its own so it can be paused and killed with everything it started.
+
+A call is timed here, on the judge's clock, from the request sent to the outputs received; the
+worker synchronizes its device before it replies. A worker that dies, hangs past the timeout or
+sends malformed data is killed and becomes a CandidateError (a CRASH), never a hung judge.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.interface import PipelineSpec, Request
+from pytest_ditar.runtime.clock import judge_clock
+
+ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
+MAX_ARRAY_BYTES = 1 << 31
+START_TIMEOUT_S = 600.0  # interpreter + torch import + CUDA context on a cold, busy host
+
+
+@dataclass
+class Outputs:
+    latents: np.ndarray  # float32 [B, C, h, w]
+    images: np.ndarray  # uint8 [B, H, W, 3]
+    seconds: float  # judge's clock, request sent -> outputs received
+    worker_s: float  # the worker's own account of generate + device sync (a cross-check only)
+
+
+class CandidateWorker:
+    """One candidate pipeline in a process of its own."""
+
+    def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
+                 memory_budget_gib: float | None = None, cpu_threads: int = 1, cwd: Path | None = None):
+        self.name = name
+        self.candidate_dir = Path(candidate_dir).resolve()
+        self.spec = spec
+        self.log_path = Path(log_path)
+        self.memory_budget_gib = memory_budget_gib
+        self.cpu_threads = cpu_threads
+        self.cwd = cwd
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.pending: list[str] = []  # ops sent whose replies are not read yet, in order
+        self.info: dict[str, Any] = {}  # hello's reply: pid, argv, fingerprint
+        self.build_s: float | None = None
+        self.error: CandidateError | None = None  # a failed worker stays failed
+        self.paused = False
+
+    # ---- life cycle -------------------------------------------------------------------------
+    def start(self, fingerprint: bool = False) -> "CandidateWorker":
+        """Spawn the process and say hello; returns at once (the reply is read when needed)."""
+        if self.proc is not None:
+            return self
+        parent, child = socket.socketpair()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            kwargs: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_ditar.runtime.worker_main", str(child.fileno())],
+                                         pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=self.cwd, **kwargs)
+        child.close()
+        self.conn = Connection(parent.detach())
+        _LIVE.add(self)
+        self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint)
+        return self
+
+    def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
+        """The worker's pid, argv and (if asked at start) hardware fingerprint."""
+        self.start()
+        self._drain("hello", timeout_s)
+        return self.info
+
+    def request_build(self) -> None:
+        """Send the build without waiting, so several workers build at the same time."""
+        self.start()
+        if self.build_s is None and "build" not in self.pending:
+            spec = {**asdict(self.spec), "model_dir": str(self.spec.model_dir)}
+            self._send("build", candidate_dir=str(self.candidate_dir), spec=spec,
+                       memory_budget_gib=self.memory_budget_gib)
+
+    def built(self, timeout_s: float | None = None) -> "CandidateWorker":
+        """Wait until the pipeline is built (raising its CandidateError if it failed)."""
+        self.request_build()
+        self._drain("build", START_TIMEOUT_S + (timeout_s or 0.0))
+        return self
+
+    def close(self) -> None:
+        """Ask the worker to quit; kill its process group if it does not within a few seconds."""
+        if self.proc is None:
+            return
+        _LIVE.discard(self)
+        with contextlib.suppress(OSError, ValueError):
+            self.resume()
+            if self.error is None:
+                self.conn.send_bytes(json.dumps({"op": "quit"}).encode())
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+    # ---- pausing: nothing of this worker runs while the other side is timed ------------------
+    def pause(self) -> None:
+        if self.proc is not None and not self.paused and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None and self.paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGCONT)
+            self.paused = False
+
+    # ---- requests ---------------------------------------------------------------------------
+    def generate(self, request: Request, timeout_s: float | None = None) -> Outputs:
+        self.built()
+        t0 = judge_clock()
+        reply, arrays = self._call("generate", timeout_s, request=_request_dict(request))
+        seconds = judge_clock() - t0
+        if len(arrays) != 2:
+            raise self._fail(CandidateError("exception", f"worker {self.name} sent {len(arrays)} arrays, expected 2"))
+        return Outputs(arrays[0], arrays[1], seconds, float(reply.get("worker_s", 0.0)))
+
+    def flops(self, request: Request, timeout_s: float | None = None) -> float | None:
+        reply, _ = self._call("flops", timeout_s, request=_request_dict(request))
+        return reply.get("flops")
+
+    def dtypes(self, timeout_s: float | None = None) -> set[str]:
+        reply, _ = self._call("dtypes", timeout_s)
+        return set(reply.get("dtypes", ()))
+
+    def memory(self, reset: bool = False) -> tuple[float | None, float | None]:
+        reply, _ = self._call("memory", 60.0, reset=reset)
+        return reply.get("allocated_gib"), reply.get("reserved_gib")
+
+    def steady(self, on: bool, pin_cpu: bool = False) -> None:
+        self._call("steady", 60.0, on=on, pin_cpu=pin_cpu)
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    def _call(self, op: str, timeout_s: float | None, **args: Any) -> tuple[dict[str, Any], list[np.ndarray]]:
+        self.built()
+        self.resume()
+        self._send(op, **args)
+        return self._receive(op, timeout_s)
+
+    def _send(self, op: str, **args: Any) -> None:
+        if self.error is not None:
+            raise self.error
+        try:
+            self.conn.send_bytes(json.dumps({"op": op, **args}).encode())
+        except OSError:
+            raise self._died() from None
+        self.pending.append(op)
+
+    def _drain(self, op: str, timeout_s: float | None) -> None:
+        """Read replies up to and including the pending `op` (hello and build are pipelined)."""
+        if self.error is not None:
+            raise self.error
+        while op in self.pending:
+            self._receive(self.pending[0], timeout_s)
+
+    def _receive(self, op: str, timeout_s: float | None) -> tuple[dict[str, Any], list[np.ndarray]]:
+        try:
+            if timeout_s is not None and not self.conn.poll(timeout_s):
+                raise self._fail(CandidateError("timeout", f"{self.name} {op}", seconds=timeout_s))
+            header = json.loads(self.conn.recv_bytes(1 << 20))
+            arrays = [self._array(spec) for spec in header.get("arrays", [])]
+        except (EOFError, OSError):
+            raise self._died() from None
+        except (ValueError, TypeError, KeyError) as exc:
+            raise self._fail(CandidateError("exception", f"worker {self.name} sent malformed data: {exc}")) from None
+        self.pending.pop(0)
+        if not header.get("ok"):
+            err = CandidateError(header.get("kind", "exception"), header.get("message", "unknown error"))
+            if op in ("hello", "build"):
+                self.error = err  # a pipeline that did not build is not retried
+            raise err
+        if op == "hello":
+            self.info = {k: header[k] for k in ("pid", "argv", "fingerprint") if k in header}
+        elif op == "build":
+            self.build_s = float(header.get("build_s", 0.0))
+        return header, arrays
+
+    def _array(self, spec: dict[str, Any]) -> np.ndarray:
+        dtype = ALLOWED_DTYPES.get(spec["dtype"])
+        shape = tuple(int(n) for n in spec["shape"])
+        if dtype is None or any(n < 0 for n in shape) or np.prod(shape) * np.dtype(dtype).itemsize > MAX_ARRAY_BYTES:
+            raise ValueError(f"array {spec['dtype']}{list(shape)} not accepted")
+        data = self.conn.recv_bytes(MAX_ARRAY_BYTES)
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+    def _died(self) -> CandidateError:
+        code = self.proc.wait(timeout=30) if self.proc is not None else None
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+        last = self.log_tail(1)
+        kind = "oom" if "out of memory" in last.lower() else "exception"
+        return self._fail(CandidateError(kind, f"worker {self.name} {how}" + (f": {last}" if last else "")
+                                         + f" (log: {self.log_path})"))
+
+    def _fail(self, err: CandidateError) -> CandidateError:
+        self.error = err
+        self.kill()
+        _LIVE.discard(self)
+        return err
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return "\n".join(text[-lines:])[-2000:]
+
+
+@contextlib.contextmanager
+def only_running(active: CandidateWorker, others: "list[CandidateWorker | None]") -> Iterator[None]:
+    """Pause every other worker while `active` is timed; they resume when asked again."""
+    for w in others:
+        if w is not None and w is not active:
+            w.pause()
+    active.resume()
+    yield
+
+
+def _request_dict(r: Request) -> dict[str, Any]:
+    return {"labels": list(r.labels), "seeds": list(r.seeds), "steps": r.steps}
+
+
+_LIVE: set[CandidateWorker] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    """No worker outlives the judge (a crashed or interrupted run included)."""
+    for w in list(_LIVE):
+        with contextlib.suppress(Exception):
+            w.kill()

@@ -1,0 +1,196 @@
+"""The candidate worker: the only process where candidate code runs.
+
+The judge (`runtime.worker.CandidateWorker`) starts it as
+`python -m pytest_ditar.runtime.worker_main FD`, FD being its end of a socket pair. It builds one
+candidate pipeline and then serves requests, strictly one reply per message, in order. It knows
+nothing of pytest, git, the state directory or the statistics: the judge owns all of those.
+
+Wire format (both directions): a JSON header per message; arrays follow as raw bytes, their dtype
+and shape in the header. The judge never unpickles anything a worker sends, so candidate code that
+writes to the socket can at worst send wrong numbers, never code.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.interface import PipelineSpec, Request
+
+MAX_HEADER = 1 << 20
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the judge dies, even while it is stopped (SIGSTOP)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    from pytest_ditar.runtime.harness import classify_exception
+
+    err = classify_exception(exc)
+    return {"ok": False, "kind": err.kind, "message": err.message,
+            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+
+
+class Worker:
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.device = "cpu"
+        self.candidate: Any = None
+        self.gc_was_enabled = True
+
+    # ---- operations (each returns the reply header; arrays go in self.arrays) -------------------
+    def op_hello(self, device: str, cpu_threads: int, fingerprint: bool) -> dict[str, Any]:
+        import torch
+
+        self.device = device
+        if device == "cpu":
+            # One intra-op thread on CPU by default: toy-sized ops gain nothing from a pool, and a
+            # pool that spin-waits against other processes turns timing noise into 100x outliers.
+            torch.set_num_threads(cpu_threads)
+        reply: dict[str, Any] = {"pid": os.getpid(), "argv": sys.argv}
+        if fingerprint:
+            from pytest_ditar.hardware.profiles import collect
+
+            reply["fingerprint"] = collect(device).to_dict()
+        return reply
+
+    def op_build(self, candidate_dir: str, spec: dict[str, Any], memory_budget_gib: float | None) -> dict[str, Any]:
+        from pytest_ditar.runtime.harness import build_candidate
+
+        self._bind_memory_budget(memory_budget_gib)
+        spec_obj = PipelineSpec(**{**spec, "model_dir": Path(spec["model_dir"])})
+        t0 = time.perf_counter()
+        self.candidate = build_candidate(Path(candidate_dir), spec_obj)
+        self._sync()
+        return {"build_s": time.perf_counter() - t0}
+
+    def op_generate(self, request: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        req = _request(request)
+        t0 = time.perf_counter()
+        gen = self.candidate.generate(req)
+        self._sync()  # the reply means the device work is done: the judge's clock needs no device
+        worker_s = time.perf_counter() - t0
+        latents = gen.latents
+        if hasattr(latents, "detach"):
+            latents = latents.detach().float().cpu().numpy()
+        self.arrays = [np.ascontiguousarray(latents, dtype=np.float32), np.ascontiguousarray(gen.images)]
+        return {"worker_s": worker_s}
+
+    def op_flops(self, request: dict[str, Any]) -> dict[str, Any]:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            self.candidate.generate(_request(request))
+        return {"flops": float(counter.get_total_flops())}
+
+    def op_dtypes(self) -> dict[str, Any]:
+        from pytest_ditar.hardware.profiles import object_dtypes
+
+        return {"dtypes": sorted(object_dtypes(self.candidate))}
+
+    def op_memory(self, reset: bool) -> dict[str, Any]:
+        if not self.device.startswith("cuda"):
+            return {"allocated_gib": None, "reserved_gib": None}
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        if reset:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return {"allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30,
+                "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30}
+
+    def op_steady(self, on: bool, pin_cpu: bool) -> dict[str, Any]:
+        """No garbage-collector pause inside a timed round; with pin_cpu, no migration between launches."""
+        from pytest_ditar.runtime.harness import pin_to_current_cpu
+
+        if on:
+            self.gc_was_enabled = gc.isenabled()
+            gc.collect()
+            gc.disable()
+            self.old_mask = pin_to_current_cpu() if pin_cpu else None
+        else:
+            if getattr(self, "old_mask", None) is not None:
+                os.sched_setaffinity(0, self.old_mask)
+            if self.gc_was_enabled:
+                gc.enable()
+        return {}
+
+    # ---- plumbing ---------------------------------------------------------------------------
+    def _sync(self) -> None:
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+    def _bind_memory_budget(self, budget_gib: float | None) -> None:
+        """The allocator raises OOM at the target's size: a candidate that only fits a bigger card crashes."""
+        if not budget_gib or not self.device.startswith("cuda"):
+            return
+        import torch
+
+        dev = torch.device(self.device)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory / 2**30
+        if budget_gib < total:
+            torch.cuda.set_per_process_memory_fraction(budget_gib / total, index)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                msg = json.loads(self.conn.recv_bytes(MAX_HEADER))
+            except (EOFError, OSError):
+                return  # the judge is gone
+            op = msg.pop("op")
+            if op == "quit":
+                self._reply({"ok": True})
+                return
+            self.arrays = []
+            try:
+                reply = {"ok": True, **getattr(self, f"op_{op}")(**msg)}
+            except BaseException as exc:  # noqa: BLE001 - every failure is a reply, never a silent exit
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                reply, self.arrays = _error(exc), []
+            self._reply(reply)
+
+    def _reply(self, header: dict[str, Any]) -> None:
+        header["arrays"] = [{"dtype": a.dtype.str, "shape": list(a.shape)} for a in self.arrays]
+        self.conn.send_bytes(json.dumps(header, default=str).encode())
+        for a in self.arrays:
+            self.conn.send_bytes(memoryview(a).cast("B"))
+        self.arrays = []
+
+
+def _request(d: dict[str, Any]) -> Request:
+    return Request(labels=tuple(d["labels"]), seeds=tuple(d["seeds"]), steps=int(d["steps"]))
+
+
+def main(argv: list[str]) -> int:
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the judge's to handle; it stops us
+    from pytest_ditar.runtime.harness import quiet_libraries
+
+    quiet_libraries()
+    Worker(Connection(int(argv[1]))).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
