@@ -11,7 +11,8 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+
+from pytest_ditar.core.vocabulary import CLASSES, ERROR_KINDS, LANE_VERDICTS, STATUSES, Status
 
 __all__ = [
     "CLASS_ORDER",
@@ -29,22 +30,8 @@ __all__ = [
     "verdict_line",
 ]
 
-Status = Literal["KEEP", "DISCARD", "CRASH"]
-STATUSES: tuple[str, ...] = ("KEEP", "DISCARD", "CRASH")
-
 # Loosest last: a branch's cumulative class is the loosest class any kept commit claimed.
-CLASS_ORDER: tuple[str, ...] = ("exact", "numerical", "approximate", "quantization")
-
-LANE_VERDICTS: tuple[str, ...] = (
-    "FASTER",
-    "NOT_FASTER",
-    "SLOWER",
-    "UNSTABLE",
-    "REGRESSED",
-    "OK",
-    "MISSING",
-)
-ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
+CLASS_ORDER: tuple[str, ...] = CLASSES
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,28 @@
+"""The product's shared words: classes, statuses, verdicts, the default config path and the
+environment variables. Every other module takes them from here; none writes them out again."""
+from __future__ import annotations
+
+from typing import Literal
+
+# Experiment classes, tightest first: a branch's cumulative class is the loosest any kept commit claimed.
+CLASSES: tuple[str, ...] = ("exact", "numerical", "approximate", "quantization")
+# Handbook pages may also be background reading that is no experiment class.
+HANDBOOK_CLASSES: tuple[str, ...] = (*CLASSES, "reference")
+# Classes whose claim is checked against the champion's outputs (the same computation, or its arithmetic).
+REPRODUCING_CLASSES: tuple[str, ...] = ("exact", "numerical")
+
+Status = Literal["KEEP", "DISCARD", "CRASH"]
+STATUSES: tuple[str, ...] = ("KEEP", "DISCARD", "CRASH")
+LANE_VERDICTS: tuple[str, ...] = ("FASTER", "NOT_FASTER", "SLOWER", "UNSTABLE", "REGRESSED", "OK", "MISSING")
+ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
+
+TRAILER = "Ditar-Class:"  # the commit-message trailer that carries an experiment's class
+DEFAULT_CONFIG = "config/autoresearch.json"  # relative to the project root
+
+# Environment variables the product reads.
+ENV_CONFIG = "DITAR_CONFIG"  # dit-ar's --config default
+ENV_TAG = "DITAR_TAG"  # the session tag, over the branch name
+ENV_CPU_THREADS = "DITAR_CPU_THREADS"  # torch intra-op threads of a CPU worker (default 1)
+ENV_CACHE = "DITAR_CACHE"  # where generated model directories are cached
+ENV_WEIGHTS_DIR = "DITAR_WEIGHTS_DIR"  # a local pipeline directory, over the suite's model.weights_dir
+ENV_PROGRESS = "DITAR_PROGRESS"  # 0: no progress bars; 1: bars even without a terminal
