@@ -30,7 +30,7 @@ PYEOF
 cd $P && printf '.autoresearch/\n__pycache__/\n' > .gitignore
 git init -q -b main && git -c user.email=g@x -c user.name=g add -A && git -c user.email=g@x -c user.name=g commit -qm stock
 DITAR="$PY -m pytest_ditar.cli --config config/autoresearch.json"
-PLUG=$($PY -c "import importlib.metadata as m; print('' if any(e.name == 'ditar' for e in m.entry_points(group='pytest11')) else '-p pytest_ditar.plugin')")
+PLUG=$($PY -c "import importlib.metadata as m; print('' if any(e.name == 'ditar' for e in m.entry_points(group='pytest11')) else '-p pytest_ditar.plugin.hooks')")
 PYT="$PY -m pytest $PLUG -p no:cacheprovider"
 $DITAR init --tag gpu >/dev/null
 stamp "baseline start"

@@ -7,7 +7,11 @@ champion, then prints the table and writes JSON + markdown:
     python benchmarks/ladder.py --suite dit-xl-2-256 --out ladder        # on the GPU
     python benchmarks/ladder.py --suite tiny --rungs sdpa,lean,mislabelled  # CPU dry run
 
-`--from-rung/--to-rung` split a long ladder across calls that share --workdir.
+`--resume` continues a ladder in the same --workdir (split a long ladder across calls);
+`--budget-s` stops before a rung that would not finish in time (the JSON is written after every
+rung, so a cut run keeps what it measured). Every candidate runs in worker processes of its own
+(pytest_ditar.runtime.worker); each rung's row carries the median round trip of its lanes (the
+judge's time minus the worker's own, per call).
 """
 from __future__ import annotations
 
@@ -97,6 +101,12 @@ def ditar(ws: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return sh([sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json", *args], ws, check)
 
 
+def round_trip_ms(lane_data: dict) -> float | None:
+    """Median of the judge's time minus the worker's own over a lane's timed calls, in ms."""
+    over = lane_data.get("measurement", {}).get("overhead_s") or []
+    return statistics.median(over) * 1e3 if over else None
+
+
 def median_of(summary: dict, lane: str) -> float | None:
     m = summary.get("lanes", {}).get(lane, {}).get("measurement", {})
     return statistics.median(m["samples"]) if m.get("samples") else None
@@ -110,12 +120,16 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="continue in an existing workdir (state kept)")
     ap.add_argument("--out", default="ladder")
     ap.add_argument("--write-patches", metavar="DIR", help="write each rung as a patch of mutable/pipeline.py and exit")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="wall-clock budget for this call: no rung starts that would likely end past it "
+                         "(estimated from the slowest rung so far, 90 s before the first)")
     ap.add_argument("--semantic", action="store_true",
                     help="configure full-size random-init CLIP ViT-B-32 + LPIPS alex, so approximate and "
                          "quantization rungs run the whole firewall (scores meaningless; timing and path real)")
     args = ap.parse_args()
     if args.write_patches:
         return write_patches(Path(args.write_patches))
+    t_call = time.perf_counter()
     ws = Path(args.workdir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +151,11 @@ def main() -> int:
     wanted = args.rungs.split(",")
     for name, cls, subject, updates, expected in RUNGS:
         if name not in wanted:
+            continue
+        walls = [r["wall_s"] for r in state["rows"]]
+        if args.budget_s and time.perf_counter() - t_call + max(walls, default=90.0) > args.budget_s:
+            print(f"[ladder] {name}: skipped, --budget-s {args.budget_s:.0f} s would be exceeded", flush=True)
+            state.setdefault("skipped", []).append(name)
             continue
         flags = {**state["flags"], **{k: (first_seed if v == "first_seed" else v) for k, v in updates.items()}}
         (ws / "mutable/pipeline.py").write_text(render(flags))
@@ -165,12 +184,14 @@ def main() -> int:
             row["lanes"][lane] = {"verdict": oc.get("verdict"), "speedup": oc.get("speedup"),
                                   "ci": [oc.get("ci_low"), oc.get("ci_high")], "median_s": med,
                                   "cumulative_vs_baseline": (base_med[lane] / med) if med else None,
-                                  "peak_vram_gib": oc.get("peak_vram_gib"), "achieved_tflops": data.get("achieved_tflops")}
+                                  "peak_vram_gib": oc.get("peak_vram_gib"), "achieved_tflops": data.get("achieved_tflops"),
+                                  "round_trip_ms": round_trip_ms(data)}
         if status == "KEEP":
             state["flags"] = flags
         state["rows"].append(row)
         state_file.write_text(json.dumps(state, indent=1, default=str))
-        print(f"[ladder] {name}: {verdict}", flush=True)
+        (out / "ladder.json").write_text(json.dumps(state, indent=1, default=str))
+        print(f"[ladder] {name}: {verdict} [{wall:.0f} s]", flush=True)
     (out / "ladder.json").write_text(json.dumps(state, indent=1, default=str))
     print_table(state, base_med)
     return 0
@@ -201,7 +222,7 @@ def print_table(state: dict, base_med: dict) -> None:
     print("\nbaseline medians: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in base_med.items()))
     hdr = (f"{'rung':<13}{'class':<13}{'verdict':<8}{'b1 x champ':>11}{'ci95':>15}{'b1 cum':>8}{'b8 cum':>8}"
            f"{'TFLOP/s b8':>11}{'PSNR min':>9}{'SSIM min':>9}{'VRAM GiB':>9}{'wall s':>7}{'perf ovh':>9}"
-           f"{'firewall':>9}  reason")
+           f"{'firewall':>9}{'rt ms b1/b8':>13}  reason")
     print(hdr)
     for r in state["rows"]:
         b1, b8 = r["lanes"].get("latency_b1", {}), r["lanes"].get("throughput_b8", {})
@@ -213,7 +234,8 @@ def print_table(state: dict, base_med: dict) -> None:
               f"{f(b1.get('cumulative_vs_baseline'), '{:.2f}x'):>8}{f(b8.get('cumulative_vs_baseline'), '{:.2f}x'):>8}"
               f"{f(b8.get('achieved_tflops'), '{:.0f}'):>11}{f(r['worst_psnr'], '{:.1f}'):>9}{f(r['worst_ssim'], '{:.4f}'):>9}"
               f"{f(vram or None, '{:.2f}'):>9}{r['wall_s']:>7.0f}{f(t.get('perf.overhead'), '{:.3f}x'):>9}"
-              f"{f(100 * t['firewall.fraction'] if t.get('firewall.fraction') else None, '{:.1f}%'):>9}  {r['reason'][:90]}")
+              f"{f(100 * t['firewall.fraction'] if t.get('firewall.fraction') else None, '{:.1f}%'):>9}"
+              f"{f(b1.get('round_trip_ms'), '{:.2f}') + '/' + f(b8.get('round_trip_ms'), '{:.2f}'):>13}  {r['reason'][:90]}")
 
 
 if __name__ == "__main__":

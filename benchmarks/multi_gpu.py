@@ -11,7 +11,7 @@
 2. CFG-split lane: the lean 1-GPU pipeline vs `demo/candidates/cfg_split.py` over 2 ranks, both
    launched by pytest_ditar.multigpu (same barrier/sync timing), alternating blocks; ratio of
    medians with a bootstrap 95% CI (stats.compare). The outputs of the 2-rank group are checked
-   against the stock pipeline with the exact contract.
+   against the stock pipeline with the exact contract (built in this process: benchmarks/inprocess.py).
 3. Exclusivity: a second process allocates on GPU 0; exclusivity.check must name its PID. On CPU
    there is no NVML: the real check says "not checked" and a simulated process list shows the
    message.
@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # inprocess.py: the stock reference, built in this process
 
 
 def sh(cmd, cwd, env=None):
@@ -76,15 +77,24 @@ def time_line(stdout: str) -> dict:
     return out
 
 
+def plugin_flag() -> list[str]:
+    """`-p pytest_ditar.plugin.hooks` where the package is importable but not installed (no pytest11
+    entry point, as on the GPU machine's PYTHONPATH); nothing where the entry point loads it already
+    (naming it twice is an error)."""
+    import importlib.metadata as md
+
+    if any(ep.name == "ditar" for ep in md.entry_points(group="pytest11")):
+        return []
+    return ["-p", "pytest_ditar.plugin.hooks"]
+
+
 def quality_phase(ws: Path, device: str) -> dict:
     ditar = [sys.executable, "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json"]
     res, _ = sh([*ditar, "init", "--tag", "mg"], ws)
     assert res.returncode == 0, res.stderr
     res, base_s = sh([*ditar, "baseline", "--device", device], ws)
     assert res.returncode == 0, res.stdout + res.stderr
-    from pytest_ditar.cli.main import _plugin_flag  # "-p pytest_ditar.plugin" where no entry point is installed
-
-    py = [sys.executable, "-m", "pytest", *_plugin_flag(), "-p", "no:cacheprovider", "-q", "-m", "quality"]
+    py = [sys.executable, "-m", "pytest", *plugin_flag(), "-p", "no:cacheprovider", "-q", "-m", "quality"]
     one, t1 = sh([*py, f"--ditar-device={device}"], ws)
     two, t2 = sh([*py, "-n", "2"], ws)  # one batch per scope; workers pin themselves to cuda:0 / cuda:1
     ok = lambda r: r.returncode == 0 and "quality" in r.stdout  # noqa: E731
@@ -111,12 +121,13 @@ if device.startswith("cuda"):
 marks.append(("CUDA context", time.time()))
 import diffusers  # noqa: F401
 marks.append(("import diffusers", time.time()))
-sys.path.insert(0, sys.argv[3])
-from pytest_ditar.runtime.harness import batches, build_candidate, make_spec, run_batch
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/benchmarks"]
+from inprocess import InProcessCandidate
+from pytest_ditar.runtime.harness import batches, make_spec, run_batch
 from pytest_ditar.runtime.models import resolve_model_dir
 from pytest_ditar.config.suite import load_suite
 suite = load_suite(Path(sys.argv[2]))
-cand = build_candidate(Path(sys.argv[3]) / "mutable", make_spec(suite, resolve_model_dir(suite), device))
+cand = InProcessCandidate(Path(sys.argv[3]) / "mutable", make_spec(suite, resolve_model_dir(suite), device))
 marks.append(("build stock pipeline", time.time()))
 first = batches(suite.corpus, suite, suite.pipeline.batch)[0]
 run_batch(cand, first, suite, None)
@@ -149,8 +160,9 @@ def startup_probe(suite_name: str, device: str) -> dict:
 
 
 def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> dict:
+    from inprocess import InProcessCandidate
     from pytest_ditar.core import stats
-    from pytest_ditar.runtime.harness import batches, build_candidate, make_spec, run_batch
+    from pytest_ditar.runtime.harness import batches, make_spec, run_batch
     from pytest_ditar.interface import Request
     from pytest_ditar.runtime.models import resolve_model_dir
     from pytest_ditar.runtime.multigpu import group_outputs, group_times
@@ -174,7 +186,7 @@ def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> d
         two += group_times(split, spec, req, world=2, warmup=1, repeats=repeats)["samples"]
     c = stats.compare(one, two, min_effect=0.02, alpha=0.05, max_cv=0.5, n_boot=2000)
     group = batches(suite.corpus[:4], suite, 4)[0]
-    ref = run_batch(build_candidate(ROOT / "mutable", spec), group, suite, None)
+    ref = run_batch(InProcessCandidate(ROOT / "mutable", spec), group, suite, None)  # the stock reference
     (lat, img), = group_outputs(split, spec, [Request(tuple(i.label for i in group), tuple(i.seed for i in group),
                                                        suite.steps_for(group[0]))], world=2)
     t = Thresholds(**DEFAULT_THRESHOLDS["exact"])

@@ -8,6 +8,10 @@ It compares host settings (GC, CPU pinning) on the objective lane's A/A noise, c
 lane, runs the A/A verdicts, and times two exact candidates (the lean loop, and the lean loop
 replayed from CUDA graphs) against the stock pipeline. Raw samples go into the JSON.
 
+Each pipeline runs in a worker process of its own, as in a gated run (DitarSession.worker); a
+lane pauses the workers it does not time, and this benchmark pauses the ones outside the lane.
+The judge opens no CUDA context (the fingerprint comes from the candidate's worker).
+
 Every figure is labelled with the device it came from (the fingerprint is in the JSON).
 """
 from __future__ import annotations
@@ -25,7 +29,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_ditar.config.project import load_config  # noqa: E402
-from pytest_ditar.hardware.profiles import collect  # noqa: E402
 from pytest_ditar.runtime.lanes import judge_lane, measure_lane  # noqa: E402
 from pytest_ditar.core.quality import check_contract, compute_metrics  # noqa: E402
 from pytest_ditar.loop.session import DitarSession  # noqa: E402
@@ -49,7 +52,12 @@ def floors(m, n_boot: int) -> dict:
             "paired": dataclasses.asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=n_boot)),
             "samples": m.samples, "champion_samples": m.champion_samples,
             "timed_s": m.timed_s,
-            "wall_s": m.wall_s}
+            "wall_s": m.wall_s, "round_trip_ms": round_trip_ms(m)}
+
+
+def round_trip_ms(m) -> float | None:
+    """Median of the judge's time minus the worker's own, per timed call: the round trip's cost."""
+    return statistics.median(m.overhead_s) * 1e3 if m.overhead_s else None
 
 
 def verdict(m, noise, cfg) -> dict:
@@ -57,7 +65,7 @@ def verdict(m, noise, cfg) -> dict:
     return {"verdict": r.outcome.verdict, "speedup": r.outcome.speedup, "ci": [r.outcome.ci_low, r.outcome.ci_high],
             "median_s": statistics.median(m.samples), "champion_median_s": statistics.median(m.champion_samples),
             "samples": m.samples, "champion_samples": m.champion_samples, "peak_reserved_gib": m.peak_reserved_gib,
-            "min_effect": r.min_effect, "in_lane_overhead": m.wall_s / m.timed_s}
+            "min_effect": r.min_effect, "in_lane_overhead": m.wall_s / m.timed_s, "round_trip_ms": round_trip_ms(m)}
 
 
 # Host-side settings compared on the objective lane: the harness default is whatever the
@@ -78,17 +86,37 @@ def main() -> int:
 
     cfg = dataclasses.replace(load_config(args.config), suite=args.suite)
     sess = DitarSession(cfg=cfg, suite=load_suite(cfg.suite_dir), tag="bench", device="auto")
+    try:
+        return run(sess, cfg, args)
+    finally:
+        sess.close()  # every worker process of the session
+
+
+def run(sess: DitarSession, cfg, args) -> int:
     device = sess.resolved_device()
-    fp = collect(device)
+    fp = sess.fingerprint()  # on a GPU, from the candidate's worker: the judge holds no CUDA context
     default_arm = "gc_off_pin" if cfg.perf.pin_cpu else "gc_off"
     print(f"device: {fp.device_name} ({device}); suite {sess.suite.name}; harness default arm {default_arm}", flush=True)
     t0 = time.perf_counter()
-    stock = sess.get_candidate()
-    lean = sess.build_from(candidate_dir(render(dict(DEFAULTS))))
-    graphs = sess.build_from(candidate_dir(render(dict(DEFAULTS, CUDA_GRAPHS=True))))
+    stock = sess.worker(cfg.candidate_path, "stock")
+    lean = sess.worker(candidate_dir(render(dict(DEFAULTS))), "lean")
+    graphs = sess.worker(candidate_dir(render(dict(DEFAULTS, CUDA_GRAPHS=True))), "graphs")
+    everyone = [stock, lean, graphs]
+    for w in everyone:
+        w.request_build()  # the three build side by side
+    for w in everyone:
+        w.built(cfg.item_timeout_s)
     result: dict = {"device": fp.to_dict(), "suite": sess.suite.name, "build_s": time.perf_counter() - t0,
+                    "worker_build_s": {"stock": stock.build_s, "lean": lean.build_s, "graphs": graphs.build_s},
                     "default_arm": default_arm, "probe": {}, "lanes": {}}
     out = Path(args.out)
+
+    def measure(cand, lane, champion, **kw):
+        """measure_lane with every worker outside the lane paused (they resume on their next call)."""
+        for w in everyone:
+            if w is not cand and w is not champion:
+                w.pause()
+        return measure_lane(cand, sess.suite, lane, champion=champion, **kw)
 
     def save(stage: str) -> None:
         out.write_text(json.dumps(result, indent=1, default=str))
@@ -97,7 +125,7 @@ def main() -> int:
     objective = next(l for l in sess.suite.lanes if l.name == cfg.objective_lane)
     rounds = lambda lane: args.rounds or lane.repeats  # noqa: E731
     for arm in args.arms.split(","):
-        m = measure_lane(stock, sess.suite, objective, device, champion=stock, repeats=rounds(objective), **ARMS[arm])
+        m = measure(stock, objective, stock, repeats=rounds(objective), **ARMS[arm])
         result["probe"][arm] = floors(m, cfg.perf.n_boot)
         save(f"probe {arm}: A/A half-width unpaired {result['probe'][arm]['unpaired']['ci_half_width'] * 100:.2f}% "
              f"paired {result['probe'][arm]['paired']['ci_half_width'] * 100:.2f}%")
@@ -106,7 +134,7 @@ def main() -> int:
     for lane in sorted(sess.suite.lanes, key=lambda l: l.name == cfg.objective_lane):
         kw = dict(repeats=rounds(lane), pin_cpu=cfg.perf.pin_cpu)
         entry: dict = {"rounds": rounds(lane), "aa": []}
-        cal = measure_lane(stock, sess.suite, lane, device, champion=stock, **kw)
+        cal = measure(stock, lane, stock, **kw)
         entry["calibration"] = floors(cal, cfg.perf.n_boot)
         # stored the way a baseline stores it: the paired floor judges interleaved (paired) lanes
         noise = {**entry["calibration"]["unpaired"], "paired": entry["calibration"]["paired"]}
@@ -116,17 +144,17 @@ def main() -> int:
         save(f"{lane.name}: calibrated, half-width {noise['ci_half_width'] * 100:.2f}% "
              f"(paired {noise['paired']['ci_half_width'] * 100:.2f}%)")
         for name, cand in (("lean", lean), ("graphs", graphs)):
-            m = measure_lane(cand, sess.suite, lane, device, champion=stock, **kw)
+            m = measure(cand, lane, stock, **kw)
             entry[name] = verdict(m, noise, cfg)
             save(f"{lane.name}: {name} {entry[name]['speedup']:.3f}x {entry[name]['verdict']}")
         # The same lane once launch jitter is gone: A/A of the graph-replayed pipeline.
-        m = measure_lane(graphs, sess.suite, lane, device, champion=graphs, **kw)
+        m = measure(graphs, lane, graphs, **kw)
         entry["graphs_aa"] = floors(m, cfg.perf.n_boot)
         save(f"{lane.name}: graphs A/A half-width {entry['graphs_aa']['unpaired']['ci_half_width'] * 100:.2f}%")
         entry["aa_keeps"] = 0
         if lane.name == cfg.objective_lane:
             for i in range(args.aa_runs):
-                m = measure_lane(stock, sess.suite, lane, device, champion=stock, **kw)
+                m = measure(stock, lane, stock, **kw)
                 entry["aa"].append(verdict(m, noise, cfg))
                 entry["aa_keeps"] = sum(1 for a in entry["aa"] if a["verdict"] == "FASTER")
                 save(f"{lane.name}: A/A {i + 1}/{args.aa_runs} {entry['aa'][-1]['verdict']}")
@@ -156,7 +184,7 @@ def print_table(result: dict, device_name: str) -> None:
               f"{f['unpaired']['ci_half_width'] * 100:>9.2f}%{f['paired']['ci_half_width'] * 100:>8.2f}%")
     print(f"\nlanes (harness default arm {result['default_arm']}):")
     print(f"{'lane':<15}{'stock ms':>9}{'noise ±%':>9}{'paired ±%':>10}{'min eff%':>9}{'A/A KEEP':>9}"
-          f"{'lean':>27}{'graphs':>27}{'graphs A/A ±%':>14}{'in-lane ovh':>12}")
+          f"{'lean':>27}{'graphs':>27}{'graphs A/A ±%':>14}{'in-lane ovh':>12}{'round trip ms':>14}")
     for name, e in result["lanes"].items():
         cal = e["calibration"]
         aa = f"{e['aa_keeps']}/{len(e['aa'])}" if e["aa"] else "-"
@@ -164,7 +192,7 @@ def print_table(result: dict, device_name: str) -> None:
         print(f"{name:<15}{e['stock_median_s'] * 1e3:>9.1f}{cal['unpaired']['ci_half_width'] * 100:>9.2f}"
               f"{cal['paired']['ci_half_width'] * 100:>10.2f}{e['min_effect'] * 100:>9.2f}{aa:>9}{cell(e['lean']):>27}"
               f"{cell(e['graphs']):>27}{e['graphs_aa']['unpaired']['ci_half_width'] * 100:>14.2f}"
-              f"{e['lean']['in_lane_overhead']:>11.3f}x")
+              f"{e['lean']['in_lane_overhead']:>11.3f}x{cal.get('round_trip_ms') or float('nan'):>14.3f}")
     for name, ex in result.get("exact", {}).items():
         print(f"{name} vs stock (exact contract): {ex['passed']}/{ex['total']} pass, worst PSNR {ex['worst_psnr']:.2f} dB, "
               f"worst latent rel-L2 {ex['worst_rel_l2']:.2e}")

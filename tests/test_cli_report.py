@@ -22,7 +22,9 @@ from candidates import ALTERS, COMMENT_ONLY, RAISES, REDUNDANT, STOCK
 from conftest import REPO, make_project
 
 from pytest_ditar.plugin.console import run_table
-from pytest_ditar.report.html import Experiment, build_report, cumulative_best, diff_heatmap
+from pytest_ditar.report.data import Experiment, cumulative_best
+from pytest_ditar.report.html import build_report
+from pytest_ditar.report.images import diff_heatmap
 
 WIDTH, HEIGHT = 1280, 2000
 GREEN_LINE = np.array([0x2A, 0x9D, 0x8F])  # the running-best step line in progress.png

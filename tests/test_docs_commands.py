@@ -182,9 +182,9 @@ def test_docs_conventions():
         for group in re.findall(r"-e '?\.\[([a-z,]+)\]", c.text):
             assert set(group.split(",")) <= set(extras), f"README:{c.line}: unknown extra in {group}"
     # Every `--flag` in program.md's command reference table exists on that subcommand.
-    from pytest_ditar.cli.main import _parser
+    from pytest_ditar.cli.main import build_parser
 
-    sub = next(a for a in _parser()._actions if a.dest == "command").choices
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices
     table = program.split("| command | flags | exit status |", 1)[1].split("\n\n", 1)[0]
     rows = re.findall(r"^\| `(\w+)` \|([^|]*)\|", table, flags=re.M)
     assert {r[0] for r in rows} == set(sub), "program.md's command table must list every subcommand"
@@ -196,7 +196,7 @@ def test_docs_conventions():
         missing = {o for o in known if o.startswith("--") or o == "-n"} - named - {"--help"}
         assert not missing, f"program.md's command table does not document `{name}` {sorted(missing)}"
     plugin_flags = set(re.findall(r"`(--ditar-[a-z-]+)`", program))
-    src = (REPO / "pytest_ditar/plugin.py").read_text()
+    src = (REPO / "pytest_ditar/plugin/hooks.py").read_text()
     assert plugin_flags and all(f'"{f}"' in src for f in plugin_flags), plugin_flags
 
 

@@ -1,7 +1,7 @@
 """Handbook hygiene: frontmatter, the start-up pages, and the number-source convention.
 
 The convention is written down in knowledge/handbook/README.md; the checker lives in
-pytest_ditar/knowledge.py (``unsourced_numbers``) so `dit-ar doctor` can reuse it.
+pytest_ditar/knowledge/lint.py (``unsourced_numbers``) so `dit-ar doctor` can reuse it.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.knowledge import search as knowledge
+from pytest_ditar.knowledge import lint, pages
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "knowledge" / "handbook"
-PAGES = knowledge.load_pages(HANDBOOK)
+PAGES = pages.load_pages(HANDBOOK)
 IDS = [p.rel for p in PAGES]
 
 SEED_PAGES = [
@@ -55,11 +55,11 @@ def test_required_page_exists(rel):
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
 def test_frontmatter_valid(page):
-    assert knowledge.validate_frontmatter(page) == []
+    assert lint.validate_frontmatter(page) == []
     meta = page.meta
-    assert set(knowledge.REQUIRED_KEYS) <= set(meta)
-    assert meta["class"] in knowledge.VALID_CLASSES
-    assert meta["evidence"] in knowledge.VALID_EVIDENCE
+    assert set(lint.REQUIRED_KEYS) <= set(meta)
+    assert meta["class"] in lint.VALID_CLASSES
+    assert meta["evidence"] in lint.VALID_EVIDENCE
 
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
@@ -71,13 +71,13 @@ def test_page_is_dense_and_sectioned(page):
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
 def test_every_measurement_has_a_source(page):
-    problems = knowledge.unsourced_numbers(page)
+    problems = lint.unsourced_numbers(page)
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
 def test_footnotes_are_defined(page):
-    assert knowledge.undefined_footnotes(page) == []
+    assert lint.undefined_footnotes(page) == []
 
 
 @pytest.mark.parametrize("page", PAGES, ids=IDS)
@@ -93,7 +93,7 @@ def test_h200_numbers_are_labelled():
     """DESIGN.md anchor figures must never appear without saying they were measured on the H200."""
     anchors = ["2988 ms", "1395 ms", "602 ms", "732 ms", "305 ms", "123 ms", "750 TFLOP/s", "4.2 TB/s"]
     for page in PAGES:
-        for _first, unit in knowledge._units(page.body):
+        for _first, unit in pages.units(page.body):
             text = "\n".join(line for _, line in unit)
             if any(a in text for a in anchors):
                 assert "H200" in text or "[^h200]" in text, f"{page.rel}: unlabelled H200 anchor: {text[:120]}"
@@ -102,10 +102,10 @@ def test_h200_numbers_are_labelled():
 # --- the checker itself ------------------------------------------------------------------
 
 
-def _page(tmp_path: Path, body: str) -> knowledge.Page:
+def _page(tmp_path: Path, body: str) -> pages.Page:
     p = tmp_path / "x.md"
     p.write_text("---\ntitle: T\ntags: [a]\nclass: exact\nhardware: any\nevidence: published\n---\n" + body)
-    return knowledge.load_page(p, tmp_path)
+    return pages.load_page(p, tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -130,16 +130,16 @@ def _page(tmp_path: Path, body: str) -> knowledge.Page:
     ],
 )
 def test_unsourced_numbers_checker(tmp_path, body, ok):
-    assert (knowledge.unsourced_numbers(_page(tmp_path, body)) == []) is ok
+    assert (lint.unsourced_numbers(_page(tmp_path, body)) == []) is ok
 
 
 def test_validate_frontmatter_reports_errors(tmp_path):
     p = tmp_path / "bad.md"
     p.write_text("---\ntitle: ''\ntags: nope\nclass: fast\nevidence: vibes\n---\nbody\n")
-    errors = knowledge.validate_frontmatter(knowledge.load_page(p, tmp_path))
+    errors = lint.validate_frontmatter(pages.load_page(p, tmp_path))
     joined = "\n".join(errors)
     for key in ("hardware", "title", "tags", "class", "evidence"):
         assert key in joined
     q = tmp_path / "none.md"
     q.write_text("# no frontmatter\n")
-    assert knowledge.validate_frontmatter(knowledge.load_page(q, tmp_path))
+    assert lint.validate_frontmatter(pages.load_page(q, tmp_path))

@@ -9,21 +9,18 @@ import sys
 
 import pytest
 
-from pytest_ditar.hardware import profiles as hardware
-from pytest_ditar.hardware.profiles import (
-    PROFILES,
+from pytest_ditar.hardware import fingerprint, profiles, roofline
+from pytest_ditar.hardware.fingerprint import (
     Clocks,
     Fingerprint,
-    check_features,
     collect,
     diff,
-    flop_floor_seconds,
-    get_profile,
     on_target,
-    roofline_check,
     scan_module_dtypes,
     target_header,
 )
+from pytest_ditar.hardware.profiles import PROFILES, check_features, get_profile
+from pytest_ditar.hardware.roofline import flop_floor_seconds, roofline_check
 
 
 def _cuda_fp(**over: object) -> Fingerprint:
@@ -132,7 +129,8 @@ def test_comparable_key() -> None:
 
 
 def test_import_does_not_import_torch() -> None:
-    code = "import sys, pytest_ditar.hardware; print('torch' in sys.modules)"
+    code = ("import sys, pytest_ditar.hardware.profiles, pytest_ditar.hardware.fingerprint, "
+            "pytest_ditar.hardware.roofline; print('torch' in sys.modules)")
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
@@ -236,5 +234,6 @@ def test_roofline_check_accepts_possible_time() -> None:
 
 
 def test_module_all_is_exported() -> None:
-    for name in hardware.__all__:
-        assert hasattr(hardware, name)
+    for module in (profiles, fingerprint, roofline):
+        for name in module.__all__:
+            assert hasattr(module, name), (module.__name__, name)

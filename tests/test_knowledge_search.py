@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ditar.cli.search import Search
+from pytest_ditar.core.vocabulary import HANDBOOK_CLASSES
+from pytest_ditar.knowledge import pages
 from pytest_ditar.knowledge import search as knowledge
-from pytest_ditar.cli.search import add_search_parser, run_search
 
 ROOT = Path(__file__).resolve().parents[1]
 HANDBOOK = ROOT / "knowledge" / "handbook"
@@ -75,7 +77,7 @@ def test_hit_fields():
     assert isinstance(h, knowledge.Hit)
     assert h.path.endswith(".md") and not h.path.startswith("/")
     assert h.heading and h.title and h.snippet
-    assert isinstance(h.tags, tuple) and h.cls in knowledge.VALID_CLASSES
+    assert isinstance(h.tags, tuple) and h.cls in HANDBOOK_CLASSES
     assert [x.score for x in hits] == sorted((x.score for x in hits), reverse=True)
     with pytest.raises(Exception):
         h.score = 0.0  # frozen
@@ -150,7 +152,7 @@ def test_index_cached_on_disk(tmp_path):
 
 def test_sections_split_at_headings_not_in_code():
     body = "intro\n\n## A\n\ntext a\n\n```\n# not a heading\n```\n\n### B\n\ntext b\n"
-    secs = knowledge.split_sections(body, title="T")
+    secs = pages.split_sections(body, title="T")
     assert [s.heading for s in secs] == ["T", "A", "B"]
     assert "# not a heading" in secs[1].body
 
@@ -158,14 +160,14 @@ def test_sections_split_at_headings_not_in_code():
 def _args(*argv):
     parser = argparse.ArgumentParser(prog="dit-ar")
     sub = parser.add_subparsers(dest="command")
-    add_search_parser(sub)
+    Search.setup_parser(sub)
     return parser.parse_args(["search", *argv])
 
 
 def test_cli_text_output(capsys):
     args = _args("cuda graphs scheduler", "--k", "2")
     assert args.k == 2 and args.json is False and args.search_tag is None and args.cls is None
-    assert run_search(args, HANDBOOK) == 0
+    assert Search.search_in(args, HANDBOOK) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("1. 03_single_gpu/04_cuda_graphs_diffusers_schedulers.md :: ")
     assert "(score " in out[0]
@@ -174,23 +176,23 @@ def test_cli_text_output(capsys):
 
 def test_cli_json_output_and_filters(capsys):
     args = _args("int8 tensor cores", "--json", "--class", "quantization", "--k", "3")
-    assert run_search(args, HANDBOOK) == 0
+    assert Search.search_in(args, HANDBOOK) == 0
     data = json.loads(capsys.readouterr().out)
     assert isinstance(data, list) and data
     assert all(d["class"] == "quantization" for d in data)
     assert {"rank", "path", "heading", "score", "snippet", "title", "tags"} <= set(data[0])
     args = _args("nvlink", "--json", "--tag", "nvlink")
-    assert run_search(args, HANDBOOK) == 0
+    assert Search.search_in(args, HANDBOOK) == 0
     assert all("nvlink" in d["tags"] for d in json.loads(capsys.readouterr().out))
 
 
 def test_cli_missing_handbook(tmp_path, capsys):
-    assert run_search(_args("x"), tmp_path / "nope") == 2
+    assert Search.search_in(_args("x"), tmp_path / "nope") == 2
 
 
 def test_search_modules_do_not_import_torch():
     code = (
-        "import sys; from pathlib import Path; import pytest_ditar.cli.search, pytest_ditar.knowledge.search as k; "
+        "import sys; from pathlib import Path; import pytest_ditar.cli.main, pytest_ditar.knowledge.search as k; "
         f"k.search(Path({str(HANDBOOK)!r}), 'cuda graphs', k=3); "
         "bad = [m for m in ('torch', 'diffusers', 'transformers', 'pytest') if m in sys.modules]; "
         "assert not bad, bad"
@@ -203,9 +205,9 @@ def test_cli_tag_does_not_clash_with_a_top_level_tag(capsys):
     parser = argparse.ArgumentParser(prog="dit-ar")
     parser.add_argument("--tag", default=None)  # the session tag of the real dit-ar parser
     sub = parser.add_subparsers(dest="command")
-    add_search_parser(sub)
+    Search.setup_parser(sub)
     args = parser.parse_args(["--tag", "mysession", "search", "bandwidth", "--tag", "nvlink", "--json"])
     assert args.search_tag == "nvlink"
-    assert run_search(args, HANDBOOK) == 0
+    assert Search.search_in(args, HANDBOOK) == 0
     data = json.loads(capsys.readouterr().out)
     assert data and all("nvlink" in d["tags"] for d in data)

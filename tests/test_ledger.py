@@ -305,3 +305,79 @@ def test_kill_9_mid_append_leaves_verifiable_files(tmp_path, delay_s):
     after = led.verify()
     assert after.ok and after.repairable == () and after.n_rows == n + 1
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# ---- store.atomic and store.paths: what the ledger (and every other writer) is built on -----
+
+
+def test_atomic_writes_leave_only_the_target(tmp_path):
+    from pytest_ditar.store.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+
+    write_bytes_atomic(tmp_path / "a.bin", b"\x00\x01")
+    write_text_atomic(tmp_path / "sub" / "b.txt", "x\r\ny\n")  # parent created, newlines kept
+    write_json_atomic(tmp_path / "c.json", {"k": Path("p")}, default=str)
+    assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
+    assert (tmp_path / "sub" / "b.txt").read_bytes() == b"x\r\ny\n"
+    assert (tmp_path / "c.json").read_text() == '{\n "k": "p"\n}'
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.bin", "b.txt", "c.json", "sub"]
+
+
+def test_atomic_file_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    from pytest_ditar.store.atomic import atomic_file, remove_stale_temps
+
+    target = tmp_path / "t.npz"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError), atomic_file(target) as fh:
+        fh.write(b"half")
+        raise RuntimeError("killed mid-write")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["t.npz"]
+    (tmp_path / ".t.npz.abc.tmp").write_bytes(b"stale")  # what a kill -9 leaves
+    remove_stale_temps(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.npz"]
+
+
+def test_publish_dir_swaps_or_defers(tmp_path):
+    from pytest_ditar.store.atomic import publish_dir, temp_dir_beside
+
+    target = tmp_path / "snap"
+    for content, replace, published in (("one", False, True), ("two", False, False), ("three", True, True)):
+        tmp = temp_dir_beside(target)
+        (tmp / "f").write_text(content)
+        assert publish_dir(tmp, target, replace=replace) is published
+        assert not tmp.exists()
+    assert (target / "f").read_text() == "three"  # "two" lost to the existing one, "three" replaced it
+    assert [p.name for p in tmp_path.iterdir()] == ["snap"]
+
+
+def test_file_lock_times_out_with_the_callers_error(tmp_path):
+    from pytest_ditar.store.atomic import LockTimeout, file_lock
+
+    with file_lock(tmp_path / "x" / ".lock", 1.0):
+        with pytest.raises(LockTimeout, match=r"could not lock .*within 0.1s: busy"):
+            with file_lock(tmp_path / "x" / ".lock", 0.1, holder="busy"):
+                pass
+    with file_lock(tmp_path / "x" / ".lock", 0.1):  # released on exit
+        pass
+    assert issubclass(LedgerLockTimeout, LockTimeout) and issubclass(LedgerLockTimeout, LedgerError)
+
+
+def test_tag_paths_layout(tmp_path):
+    from pytest_ditar.store.paths import TagPaths, tag_dirs
+
+    t = TagPaths.of(tmp_path, ".autoresearch", "mytag")
+    assert t.dir == tmp_path / ".autoresearch" / "mytag" and t.tag == "mytag"
+    rel = {k: getattr(t, k).relative_to(t.dir).as_posix() for k in (
+        "session_file", "ledger_jsonl", "results_tsv", "ledger_lock", "baseline", "champions", "runs",
+        "phase_pointer", "report")}
+    assert rel == {"session_file": "session.json", "ledger_jsonl": "ledger.jsonl", "results_tsv": "results.tsv",
+                   "ledger_lock": ".ledger.lock", "baseline": "baseline", "champions": "champions", "runs": "runs",
+                   "phase_pointer": "phase-quality.json", "report": "report"}
+    assert t.champion("a" * 40) == t.champions / ("a" * 40)
+    assert t.worktree("0123456789abcdef") == t.dir / "worktrees" / "0123456789ab"
+    assert Ledger(t.dir).jsonl_path == t.ledger_jsonl and Ledger(t.dir).lock_path == t.ledger_lock
+    first, second = t.new_run_dir("abcdef0123"), t.new_run_dir("abcdef0123")
+    assert first.parent == t.runs and first.name.endswith("-abcdef0") and first.is_dir()
+    assert second != first and second.is_dir()
+    assert tag_dirs(tmp_path / ".autoresearch") == []  # no session file: not a tag yet
+    t.session_file.write_text("{}")
+    assert tag_dirs(tmp_path / ".autoresearch") == [t]

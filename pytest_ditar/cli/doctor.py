@@ -1,20 +1,38 @@
 """`dit-ar doctor`: the seed's start-up checks as a short pass/fail table."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.core.errors import DitarError
 
 PASS, FAIL, WARN = "pass", "FAIL", "warn"
 
 
-def _checks(config_path: Path, tag: str | None) -> list[tuple[str, str, str]]:
+class Doctor(Command):
+    name = "doctor"
+    help = "check branch, tree, baseline, config, versions, device"
+
+    @classmethod
+    def run(cls, args: argparse.Namespace) -> int:
+        rows = _checks(config_path(args), args.tag)
+        width = max(len(r[0]) for r in rows)
+        for name, result, detail in rows:
+            print(f"{name:<{width}}  {result:<4}  {detail}")
+        failed = [r for r in rows if r[1] == FAIL]
+        print(f"doctor: {len(rows) - len(failed)}/{len(rows)} checks pass"
+              + (f"; fix: {', '.join(r[0] for r in failed)}" if failed else ""))
+        return 1 if failed else 0
+
+
+def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     from pytest_ditar.config.project import load_config
     from pytest_ditar.config.suite import load_suite
 
     try:
-        cfg = load_config(config_path)
+        cfg = load_config(path)
         rows.append(("config", PASS, str(cfg.path)))
     except DitarError as exc:
         return [("config", FAIL, str(exc))]
@@ -46,50 +64,10 @@ def _checks(config_path: Path, tag: str | None) -> list[tuple[str, str, str]]:
 
     rep = Ledger(cfg.state_path / tag).verify()
     rows.append(("ledger", PASS if rep.ok else FAIL, f"{rep.n_rows} rows" if rep.ok else "; ".join(rep.problems[:2])))
-    rows += _software_and_device(cfg)
+    from pytest_ditar.hardware.stack import stack_rows
+
+    rows += stack_rows(cfg.target, PASS, WARN, FAIL)
     from pytest_ditar.hardware.topology import collect, doctor_rows
 
     rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
     return rows
-
-
-def _software_and_device(cfg) -> list[tuple[str, str, str]]:
-    import importlib.metadata as md
-
-    rows = []
-    try:
-        import torch
-
-        rows.append(("torch", PASS, torch.__version__))
-    except ImportError as exc:
-        return rows + [("torch", FAIL, str(exc))]
-    try:
-        v = md.version("diffusers")
-        rows.append(("diffusers", PASS if v.startswith("0.42") else WARN, v))
-    except md.PackageNotFoundError:
-        rows.append(("diffusers", FAIL, "not installed"))
-    from pytest_ditar.hardware.profiles import collect, get_profile, target_header
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    fp = collect(device)
-    profile = get_profile(cfg.target)
-    header = target_header(fp, profile)
-    rows.append(("device", PASS if "ON-TARGET" in header else WARN, header))
-    if device == "cuda":
-        b = torch.backends.cuda
-        backends = [name for name, on in (("flash", b.flash_sdp_enabled()), ("efficient", b.mem_efficient_sdp_enabled()),
-                                          ("cudnn", b.cudnn_sdp_enabled()), ("math", b.math_sdp_enabled())) if on]
-        rows.append(("attention", PASS, "SDPA backends enabled: " + ", ".join(backends)))
-    else:
-        rows.append(("attention", WARN, "CPU: SDPA math/flash-cpu only; GPU backends unchecked"))
-    return rows
-
-
-def doctor(config_path: Path, tag: str | None) -> int:
-    rows = _checks(config_path, tag)
-    width = max(len(r[0]) for r in rows)
-    for name, result, detail in rows:
-        print(f"{name:<{width}}  {result:<4}  {detail}")
-    failed = [r for r in rows if r[1] == FAIL]
-    print(f"doctor: {len(rows) - len(failed)}/{len(rows)} checks pass" + (f"; fix: {', '.join(r[0] for r in failed)}" if failed else ""))
-    return 1 if failed else 0

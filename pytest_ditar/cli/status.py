@@ -1,56 +1,76 @@
 """`dit-ar status`: where the research session stands, in a few lines an agent can read."""
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 from typing import Any
 
-from pytest_ditar.core.decision import cumulative_class
-from pytest_ditar.store.ledger import Ledger
-from pytest_ditar.store.snapshot import load_snapshot, verify_snapshot
+from pytest_ditar.cli.command import Command, config_path, light_session
+from pytest_ditar.core.vocabulary import STATUSES
+
+
+class Status(Command):
+    name = "status"
+    help = "baseline, champion, recent experiments, ledger chain"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("-n", type=int, default=10, help="recent experiments to show")
+        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--all", action="store_true",
+                            help="every tag of every worktree (branch, path, GPU, champion, counts)")
+
+    @classmethod
+    def run(cls, args: argparse.Namespace) -> int:
+        if args.all:
+            from pytest_ditar.config.project import load_config
+            from pytest_ditar.loop.worktrees import status_all
+
+            return status_all(load_config(config_path(args)), as_json=args.json)
+        return status(light_session(args), n=args.n, as_json=args.json)
 
 
 def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
+    # Imported here, not above: the snapshot module brings numpy, and every dit-ar command
+    # imports this module to build its parser.
+    from pytest_ditar.core.decision import cumulative_class
+    from pytest_ditar.report.data import read_rows
+    from pytest_ditar.store.ledger import Ledger
+
     state = cfg.state_path / tag
     ledger = Ledger(state)
     out: dict[str, Any] = {"tag": tag, "suite": suite.name, "objective_lane": cfg.objective_lane, "state_dir": str(state)}
-    base_dir = state / "baseline"
-    if (base_dir / "manifest.json").is_file():
-        snap = load_snapshot(base_dir, verify=False)
-        problems = verify_snapshot(snap)
-        m = snap.manifest
-        out["baseline"] = {"commit": m.get("git_sha"), "items": len(m.get("items", {})), "device": m.get("device"),
-                           "created": m.get("created"), "verifies": not problems, "problems": problems[:3]}
-        lanes = snap.read_json("lanes.json") or {}
-        out["baseline"]["lanes"] = {k: {"median_s": statistics.median(v["samples"]),
-                                        "noise_half_width": v["noise"]["ci_half_width"]} for k, v in lanes.items()}
-    else:
-        out["baseline"] = None
+    out["baseline"] = _baseline(state / "baseline")
     report = ledger.verify()
-    rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else _rows_lenient(ledger)
-    exps = [r for r in rows if r.get("status") in ("KEEP", "DISCARD", "CRASH")]
+    # A broken chain is still shown (leniently parsed): status is how one finds out what broke.
+    rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else read_rows(state)
+    exps = [r for r in rows if r.get("status") in STATUSES]
     kept = [r for r in exps if r.get("status") == "KEEP"]
     out["ledger"] = {"rows": len(rows), "verifies": report.ok, "problems": list(report.problems[:5]),
                      "repairable": list(getattr(report, "repairable", ()))}
     out["cumulative_class"] = cumulative_class([str(r["class"]) for r in kept])
     out["champion"] = ({"commit": kept[-1]["commit"], "lane": kept[-1]["lane"], "speedup_vs_previous": kept[-1]["metric"],
                         "cumulative_speedup": _product([r["metric"] for r in kept])} if kept else None)
-    out["counts"] = {s: sum(1 for r in exps if r["status"] == s) for s in ("KEEP", "DISCARD", "CRASH")}
+    out["counts"] = {s: sum(1 for r in exps if r["status"] == s) for s in STATUSES}
     out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
                                             "quality_pass", "quality_total", "description", "reason")} for r in exps[-n:]]
     return out
 
 
-def _rows_lenient(ledger: Ledger) -> list[dict[str, Any]]:
-    if not ledger.jsonl_path.exists():
-        return []
-    rows = []
-    for line in ledger.jsonl_path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rows
+def _baseline(base_dir) -> dict[str, Any] | None:
+    from pytest_ditar.store.snapshot import load_snapshot, verify_snapshot
+
+    if not (base_dir / "manifest.json").is_file():
+        return None
+    snap = load_snapshot(base_dir, verify=False)
+    problems = verify_snapshot(snap)
+    m = snap.manifest
+    lanes = snap.read_json("lanes.json") or {}
+    return {"commit": m.get("git_sha"), "items": len(m.get("items", {})), "device": m.get("device"),
+            "created": m.get("created"), "verifies": not problems, "problems": problems[:3],
+            "lanes": {k: {"median_s": statistics.median(v["samples"]), "noise_half_width": v["noise"]["ci_half_width"]}
+                      for k, v in lanes.items()}}
 
 
 def _product(xs: list[Any]) -> float | None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -15,29 +14,10 @@ from typing import Any, Mapping
 import yaml
 
 from pytest_ditar.core.errors import ConfigError
-
-CLASSES = ("exact", "numerical", "approximate", "quantization")
-# Scores defined on the image alone, so candidate and baseline each have one per item (paired test).
-PAIRED_SCORES = ("clip_score",)
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Per-class quality floors; None disables a check for that class."""
-
-    latent_rel_l2_max: float | None = None
-    latent_max_abs_max: float | None = None
-    psnr_min: float | None = None
-    ssim_min: float | None = None
-    latent_range_factor: float = 4.0  # sanity: candidate |latent| max may not exceed this x the baseline's
-    lpips_max: float | None = None
-    clip_drop_max: float | None = None  # CLIP score may drop at most this much per item
-    semantic_required: bool = False
-    zero_regression: bool = False  # quantization: paired test, no required score may drop
-    regression_alpha: float = 0.05
-    # Paired scores that may not regress under zero_regression (see quality.PAIRED_SCORES).
-    required_scores: tuple[str, ...] = ()
-    clip_score_item_tolerance: float = 0.005  # largest per-item CLIP score drop zero_regression allows
+# Thresholds lives in core (its contracts check it) so core imports nothing above it; the names
+# stay importable from here.
+from pytest_ditar.core.thresholds import PAIRED_SCORES, Thresholds
+from pytest_ditar.core.vocabulary import CLASSES, DEFAULT_CONFIG
 
 
 @dataclass(frozen=True)
@@ -106,7 +86,7 @@ class Config:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
 
 
-_SIMPLE = {f.name: f for f in dataclasses.fields(Config)} 
+_SIMPLE = {f.name: f for f in dataclasses.fields(Config)}
 _NESTED = {"perf": PerfConfig, "semantic": SemanticConfig, "holdout": HoldoutConfig}
 
 
@@ -158,7 +138,7 @@ def build_dataclass(cls: type, raw: Any, where: str, prefix: str = "", **extra: 
 def load_config(path: str | Path) -> Config:
     path = Path(path).resolve()
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found (pass --config/--ditar-config, or create config/autoresearch.json)")
+        raise ConfigError(f"{path}: config file not found (pass --config/--ditar-config, or create {DEFAULT_CONFIG})")
     try:
         raw = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
@@ -221,10 +201,3 @@ DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
                      "semantic_required": True, "zero_regression": True, "required_scores": ["clip_score"]},
 }
 
-
-def dump_config_dict(cfg: Config) -> dict[str, Any]:
-    """JSON-able view of the effective config (for manifests)."""
-    out = dataclasses.asdict(cfg)
-    out["path"] = str(cfg.path)
-    out["root"] = str(cfg.root)
-    return json.loads(json.dumps(out, default=str))

@@ -5,7 +5,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -134,11 +133,3 @@ def load_suite(suite_dir: Path) -> Suite:
         content_hash=hashlib.sha256(canonical.encode()).hexdigest(),
     )
 
-
-def suite_summary(suite: Suite) -> dict[str, Any]:
-    return {
-        "name": suite.name,
-        "items": len(suite.corpus),
-        "lanes": [ln.name for ln in suite.lanes],
-        "content_hash": suite.content_hash,
-    }

@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from pytest_ditar.config.project import Thresholds
+from pytest_ditar.core.thresholds import Thresholds
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_ditar.config.project import PAIRED_SCORES, Thresholds
+from pytest_ditar.core.thresholds import PAIRED_SCORES, Thresholds
 from pytest_ditar.core.quality import ContractResult, RegressionResult, zero_regression
 
 # Which Metrics fields hold a paired score: (candidate field, baseline field, higher is better).

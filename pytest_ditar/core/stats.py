@@ -17,6 +17,9 @@ Conventions
   ratio with rounds resampled, and a Wilcoxon signed-rank test on the log ratios. Both must agree before FASTER:
   a CI alone can be fooled by a lucky resampling grid at small n, a p-value alone says nothing
   about size.
+
+Over 400 lines on purpose: the unpaired and paired forms of the one rule share validation,
+bootstrap and wording here, and read side by side.
 """
 
 from __future__ import annotations
@@ -286,8 +289,11 @@ class Comparison:
     n_champ: int
     min_effect: float
     verdict: Verdict
-    reason: str
+    reason: str  # "<speedup>x ci95=[..]: <why>", or just <why> when it names the numbers itself
     paired: bool = False  # judged on per-round ratios of an interleaved run
+    # The reason without its "<speedup>x ci95=[..]: " prefix, for lines that print those numbers
+    # already. A FASTER whose CI clears the bar keeps them: they are the reason.
+    why: str = ""
 
     @property
     def is_faster(self) -> bool:
@@ -380,30 +386,32 @@ def compare(
     head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
     verdict: Verdict
     noisy = spread > max_cv
+    # The reason is "<head>: <why>", except where why stands alone: an UNSTABLE lane's numbers
+    # are not trusted, and a clean FASTER's why is a sentence about them.
+    bare = False
     if noisy and not (dominates and p_faster < alpha):
-        verdict = UNSTABLE
-        reason = f"lane spread {_fmt_pct(spread)} > {_fmt_pct(max_cv)} ({which}): too noisy to decide"
+        verdict, bare = UNSTABLE, True
+        why = f"lane spread {_fmt_pct(spread)} > {_fmt_pct(max_cv)} ({which}): too noisy to decide"
     elif noisy:
         verdict = FASTER
-        reason = (
-            f"{head}: spread {_fmt_pct(spread)} > {_fmt_pct(max_cv)}, but {sep_text} "
+        why = (
+            f"spread {_fmt_pct(spread)} > {_fmt_pct(max_cv)}, but {sep_text} "
             f"by more than {_fmt_pct(min_effect)} (p={p_faster:.3g})"
         )
     elif low > 1.0 + min_effect and p_faster < alpha:
-        verdict = FASTER
-        reason = (
-            f"{head} clears 1+{_fmt_pct(min_effect)} and p={p_faster:.3g} < {alpha:g}"
-        )
+        verdict, bare = FASTER, True
+        why = f"{head} clears 1+{_fmt_pct(min_effect)} and p={p_faster:.3g} < {alpha:g}"
     elif high < 1.0 - min_effect:
         verdict = SLOWER
-        reason = f"{head}: slower, upper bound below 1-{_fmt_pct(min_effect)} (p={p_slower:.3g})"
+        why = f"slower, upper bound below 1-{_fmt_pct(min_effect)} (p={p_slower:.3g})"
     else:
         verdict = NOT_FASTER
         if low > 1.0 + min_effect:
-            why = f"CI clears 1+{_fmt_pct(min_effect)} but p={p_faster:.3g} >= {alpha:g}"
+            detail = f"CI clears 1+{_fmt_pct(min_effect)} but p={p_faster:.3g} >= {alpha:g}"
         else:
-            why = f"lower bound does not clear 1+{_fmt_pct(min_effect)} (p={p_faster:.3g})"
-        reason = f"{head}: not faster beyond noise, {why}"
+            detail = f"lower bound does not clear 1+{_fmt_pct(min_effect)} (p={p_faster:.3g})"
+        why = f"not faster beyond noise, {detail}"
+    reason = why if bare else f"{head}: {why}"
 
     return Comparison(
         speedup=speedup,
@@ -421,6 +429,7 @@ def compare(
         verdict=verdict,
         reason=reason,
         paired=paired,
+        why=why,
     )
 
 
@@ -443,7 +452,8 @@ class RegressionCheck:
     n_champ: int
     tolerance: float
     verdict: RegressionVerdict
-    reason: str
+    reason: str  # "<speedup>x ci95=[..]: <why>"
+    why: str  # the reason without the numbers prefix
 
     @property
     def ok(self) -> bool:
@@ -480,10 +490,10 @@ def regression_check(
     verdict: RegressionVerdict
     if high < 1.0 - tolerance:
         verdict = REGRESSED
-        reason = f"{head}: slower beyond tolerance {_fmt_pct(tolerance)} (p={p_slower:.3g})"
+        why = f"slower beyond tolerance {_fmt_pct(tolerance)} (p={p_slower:.3g})"
     else:
         verdict = OK
-        reason = f"{head}: within tolerance {_fmt_pct(tolerance)}"
+        why = f"within tolerance {_fmt_pct(tolerance)}"
     return RegressionCheck(
         speedup=speedup,
         ci_low=low,
@@ -497,5 +507,6 @@ def regression_check(
         n_champ=int(champ_arr.size),
         tolerance=float(tolerance),
         verdict=verdict,
-        reason=reason,
+        reason=f"{head}: {why}",
+        why=why,
     )

@@ -1,28 +1,49 @@
-"""The champion: the last kept commit (or the baseline), its stored samples and its code."""
+"""The champion, answered in one place: its commit (the last KEEP in the ledger, else the
+baseline's), its stored outputs and lane samples, its code built in a worker, and storing a new
+one when a candidate is kept."""
 from __future__ import annotations
 
+import json
+import statistics
+from pathlib import Path
 from typing import Any
 
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import load_snapshot, write_snapshot
+
+BUILD_PHASE = "perf.build_champion"  # the clock's name for checking out and building the champion
 
 
-def champion_commit(sess: DitarSession, gate: Any) -> str | None:
-    if gate is not None and (gate.champion_commit or gate.baseline_commit):
-        return gate.champion_commit or gate.baseline_commit
+def kept_commit(ledger: Ledger) -> str | None:
+    """The last KEEP's commit; None before any keep."""
+    rows = ledger.rows() if ledger.jsonl_path.exists() else []
+    kept = [r for r in rows if r.get("status") == "KEEP"]
+    return str(kept[-1]["commit"]) if kept else None
+
+
+def baseline_commit(sess: DitarSession) -> str | None:
     try:
         return sess.baseline().manifest.get("git_sha")
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no readable baseline: no commit to name
         return None
 
 
-def build_champion(sess: DitarSession, gate: Any) -> Any:
-    """Check the champion commit out into a worktree under the state dir and build it."""
-    commit = champion_commit(sess, gate)
-    head = gitops.state(sess.cfg.root).head
-    if not commit or commit == head:
-        return None  # nothing distinct to interleave with: use the stored samples
-    return sess.build_at_commit(commit, "perf.build_champion")
+def commit(sess: DitarSession, ledger: Ledger | None = None) -> str | None:
+    """The champion commit: the last KEEP in the ledger, else the baseline's commit."""
+    return kept_commit(ledger or Ledger(sess.state_dir)) or baseline_commit(sess)
+
+
+def _dir(sess: DitarSession, commit_sha: str) -> Path:
+    return TagPaths(sess.state_dir).champion(commit_sha)
+
+
+def snapshot(sess: DitarSession, ledger: Ledger | None = None) -> Any:
+    """The champion's stored outputs: the last KEEP's snapshot, else the baseline."""
+    kept = kept_commit(ledger or Ledger(sess.state_dir))
+    return load_snapshot(_dir(sess, kept), "champion") if kept else sess.baseline()
 
 
 def baseline_lanes(sess: DitarSession) -> dict[str, Any]:
@@ -32,29 +53,43 @@ def baseline_lanes(sess: DitarSession) -> dict[str, Any]:
         return {}
 
 
-def stored_lanes(sess: DitarSession, gate: Any) -> dict[str, Any]:
+def stored_lanes(sess: DitarSession, ledger: Ledger | None = None) -> dict[str, Any]:
     """Lane samples of the current champion: the last KEEP's snapshot, else the baseline's."""
-    if gate is not None:
-        try:
-            snap = gate.champion_snapshot()
-            data = snap.read_json("lanes.json") or {}
-            if snap.manifest.get("kind") == "champion":
-                return {k: {"samples": v["measurement"]["samples"]} for k, v in data.items()}
-            return data
-        except Exception:  # noqa: BLE001
-            pass
-    return baseline_lanes(sess)
+    try:
+        snap = snapshot(sess, ledger)
+        data = snap.read_json("lanes.json") or {}
+        if snap.manifest.get("kind") == "champion":
+            return {k: {"samples": v["measurement"]["samples"]} for k, v in data.items()}
+        return data
+    except Exception:  # noqa: BLE001 - the baseline's samples are the fallback
+        return baseline_lanes(sess)
+
+
+def build(sess: DitarSession, champion_commit: str | None, head: str | None, start_only: bool = False) -> Any:
+    """The champion's code from a worktree of its commit, built in its own worker (`start_only`:
+    the build is sent and this returns at once). None when the lanes interleave with nothing:
+    interleaving off, or no champion distinct from HEAD (the lanes then use stored samples)."""
+    if not sess.cfg.perf.interleave or not champion_commit or champion_commit == head:
+        return None
+    return sess.build_at_commit(champion_commit, BUILD_PHASE, start_only=start_only)
+
+
+def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
+    """A kept candidate's outputs and lane results become the champion's snapshot."""
+    lanes = {k: v.to_dict() for k, v in sess.lanes.items() if hasattr(v, "to_dict")}
+    return write_snapshot(_dir(sess, commit_sha), [sess.outputs[i.id] for i in sess.suite.corpus],
+                          {"kind": "champion", "git_sha": commit_sha, "class": cls},
+                          extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)
 
 
 def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
     """FLOPs per call come from the baseline count (an exact change does the same work)."""
-    from pytest_ditar.hardware.profiles import get_profile, roofline_check
+    from pytest_ditar.hardware.profiles import get_profile
+    from pytest_ditar.hardware.roofline import roofline_check
 
     flops = (baseline_lanes(sess).get(lane.name) or {}).get("flops")
     if not flops or not res.measurement.samples:
         return
-    import statistics
-
     med = statistics.median(res.measurement.samples)
     res.flops = flops
     res.achieved_tflops = flops / med / 1e12
@@ -67,6 +102,4 @@ def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
             peak = get_profile(sess.cfg.target)
         problem = roofline_check(med, flops, peak)
         if problem:
-            from pytest_ditar.core.errors import CandidateError
-
             sess.errors.append(CandidateError("exception", f"lane {lane.name}: {problem}"))

@@ -2,8 +2,8 @@
 
 Every gated run whose corpus contracts all passed draws K seeds and labels at run time (from the
 OS entropy pool, so no candidate can predict them), generates them with the pinned BASELINE code
-(the baseline commit's `mutable/`, checked out into a git worktree and built in this process)
-and with the candidate, and applies the same per-item contracts as the corpus, under the run's
+(the baseline commit's `mutable/`, checked out into a git worktree and built in a worker of its
+own) and with the candidate, and applies the same per-item contracts as the corpus, under the run's
 cumulative class. A broken contract is a DISCARD reason "holdout seed N: ...". A candidate that
 recognises corpus items, or replays stored outputs, is caught here.
 """
@@ -135,26 +135,26 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
 
 
-def run_for_gate(gate: Any) -> tuple[str, ...]:
-    """The gate's hook: run only in a gated run whose corpus ran clean; record and report it."""
+def run_for_gate(gate: Any) -> tuple[tuple[str, ...], str | None]:
+    """The gate's hook: run only in a gated run whose corpus ran clean; record it. Returns the
+    failures (DISCARD reasons) and the summary line that reports the holdout, if it ran."""
     sess = gate.sess
     results = list(sess.quality.values())
     if not gate.gated or sess.errors or not results or len(results) < len(sess.suite.corpus) \
             or any(not r.passed for r in results):
-        return ()  # crashed, incomplete or already failing: the verdict is decided without it
+        return (), None  # crashed, incomplete or already failing: the verdict is decided without it
     if not gate.baseline_commit:
-        return ("holdout: the baseline snapshot records no commit, so the baseline code cannot be rebuilt",)
+        return ("holdout: the baseline snapshot records no commit, so the baseline code cannot be rebuilt",), None
     try:
         with sess.clock.span("holdout"):
             report = run(sess, gate.baseline_commit)
     except Exception as exc:  # noqa: BLE001 - a holdout that cannot run must not let a candidate through
-        return (f"holdout: could not run: {_one_line(exc)}",)
+        return (f"holdout: could not run: {_one_line(exc)}",), None
     try:
         (sess.run_dir() / "holdout.json").write_text(json.dumps(report.to_dict(), indent=1, default=str))
     except OSError:
         pass  # the verdict does not depend on the log
     seeds = ",".join(str(it.seed) for it in report.items)
     state = report.note or (f"{len(report.failures)} failed" if report.failures else "ok")
-    gate.summary_lines.append(f"ditar: holdout {len(report.items)} fresh seed(s) [{seeds}] class {sess.cls}: "
-                              f"{state} ({report.seconds:.2f}s)")
-    return report.failures
+    return report.failures, (f"ditar: holdout {len(report.items)} fresh seed(s) [{seeds}] class {sess.cls}: "
+                             f"{state} ({report.seconds:.2f}s)")

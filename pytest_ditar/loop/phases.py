@@ -19,25 +19,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_ditar.core.quality import aggregate
 from pytest_ditar.store import shards
+from pytest_ditar.store.paths import TagPaths
 
 QUALITY, DECIDE = "quality", "decide"
-POINTER = "phase-quality.json"
-
-
-def phase(config: Any) -> str | None:
-    try:
-        return config.getoption("--ditar-phase")
-    except (ValueError, AttributeError):
-        return None
 
 
 def pointer_path(sess: Any) -> Path:
-    return sess.state_dir / POINTER
+    return TagPaths(sess.state_dir).phase_pointer
 
 
-def record_quality(gate: Any) -> None:
-    """End of phase 1 on the controller: write the merged session and point at it."""
+def record_quality(gate: Any) -> str:
+    """End of phase 1 on the controller: write the merged session and point at it. Returns the
+    summary line that says so."""
     s = gate.sess
     run_dir = s.run_dir()
     d = run_dir / "quality-phase"
@@ -45,11 +40,9 @@ def record_quality(gate: Any) -> None:
     payload.update(head=gate.head, cls=s.cls, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
     shards.write_json(d / "quality.json", payload)
     shards.write_json(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)})
-    from pytest_ditar.core.quality import aggregate
-
     passed, total, _ = aggregate(list(s.quality.values()))
-    gate.summary_lines.append(f"ditar: quality phase recorded {passed}/{total} for {str(gate.head)[:7]} "
-                              f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
+    return (f"ditar: quality phase recorded {passed}/{total} for {str(gate.head)[:7]} "
+            f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
 
 
 def load_quality(gate: Any) -> str | None:
@@ -64,8 +57,8 @@ def load_quality(gate: Any) -> str | None:
         return (f"--ditar-phase=decide: the quality phase ran on {str(ptr.get('head'))[:7]}, HEAD is "
                 f"{str(gate.head)[:7]}: run the quality phase again")
     payload = json.loads(Path(ptr["record"]).read_text())
-    s._run_dir = Path(ptr["run_dir"])  # both phases log into one run dir
-    shards.merge(s, [payload])
+    s.use_run_dir(Path(ptr["run_dir"]))  # both phases log into one run dir
+    s.absorb(payload)
     missing = [it.id for it in s.suite.corpus if it.id not in s.quality] if not s.errors else []
     if missing:
         return (f"--ditar-phase=decide: the quality phase has no result for {len(missing)} corpus item(s) "
@@ -73,9 +66,9 @@ def load_quality(gate: Any) -> str | None:
     return None
 
 
-def consume(gate: Any) -> None:
+def consume(sess: Any) -> None:
     """After the decision: the record is spent."""
-    pointer_path(gate.sess).unlink(missing_ok=True)
+    pointer_path(sess).unlink(missing_ok=True)
 
 
 def run_two_phase(cmd: list[str], workers: int, cwd: Path) -> int:

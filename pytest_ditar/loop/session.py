@@ -11,16 +11,19 @@ from pytest_ditar.vcs import repo as gitops
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, ENV_TAG
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, run_batch
 from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
 from pytest_ditar.core.timings import PhaseClock
+from pytest_ditar.store import shards
+from pytest_ditar.store.paths import TagPaths
 
 
 def resolve_tag(cfg: Config, explicit: str | None = None) -> str:
     """The session tag: explicit > DITAR_TAG > research branch suffix > sanitized branch name."""
-    tag = explicit or os.environ.get("DITAR_TAG")
+    tag = explicit or os.environ.get(ENV_TAG)
     if not tag:
         branch = gitops.state(cfg.root).branch or "default"
         tag = branch[len(cfg.branch_prefix):] if branch.startswith(cfg.branch_prefix) else branch
@@ -62,23 +65,23 @@ class DitarSession:
 
     @property
     def baseline_dir(self) -> Path:
-        return self.state_dir / "baseline"
+        return TagPaths(self.state_dir).baseline
 
     def run_dir(self) -> Path:
         """This run's log directory; kept on DISCARD/CRASH (state dirs are git-ignored)."""
         if self._run_dir is None:
-            import time
-
-            head = (gitops.state(self.cfg.root).head or "nohead")[:7]
-            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            d = self.state_dir / "runs" / f"{stamp}-{head}"
-            n = 1
-            while d.exists():
-                n += 1
-                d = self.state_dir / "runs" / f"{stamp}-{head}-{n}"
-            d.mkdir(parents=True)
-            self._run_dir = d
+            self._run_dir = TagPaths(self.state_dir).new_run_dir(gitops.state(self.cfg.root).head)
         return self._run_dir
+
+    def use_run_dir(self, path: Path) -> None:
+        """Log into a run directory another process made (the xdist controller's, phase 1's)."""
+        self._run_dir = Path(path)
+
+    def absorb(self, payload: dict[str, Any]) -> None:
+        """Fold in what another process produced (an xdist worker's shard, phase 1's record)."""
+        shards.merge(self, [payload])
+        if payload.get("clock"):
+            self.clock.absorb(payload["clock"])  # the run's time line covers every worker
 
     def resolved_device(self) -> str:
         if self.device == "auto":
@@ -94,7 +97,7 @@ class DitarSession:
         On a GPU it comes from the candidate's worker (started, not yet built): the judge itself
         never opens a CUDA context, so nothing of it sits on the GPU it times."""
         if self._fingerprint is None:
-            from pytest_ditar.hardware.profiles import Fingerprint, collect
+            from pytest_ditar.hardware.fingerprint import Fingerprint, collect
 
             device = self.resolved_device()
             if device.startswith("cuda"):
@@ -133,7 +136,7 @@ class DitarSession:
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
             w = CandidateWorker(name, key, spec, log_path=self._worker_logs / f"{name}.log",
                                 memory_budget_gib=self.memory_budget_gib, cwd=self.cfg.root,
-                                cpu_threads=int(os.environ.get("DITAR_CPU_THREADS", "1")))
+                                cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")))
             self._workers[key] = w.start(fingerprint=self.resolved_device().startswith("cuda"))
         return self._workers[key]
 

@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
 
 ANCHOR = re.compile(r"baseline manifest sha256=([0-9a-f]{64})")
 MAX_LINES = 10  # problems listed per check before "(+N more)"
@@ -59,7 +60,8 @@ def checks(sess: Any, sample: int = 3, rng: random.Random | None = None) -> Iter
         yield _anchor(ledger, hashlib.sha256((snap.path / MANIFEST).read_bytes()).hexdigest())
     report = ledger.verify()
     yield from _many("ledger chain", list(report.problems), f"{report.n_rows} rows")
-    for champ in sorted((sess.state_dir / "champions").glob("*")) if (sess.state_dir / "champions").is_dir() else []:
+    champions = TagPaths(sess.state_dir).champions
+    for champ in sorted(champions.glob("*")) if champions.is_dir() else []:
         try:
             c = load_snapshot(champ, "champion", verify=False)
             yield from _many(f"champion {champ.name[:7]} files", verify_snapshot(c), f"{len(c.manifest.get('files', {}))} files")

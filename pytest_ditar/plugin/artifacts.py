@@ -15,7 +15,6 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,8 +22,8 @@ JUNIT_NAME = "junit.xml"
 BENCHMARK_NAME = "benchmark.json"
 PENDING_DIR = ".pending"
 
-# config -> (junit path, ours?), (benchmark path, ours?)
-_PLANS: dict[int, dict[str, tuple[Path, bool]]] = {}
+# "junit"/"benchmark" -> (path, ours?): written before configure, read at session finish
+PLAN_KEY = pytest.StashKey[dict[str, tuple[Path, bool]]]()
 
 
 def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
@@ -77,15 +76,16 @@ def request_artifacts(config: pytest.Config, cfg_path: Path | None) -> None:
 
             warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run",
                                     category=PytestBenchmarkWarning)
-    _PLANS[id(config)] = plan
+    config.stash[PLAN_KEY] = plan
 
 
-def collect_artifacts(config: pytest.Config, gate: Any) -> list[Path]:
-    """After the other plugins wrote their files: file them in the run dir of a gated run."""
-    plan = _PLANS.pop(id(config), None)
+def collect_artifacts(config: pytest.Config, run_dir: Path | None) -> list[Path]:
+    """After the other plugins wrote their files: file them in `run_dir` (a gated run's), else
+    delete the ones we asked for. Returns the files filed."""
+    plan = config.stash.get(PLAN_KEY, None)
     if not plan:
         return []
-    run_dir = gate.sess.run_dir() if gate is not None and getattr(gate, "gated", False) else None
+    del config.stash[PLAN_KEY]
     filed = []
     for key, name in (("junit", JUNIT_NAME), ("benchmark", BENCHMARK_NAME)):
         if key not in plan:
@@ -98,6 +98,4 @@ def collect_artifacts(config: pytest.Config, gate: Any) -> list[Path]:
         elif ours:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-    if gate is not None and filed:
-        gate.summary_lines.append("ditar: " + ", ".join(p.name for p in filed) + f" in {run_dir}")
     return filed

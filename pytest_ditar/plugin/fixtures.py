@@ -5,22 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics, format_failure
 from pytest_ditar.loop.session import DitarSession
-from pytest_ditar.config.suite import CorpusItem
-
-SESSION_KEY = pytest.StashKey["DitarSession | None"]()
-ERROR_KEY = pytest.StashKey["str | None"]()
-
-
-def get_session(config: pytest.Config) -> DitarSession:
-    sess = config.stash.get(SESSION_KEY, None)
-    if sess is None:
-        msg = config.stash.get(ERROR_KEY, None) or "pytest-ditar is not configured (pass --ditar-config PATH)"
-        raise pytest.UsageError(msg)
-    return sess
+from pytest_ditar.plugin.keys import get_gate, get_session
 
 
 @pytest.fixture(scope="session")
@@ -117,31 +107,39 @@ def ditar_candidate(ditar_session: DitarSession):
 class PerfRunner:
     """Times one lane for the candidate (and, interleaved, the champion) and judges it."""
 
-    def __init__(self, sess: DitarSession, gate):
+    def __init__(self, sess: DitarSession, config: pytest.Config | None = None):
         self.sess = sess
-        self.gate = gate
+        self.config = config
         self._champion = None
         self._champion_error: str | None = None
+        self._champion_tried = False
 
     def champion(self):
-        """The champion's own code from a git worktree, built in this process; None if impossible."""
-        if self._champion is not None or self._champion_error is not None or not self.sess.cfg.perf.interleave:
-            return self._champion
-        from pytest_ditar.loop import champion
+        """The champion's own code from a git worktree, built in its worker; None if impossible.
+        A gated run sent its build when the guards passed, so this mostly waits for it."""
+        if not self._champion_tried:
+            self._champion_tried = True
+            from pytest_ditar.loop import champion
+            from pytest_ditar.vcs import repo as gitops
 
-        try:
-            self._champion = champion.build_champion(self.sess, self.gate)  # booked as perf.build_champion
-        except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
-            self._champion_error = f"{type(exc).__name__}: {exc}"
+            try:  # booked as perf.build_champion
+                head = gitops.state(self.sess.cfg.root).head
+                self._champion = champion.build(self.sess, champion.commit(self.sess), head)
+            except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
+                self._champion_error = f"{type(exc).__name__}: {exc}"
         return self._champion
+
+    def _gated(self) -> bool:
+        gate = get_gate(self.config) if self.config is not None else None
+        return bool(gate and gate.gated)
 
     def _progress(self, lane):
         """A tqdm bar over the lane's timed rounds (terminal only; see console.LiveBars)."""
-        if self.gate is None:
+        if self.config is None:
             return None
         from pytest_ditar.plugin.console import bars
 
-        live = bars(self.gate.config)
+        live = bars(self.config)
         return lambda done: live.set(f"lane {lane.name}", done, lane.repeats, f"lane {lane.name} rounds")
 
     def run(self, lane, benchmark=None):
@@ -149,7 +147,7 @@ class PerfRunner:
         from pytest_ditar.runtime.lanes import judge_lane, measure_lane
 
         sess = self.sess
-        if self.gate is not None and self.gate.gated:
+        if self._gated():
             if sess.errors:
                 pytest.skip(f"not timed: the candidate already crashed ({sess.errors[0]})")
             failed = [r.item_id for r in sess.quality.values() if not r.passed]
@@ -177,7 +175,7 @@ class PerfRunner:
             sess.errors.append(exc)
             _fail_candidate(exc)
         sess.clock.timed_s += m.timed_s
-        stored = champion.stored_lanes(sess, self.gate)
+        stored = champion.stored_lanes(sess)
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples
         else:
@@ -193,9 +191,7 @@ class PerfRunner:
 
 @pytest.fixture(scope="session")
 def ditar_perf(ditar_session: DitarSession, request: pytest.FixtureRequest) -> PerfRunner:
-    from pytest_ditar.plugin.hooks import GATE_KEY
-
-    return PerfRunner(ditar_session, request.config.stash.get(GATE_KEY, None))
+    return PerfRunner(ditar_session, request.config)
 
 
 def check_lane(result) -> None:

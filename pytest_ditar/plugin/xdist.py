@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from pytest_ditar.loop import phases
+from pytest_ditar.plugin.keys import collected_keys, get_gate, item_key
 from pytest_ditar.store import shards
 
 PERF_REFUSAL = "perf lanes do not run under xdist workers: run them serially (dit-ar experiment does this)"
@@ -71,27 +72,10 @@ def worker_device(config: Any) -> str | None:
     return device_for_worker(worker_id(config)) if is_worker(config) else None
 
 
-def _gate(config):
-    from pytest_ditar.plugin.hooks import GATE_KEY
-
-    return config.stash.get(GATE_KEY, None)
-
-
 def _param_id(nodeid: str) -> str | None:
     """`path::test_quality[xl-003]` -> `xl-003`."""
     head, sep, tail = nodeid.rpartition("[")
     return tail.split("]", 1)[0] if sep and "]" in tail else None
-
-
-def _item_key(item: pytest.Item) -> tuple[str, str] | None:
-    cs = getattr(item, "callspec", None)
-    if cs is None:
-        return None
-    if "ditar_item" in cs.params and item.get_closest_marker("quality"):
-        return "item", cs.params["ditar_item"].id
-    if "ditar_lane" in cs.params and item.get_closest_marker("perf"):
-        return "lane", cs.params["ditar_lane"].name
-    return None
 
 
 class ControllerPlugin:
@@ -99,7 +83,6 @@ class ControllerPlugin:
         self.config = config
         self.exchange = Path(tempfile.mkdtemp(prefix="ditar-xdist-"))
         self.go_file = self.exchange / "go.json"
-        self.session: pytest.Session | None = None
         self.decided = False
 
     @pytest.hookimpl(optionalhook=True)
@@ -109,7 +92,7 @@ class ControllerPlugin:
         xdist's own `loadgroup` reads a group suffix that it appends to node ids, and that no
         longer takes on pytest >= 9.2 (pytest-xdist#1386): every item was then scheduled alone
         and each worker regenerated whole batches. The scope here comes from the item's id."""
-        gate = _gate(config)
+        gate = get_gate(config)
         if gate is None or config.getvalue("dist") not in ("load", "loadgroup", "loadscope", "loadfile"):
             return None
         from xdist.scheduler import LoadScopeScheduling
@@ -130,9 +113,6 @@ class ControllerPlugin:
     def pytest_configure_node(self, node) -> None:
         node.workerinput["ditar_exchange"] = str(self.exchange)
 
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.session = session
-
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node, ids) -> None:
         seen = self.exchange / f"collected-{node.gateway.id}.json"
@@ -143,17 +123,15 @@ class ControllerPlugin:
         if self.decided:
             return
         self.decided = True
-        gate = _gate(self.config)
+        gate = get_gate(self.config)
         go: dict[str, Any] = {"run": True, "reason": "", "cls": None, "gated": False, "run_dir": None}
         if gate is not None:
-            gate.items_collected |= set(data["items"])
-            gate.lanes_collected |= set(data["lanes"])
-            ok = gate.before_tests(self.session)
-            if ok and gate.gated and gate.lanes_collected and phases.phase(self.config) != phases.QUALITY:
+            gate.collected(data["items"], data["lanes"])
+            ok = gate.before_tests()
+            if ok and gate.gated and gate.lanes_collected and gate.opts.phase != phases.QUALITY:
                 # A gated run would time lanes inside busy workers: refuse before anything runs.
-                gate.refusal = (f"{PERF_REFUSAL}; use `dit-ar experiment --workers N` or run "
-                                "`pytest -m quality -n N --ditar-phase=quality` then `pytest -m perf --ditar-phase=decide`")
-                gate.gated = False
+                gate.refuse(f"{PERF_REFUSAL}; use `dit-ar experiment --workers N` or run "
+                            "`pytest -m quality -n N --ditar-phase=quality` then `pytest -m perf --ditar-phase=decide`")
                 ok = False
             go = {"run": bool(ok), "reason": gate.refusal or "guard violation: the candidate never runs",
                   "cls": gate.sess.cls, "gated": gate.gated,
@@ -163,15 +141,12 @@ class ControllerPlugin:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
         out = getattr(node, "workeroutput", None) or {}
-        gate = _gate(self.config)
+        gate = get_gate(self.config)
         if gate is None:
             return
         raw = out.get("ditar")
         if raw:
-            payload = json.loads(raw)
-            shards.merge(gate.sess, [payload])
-            if payload.get("clock"):
-                gate.sess.clock.absorb(payload["clock"])  # the run's time line covers every worker
+            gate.sess.absorb(json.loads(raw))
         elif error is not None and self.decided:
             from pytest_ditar.core.errors import CandidateError
 
@@ -191,12 +166,9 @@ class WorkerPlugin:
     @pytest.hookimpl(tryfirst=True)  # before xdist tells the controller that collection finished
     def pytest_collection_finish(self, session) -> None:
         """Report what this worker will run, after `-m`/`-k` deselection, for the gate's full-run test."""
-        found: dict[str, Any] = {"items": [], "lanes": []}
-        for item in session.items:
-            key = _item_key(item)
-            if key is not None:
-                found["items" if key[0] == "item" else "lanes"].append(key[1])
-        gate = _gate(self.config)
+        items, lanes = collected_keys(session.items)
+        found: dict[str, Any] = {"items": items, "lanes": lanes}
+        gate = get_gate(self.config)
         if gate is not None and found["items"]:
             found["device"] = gate.device_line()
         if self.exchange is not None:
@@ -207,19 +179,14 @@ class WorkerPlugin:
             f = self.exchange / "go.json" if self.exchange else None
             self.go = json.loads(f.read_text()) if f and f.is_file() else {
                 "run": False, "reason": "no go-ahead from the xdist controller (pytest-ditar plugin missing there?)"}
-            gate = _gate(self.config)
+            gate = get_gate(self.config)
             if gate is not None and self.go.get("run"):
-                if self.go.get("cls"):
-                    gate.sess.cls = self.go["cls"]  # the controller's (cumulative) class judges every item
-                if self.go.get("run_dir"):
-                    gate.sess._run_dir = Path(self.go["run_dir"])
-                if self.go.get("gated"):
-                    gate._bind_memory_budget()
+                gate.follow(self.go.get("cls"), self.go.get("run_dir"), bool(self.go.get("gated")))
         return self.go
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if _item_key(item) is None:
+        if item_key(item) is None:
             return
         go = self._read_go()
         if not go.get("run"):
@@ -232,7 +199,7 @@ class WorkerPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session) -> None:
-        gate = _gate(self.config)
+        gate = get_gate(self.config)
         if gate is None or self.exchange is None:
             return
         s = gate.sess

@@ -172,13 +172,10 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
     if objective:
         c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
                           max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
-        verdict = c.verdict
     else:
         c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot,
                                    paired=paired)
-        verdict = c.verdict
-    # stats' reason starts with "1.234x ci95=[..]: "; the verdict line already carries those numbers
-    why = c.reason.split(": ", 1)[1] if c.reason.count(": ") and c.reason.split(": ", 1)[0].endswith("]") else c.reason
-    reason = f"{why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
-    oc = LaneOutcome(m.lane, objective, verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+    # c.why, not c.reason: the verdict line already carries the speedup and its CI
+    reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
+    oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
     return LaneResult(m, oc, source, min_effect, comparison=_asdict(c))

@@ -10,11 +10,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from pytest_ditar.core.errors import ConfigError
 from pytest_ditar.config.suite import Suite
+from pytest_ditar.core.errors import ConfigError
+from pytest_ditar.core.vocabulary import ENV_CACHE, ENV_WEIGHTS_DIR
+# The one runtime -> store import the contracts allow (pyproject: "runtime-no-state").
+from pytest_ditar.store.atomic import publish_dir, temp_dir_beside
 
 # Architecture kwargs. DiT-XL/2-256 follows facebook/DiT-XL-2-256 (learned sigma: out_channels 8)
 # and the SD-1 VAE; the tiny one keeps the same structure at toy width so CPU runs take seconds.
@@ -40,22 +42,22 @@ ARCHS = {
 
 
 def cache_root() -> Path:
-    env = os.environ.get("DITAR_CACHE")
+    env = os.environ.get(ENV_CACHE)
     return Path(env) if env else Path.home() / ".cache" / "pytest-ditar"
 
 
 def resolve_model_dir(suite: Suite) -> Path:
     """Return a local DiTPipeline directory for the suite, building it on first use."""
     src = suite.model
-    if src.source == "local" or os.environ.get("DITAR_WEIGHTS_DIR"):
-        raw = os.environ.get("DITAR_WEIGHTS_DIR") or src.weights_dir
+    if src.source == "local" or os.environ.get(ENV_WEIGHTS_DIR):
+        raw = os.environ.get(ENV_WEIGHTS_DIR) or src.weights_dir
         if not raw:
-            raise ConfigError(f"{suite.path}: key 'model.weights_dir' is empty (set it, or DITAR_WEIGHTS_DIR, to a local DiT pipeline directory)")
+            raise ConfigError(f"{suite.path}: key 'model.weights_dir' is empty (set it, or {ENV_WEIGHTS_DIR}, to a local DiT pipeline directory)")
         path = Path(raw).expanduser()
         if not path.is_absolute():
             path = (suite.path.parent / path).resolve()
         if not (path / "model_index.json").is_file():
-            raise ConfigError(f"{suite.path}: weights directory {path} missing or not a diffusers pipeline (no model_index.json); point 'model.weights_dir' or DITAR_WEIGHTS_DIR at a local copy of the facebook/DiT-XL-2-256 layout")
+            raise ConfigError(f"{suite.path}: weights directory {path} missing or not a diffusers pipeline (no model_index.json); point 'model.weights_dir' or {ENV_WEIGHTS_DIR} at a local copy of the facebook/DiT-XL-2-256 layout")
         return path
     if src.arch not in ARCHS:
         raise ConfigError(f"{suite.path}: key 'model.arch' must be one of {', '.join(ARCHS)}, got '{src.arch}'")
@@ -77,14 +79,11 @@ def _build_random_init(arch: str, seed: int, target: Path) -> None:
     # The random init leaves adaLN-zero gates tiny but non-zero; good enough for shapes and FLOPs.
     scheduler = DPMSolverMultistepScheduler()
     pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=scheduler)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    tmp = temp_dir_beside(target)
     try:
         pipe.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)  # atomic: a concurrent builder either wins or finds ours
-        except OSError:
-            if not (target / "model_index.json").is_file():
-                raise
+        # A concurrent builder either wins or finds ours; theirs will do once it is complete.
+        if not publish_dir(tmp, target) and not (target / "model_index.json").is_file():
+            raise OSError(f"{target}: exists but holds no model_index.json (remove it to rebuild)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.vocabulary import ENV_CPU_THREADS
 from pytest_ditar.interface import PipelineSpec, Request
 
 
@@ -39,7 +40,7 @@ def _rank_main(rank: int, world: int, init_file: str, backend: str, candidate_di
     if cuda:
         torch.cuda.set_device(rank)
     else:
-        torch.set_num_threads(int(os.environ.get("DITAR_CPU_THREADS", "1")))  # as the in-process harness
+        torch.set_num_threads(int(os.environ.get(ENV_CPU_THREADS, "1")))  # as a candidate worker does
     # device_id binds NCCL to this rank's GPU up front (no guessing from the rank, no warning)
     extra = {"device_id": torch.device("cuda", rank)} if cuda else {}
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world, **extra)

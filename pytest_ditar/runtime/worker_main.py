@@ -64,7 +64,7 @@ class Worker:
             torch.set_num_threads(cpu_threads)
         reply: dict[str, Any] = {"pid": os.getpid(), "argv": sys.argv}
         if fingerprint:
-            from pytest_ditar.hardware.profiles import collect
+            from pytest_ditar.hardware.fingerprint import collect
 
             reply["fingerprint"] = collect(device).to_dict()
         return reply
@@ -101,7 +101,7 @@ class Worker:
         return {"flops": float(counter.get_total_flops())}
 
     def op_dtypes(self) -> dict[str, Any]:
-        from pytest_ditar.hardware.profiles import object_dtypes
+        from pytest_ditar.hardware.fingerprint import object_dtypes
 
         return {"dtypes": sorted(object_dtypes(self.candidate))}
 

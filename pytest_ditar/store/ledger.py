@@ -5,8 +5,8 @@ Each JSONL row carries `prev_hash` (the previous row's `hash`, or 64 zeros for t
 row breaks the chain. `results.tsv` is regenerated from the JSONL on every append, for people
 and agents to read; `verify` checks it agrees.
 
-Crash safety: every write goes to a temp file in the same directory, is fsynced, then
-`os.replace`d over the target, so a kill -9 leaves each file either old or new, never torn.
+Crash safety: every write is store.atomic's (temp file in the same directory, fsynced, then
+`os.replace`d over the target), so a kill -9 leaves each file either old or new, never torn.
 The JSONL is replaced first, the TSV second; a crash in between leaves a TSV that is a strict
 prefix of the JSONL. `verify` reports that as repairable (not as tampering) and `repair()` (or
 the next `append`) regenerates the TSV. Stale temp files from a crash are ignored by readers
@@ -21,18 +21,16 @@ No pytest, no git here.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import math
-import os
-import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+
+from pytest_ditar.store.atomic import LockTimeout, file_lock, remove_stale_temps, write_text_atomic
+from pytest_ditar.store.paths import TagPaths
 
 __all__ = [
     "COLUMNS",
@@ -66,10 +64,6 @@ COLUMNS: tuple[str, ...] = (
 )
 CHAIN_KEYS: tuple[str, ...] = ("prev_hash", "hash")
 GENESIS_HASH = "0" * 64
-JSONL_NAME = "ledger.jsonl"
-TSV_NAME = "results.tsv"
-LOCK_NAME = ".ledger.lock"
-_TMP_SUFFIX = ".tmp"
 # Keys the ledger assigns itself; a caller supplying them would forge sequence or chain.
 _ASSIGNED = ("run", "prev_hash", "hash")
 
@@ -78,7 +72,7 @@ class LedgerError(RuntimeError):
     """The ledger cannot be read or written safely."""
 
 
-class LedgerLockTimeout(LedgerError, TimeoutError):
+class LedgerLockTimeout(LedgerError, LockTimeout):
     """Another process held the ledger lock for longer than the timeout."""
 
 
@@ -152,15 +146,15 @@ class Ledger:
 
     @property
     def jsonl_path(self) -> Path:
-        return self.state_dir / JSONL_NAME
+        return TagPaths(self.state_dir).ledger_jsonl
 
     @property
     def tsv_path(self) -> Path:
-        return self.state_dir / TSV_NAME
+        return TagPaths(self.state_dir).results_tsv
 
     @property
     def lock_path(self) -> Path:
-        return self.state_dir / LOCK_NAME
+        return TagPaths(self.state_dir).ledger_lock
 
     # ---- writing -------------------------------------------------------------------------
 
@@ -191,7 +185,7 @@ class Ledger:
             stored["hash"] = row_hash(stored)
             new_line = json.dumps(stored, ensure_ascii=False, allow_nan=False)
             # Existing lines are copied byte-for-byte so earlier tampering stays detectable.
-            self._write_atomic(self.jsonl_path, "".join(l + "\n" for l in lines + [new_line]))
+            write_text_atomic(self.jsonl_path, "".join(l + "\n" for l in lines + [new_line]))
             self._write_tsv(rows + [stored])
             return dict(stored)
 
@@ -308,26 +302,9 @@ class Ledger:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            deadline = time.monotonic() + self.lock_timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                        raise
-                    if time.monotonic() >= deadline:
-                        raise LedgerLockTimeout(
-                            f"could not lock {self.lock_path} within {self.lock_timeout_s:g}s: "
-                            "another process is writing the ledger (or hung holding the lock)"
-                        ) from None
-                    time.sleep(0.02)
+        with file_lock(self.lock_path, self.lock_timeout_s, error=LedgerLockTimeout,
+                       holder="another process is writing the ledger (or hung holding the lock)"):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the flock
 
     @staticmethod
     def _read_lines(path: Path) -> list[str]:
@@ -356,30 +333,9 @@ class Ledger:
 
     def _write_tsv(self, rows: list[dict[str, object]]) -> None:
         body = "".join(_tsv_line(r) + "\n" for r in rows)
-        self._write_atomic(self.tsv_path, _TSV_HEADER + "\n" + body)
-
-    def _write_atomic(self, path: Path, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.state_dir, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        # Persist the rename itself.
-        dir_fd = os.open(self.state_dir, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_text_atomic(self.tsv_path, _TSV_HEADER + "\n" + body)
 
     def _clean_temps(self) -> None:
         """Remove temp files a killed writer left behind (only ever called under the lock)."""
-        for name in (JSONL_NAME, TSV_NAME):
-            for stale in self.state_dir.glob(f".{name}.*{_TMP_SUFFIX}"):
-                with contextlib.suppress(FileNotFoundError):
-                    stale.unlink()
+        remove_stale_temps(self.jsonl_path)
+        remove_stale_temps(self.tsv_path)

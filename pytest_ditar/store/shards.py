@@ -8,8 +8,6 @@ exactly what the candidate produced.
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -18,6 +16,7 @@ import numpy as np
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, Metrics
+from pytest_ditar.store.atomic import atomic_file, write_json_atomic
 
 
 def result_to_dict(r: ContractResult) -> dict[str, Any]:
@@ -51,9 +50,8 @@ def dump(sess: Any, directory: Path, name: str) -> dict[str, Any]:
         arrays[f"lat_{k}"] = np.ascontiguousarray(out.latents, dtype=np.float32)
         arrays[f"img_{k}"] = np.ascontiguousarray(out.image, dtype=np.uint8)
         outputs[item_id] = {"key": k, "seconds": out.seconds}
-    tmp = directory / f".{name}.{os.getpid()}.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, npz)  # a reader never sees half a file
+    with atomic_file(npz) as fh:  # a reader never sees half a file
+        np.savez(fh, **arrays)
     return {"quality": [result_to_dict(r) for r in sess.quality.values()],
             "errors": [error_to_dict(e) for e in sess.errors],
             "outputs": outputs, "npz": str(npz)}
@@ -87,7 +85,5 @@ def merge(sess: Any, payloads: Iterable[dict[str, Any]]) -> None:
     sess.errors = sorted(errors, key=lambda e: -1 if e.item is None else order.get(e.item, big))
 
 
-def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+def write_json(path: Path, data: Any) -> None:  # TEMP: callers move to store.atomic
+    write_json_atomic(path, data, default=str)

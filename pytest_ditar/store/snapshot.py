@@ -1,16 +1,15 @@
 """Snapshots (baseline, champion): per-item outputs + manifest with a sha256 per file.
 
-Written into a temporary sibling directory and renamed into place, so a crash leaves either
-the old snapshot or the new one, never half of each. Verified on every load.
+Written into a temporary sibling directory and published with store.atomic.publish_dir (files
+fsynced, one rename), so a crash leaves either the old snapshot or the new one, never half of
+each. Verified on every load.
 """
 from __future__ import annotations
 
 import hashlib
 import io
 import json
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import SnapshotError
 from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.store.atomic import publish_dir, temp_dir_beside
 
 MANIFEST = "manifest.json"
 
@@ -50,8 +50,7 @@ def write_snapshot(target: Path, outputs: Iterable[ItemOutput], meta: Mapping[st
     target = Path(target)
     if target.exists() and not force:
         raise SnapshotError(f"{target}: a snapshot already exists (use --force to replace it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    tmp = temp_dir_beside(target)
     try:
         files: dict[str, str] = {}
         items: dict[str, dict[str, str]] = {}
@@ -71,20 +70,12 @@ def write_snapshot(target: Path, outputs: Iterable[ItemOutput], meta: Mapping[st
                 files[rel] = sha256_file(p)
         manifest = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **meta,
                     "items": items, "files": files}
-        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
-        with open(tmp / MANIFEST, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
+        (tmp / MANIFEST).write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        published = publish_dir(tmp, target, replace=force)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if not published:  # another writer stored one since the check above
+        raise SnapshotError(f"{target}: a snapshot already exists (use --force to replace it)")
     return target
 
 

@@ -1,10 +1,14 @@
-"""Git operations (GitPython). The only module that changes the repository."""
+"""Git operations, through GitPython. The only module of the package that runs git.
+
+Porcelain that GitPython has no object API for (status, diff --name-only, format-patch,
+worktree) goes through its command wrapper (`repo.git.execute`); a failure becomes a DitarError
+carrying git's own stderr, one line for the user.
+"""
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from pytest_ditar.core.errors import DitarError
 
@@ -16,6 +20,20 @@ def _repo(root: Path):
         return git.Repo(root, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
+
+
+def _git(root: Path, *args: str, what: str | None = None, **kwargs: Any) -> str:
+    """stdout of `git <args>` in the repository holding `root`.
+
+    DitarError "<what> failed: <git's stderr>" when there is no repository or git fails."""
+    what = what or f"git {' '.join(args)}"
+    repo = _repo(root)
+    if repo is None:
+        raise DitarError(f"{what} failed: {root} is not a git repository")
+    status, out, err = repo.git.execute(["git", *args], with_extended_output=True, with_exceptions=False, **kwargs)
+    if status != 0:  # some refusals ("nothing to commit") are printed on stdout
+        raise DitarError(f"{what} failed: {(err or out).strip()}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,34 +61,53 @@ def state(root: Path) -> RepoState:
 
 def dirty_paths(root: Path) -> list[str]:
     """Porcelain status: tracked modifications and untracked files that are not ignored."""
-    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
-                         capture_output=True, text=True, check=True).stdout
+    out = _git(root, "status", "--porcelain", "--untracked-files=all")
     return [line[3:] for line in out.splitlines() if line.strip()]
 
 
+def require_clean_repo(root: Path, ignore: Iterable[str]) -> RepoState:
+    """The state of a repository with a commit and a clean tree, after git-ignoring `ignore`.
+
+    What `dit-ar init` needs before it branches: the state directory ignored first, so it never
+    counts as an untracked change."""
+    st = state(root)
+    if not st.is_repo or not st.head:
+        raise DitarError(f"{root}: not a git repository with a commit (git init && git add -A && git commit first)")
+    ensure_ignored(root, ignore)
+    st = state(root)
+    if st.dirty_paths:
+        raise DitarError(f"{root}: the tree is not clean ({', '.join(st.dirty_paths[:3])}); commit or stash first")
+    return st
+
+
 def changed_files(root: Path, base: str, head: str = "HEAD") -> list[str]:
-    out = subprocess.run(["git", "diff", "--name-only", base, head], cwd=root, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise DitarError(f"git diff {base}..{head} failed: {out.stderr.strip()}")
-    return [p for p in out.stdout.splitlines() if p]
+    out = _git(root, "diff", "--name-only", base, head, what=f"git diff {base}..{head}")
+    return [p for p in out.splitlines() if p]
 
 
 def is_ancestor(root: Path, ancestor: str, head: str = "HEAD") -> bool:
-    return subprocess.run(["git", "merge-base", "--is-ancestor", ancestor, head], cwd=root).returncode == 0
+    """False also when either revision is unknown: an unprovable ancestry fails the guard."""
+    try:
+        _git(root, "merge-base", "--is-ancestor", ancestor, head)
+    except DitarError:
+        return False
+    return True
 
 
 def commit_message(root: Path, rev: str = "HEAD") -> str:
-    return subprocess.run(["git", "log", "-1", "--format=%B", rev], cwd=root, capture_output=True, text=True).stdout
+    """The full message of `rev`; "" when there is none (no repository, no commit)."""
+    try:
+        return _git(root, "log", "-1", "--format=%B", rev)
+    except DitarError:
+        return ""
 
 
 def diff_patch(root: Path, base: str, head: str) -> str:
-    return subprocess.run(["git", "format-patch", "--stdout", f"{base}..{head}"], cwd=root,
-                          capture_output=True, text=True).stdout
-
-
-def commits_between(root: Path, base: str, head: str = "HEAD") -> list[str]:
-    out = subprocess.run(["git", "rev-list", "--reverse", f"{base}..{head}"], cwd=root, capture_output=True, text=True)
-    return [c for c in out.stdout.split() if c]
+    """`git format-patch --stdout base..head`, byte for byte (a patch needs its last newline)."""
+    try:
+        return _git(root, "format-patch", "--stdout", f"{base}..{head}", strip_newline_in_stdout=False)
+    except DitarError:
+        return ""
 
 
 def reset_hard_to_parent(root: Path, expected_head: str) -> str:
@@ -99,13 +136,61 @@ def create_branch(root: Path, name: str) -> None:
         repo.git.checkout("-b", name)
 
 
+def branch_exists(root: Path, name: str) -> bool:
+    repo = _repo(root)
+    return repo is not None and name in [h.name for h in repo.heads]
+
+
 def add_worktree(root: Path, path: Path, rev: str) -> None:
-    subprocess.run(["git", "worktree", "add", "--detach", "--force", str(path), rev], cwd=root,
-                   capture_output=True, text=True, check=True)
+    """A detached checkout of `rev` at `path` (the champion's or the baseline's code)."""
+    _git(root, "worktree", "add", "--detach", "--force", str(path), rev)
 
 
-def remove_worktree(root: Path, path: Path) -> None:
-    subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=root, capture_output=True, text=True)
+def add_branch_worktree(root: Path, path: Path, branch: str, start: str) -> None:
+    """A checkout of `branch` at `path`; the branch is created at `start` when it does not exist."""
+    if branch_exists(root, branch):
+        _git(root, "worktree", "add", str(path), branch)
+    else:
+        _git(root, "worktree", "add", "-b", branch, str(path), start)
+
+
+def list_worktrees(root: Path) -> list[dict[str, Any]]:
+    """`git worktree list --porcelain` as dicts: path, head, branch (None when detached)."""
+    out, cur = [], {}
+    for line in _git(root, "worktree", "list", "--porcelain").splitlines() + [""]:
+        if not line:
+            if cur:
+                out.append(cur)
+            cur = {}
+            continue
+        key, _, val = line.partition(" ")
+        if key == "worktree":
+            cur = {"path": val, "head": None, "branch": None}
+        elif key == "HEAD":
+            cur["head"] = val
+        elif key == "branch":
+            cur["branch"] = val.removeprefix("refs/heads/")
+    return out
+
+
+def _commit_as(root: Path, user: tuple[str, str], *args: str) -> str:
+    # -c user.*: a scratch repository's committer, whatever the machine's git config says
+    _git(root, "-c", f"user.name={user[0]}", "-c", f"user.email={user[1]}", "commit", "-q", *args)
+    return _repo(root).head.commit.hexsha
+
+
+def init_repo(path: Path, message: str, *, user: tuple[str, str], branch: str = "main") -> str:
+    """`git init` at `path`, commit everything there as `user` (name, email); returns the commit."""
+    import git
+
+    git.Repo.init(path, initial_branch=branch)
+    _git(path, "add", "-A")
+    return _commit_as(path, user, "-m", message)
+
+
+def commit_tracked(root: Path, message: str, *, user: tuple[str, str]) -> str:
+    """`git commit -a -m message` as `user` (name, email): every tracked change; returns the commit."""
+    return _commit_as(root, user, "-a", "-m", message)
 
 
 def ensure_ignored(root: Path, entries: Iterable[str]) -> bool:

@@ -1,0 +1,56 @@
+"""`dit-ar baseline`: store the unmodified pipeline's outputs, lane samples and A/A noise floor."""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.core.errors import DitarError
+
+
+class Baseline(Command):
+    name = "baseline"
+    help = "store the unmodified pipeline's outputs, lane samples and noise floor"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--force", action="store_true", help="replace an existing baseline")
+        parser.add_argument("--device", default=None)
+
+    @classmethod
+    def run(cls, args: argparse.Namespace) -> int:
+        from pytest_ditar.loop.baseline import create_baseline, manifest_summary
+
+        sess = open_session(args, args.device)
+        _refuse_changed_mutable(sess)
+        print(f"dit-ar: storing baseline of suite {sess.suite.name} ({len(sess.suite.corpus)} items) on "
+              f"{sess.resolved_device()}...", flush=True)
+        path = create_baseline(sess, force=args.force)
+        print(manifest_summary(path))
+        lanes = json.loads((path / "lanes.json").read_text())
+        for name, lane in lanes.items():
+            n = lane["noise"]
+            paired = f" (paired {n['paired']['ci_half_width'] * 100:.2f}%)" if n.get("paired") else ""
+            print(f"  lane {name}: median {statistics.median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "
+                  f"{n['ci_half_width'] * 100:.2f}%{paired}, shift {n['abs_shift'] * 100:.2f}%")
+        return 0
+
+
+def _refuse_changed_mutable(sess) -> None:
+    """Every later verdict compares against this baseline, so it must be the branch's start, unedited."""
+    from pytest_ditar.vcs import repo as gitops
+
+    start = _start_commit(sess)
+    if not start:
+        return
+    changed = [p for p in gitops.changed_files(sess.cfg.root, start)
+               if any(p.startswith(m.rstrip("/") + "/") or p == m.rstrip("/") for m in sess.cfg.mutable_paths)]
+    if changed:
+        raise DitarError(f"{', '.join(changed[:3])} differ from the branch's start commit {start[:7]}: "
+                         "the baseline must be the unmodified pipeline (reset mutable/ to the start commit)")
+
+
+def _start_commit(sess) -> str | None:
+    f = sess.state_dir / "session.json"
+    return json.loads(f.read_text()).get("start_commit") if f.is_file() else None

@@ -1,0 +1,55 @@
+"""What every `dit-ar` subcommand is, and the look-ups several of them share.
+
+Every command module is imported to build the parser, so a module imports only the standard
+library at its top; torch, numpy, git and the loop load inside `run`, for the command that needs
+them (`dit-ar search` and `dit-ar status` must start fast).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+class Command:
+    """One subcommand: its name, its help line, its flags and what it does (asv's shape)."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    description: ClassVar[str | None] = None
+
+    @classmethod
+    def setup_parser(cls, subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+        parser = subparsers.add_parser(cls.name, help=cls.help, description=cls.description)
+        cls.add_arguments(parser)
+        return parser
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """The command's own flags; a command without any keeps this."""
+
+    @classmethod
+    def run(cls, args: argparse.Namespace) -> int:
+        """Do the command; the return value is the process's exit status."""
+        raise NotImplementedError
+
+
+def config_path(args: argparse.Namespace) -> Path:
+    return Path(args.config).resolve()
+
+
+def open_session(args: argparse.Namespace, device: str | None = None) -> Any:
+    """The full session (suite, model settings, device): for the commands that generate."""
+    from pytest_ditar.loop.session import DitarSession
+
+    return DitarSession.open(config_path(args), tag=args.tag, device=device)
+
+
+def light_session(args: argparse.Namespace) -> tuple[Any, Any, str]:
+    """Config, suite and tag without touching torch (status and report must be quick)."""
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.config.suite import load_suite
+    from pytest_ditar.loop.session import resolve_tag
+
+    cfg = load_config(config_path(args))
+    return cfg, load_suite(cfg.suite_dir), resolve_tag(cfg, args.tag)

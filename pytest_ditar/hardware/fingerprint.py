@@ -1,0 +1,381 @@
+"""What a run ran on: the hardware/software fingerprint and whether it is the target.
+
+Timing comparisons only mean something between runs on the same stack. A Fingerprint records
+the device, driver, library versions and the numerics flags that change timings; `diff` says
+what changed between two, `on_target` whether a run was on the card the product is judged on.
+The dtype scanners feed the feature gate (profiles.check_features) with what a candidate holds.
+
+torch (and pynvml) are imported lazily inside functions: the CLI, config checks and report
+code import this module on machines without torch.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from pytest_ditar.hardware.profiles import TargetProfile
+
+__all__ = [
+    "Clocks",
+    "Fingerprint",
+    "cuda_device_count",
+    "collect",
+    "diff",
+    "on_target",
+    "target_header",
+    "scan_module_dtypes",
+    "object_dtypes",
+]
+
+
+@dataclass(frozen=True)
+class Clocks:
+    sm_max_mhz: int | None
+    mem_max_mhz: int | None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    device_type: str  # "cuda" | "cpu"
+    device_name: str  # CUDA device name; the CPU model on cpu
+    compute_capability: str  # "8.6"; "" on cpu
+    memory_gib: float | None  # device memory (cuda) or physical RAM (cpu)
+    driver: str
+    cuda: str
+    torch: str
+    cudnn: str
+    diffusers: str
+    python: str
+    platform: str  # platform.machine(), e.g. "x86_64"
+    cpu_model: str
+    clocks: Clocks | None  # max clocks from NVML; None without NVML
+    power_limit_w: float | None
+    tf32_matmul: bool
+    tf32_cudnn: bool
+    deterministic_algorithms: bool
+    cudnn_benchmark: bool
+    cudnn_deterministic: bool
+
+    @property
+    def arch(self) -> str:
+        if self.device_type != "cuda" or not self.compute_capability:
+            return self.device_type
+        return "sm_" + self.compute_capability.replace(".", "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fingerprint:
+        """Inverse of to_dict. Unknown keys (newer writers) are ignored; missing ones refused,
+        because a snapshot whose stack cannot be compared must not silently compare."""
+        names = [f.name for f in fields(cls)]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ValueError(f"fingerprint is missing keys: {', '.join(missing)}")
+        values = {n: data[n] for n in names}
+        clocks = values["clocks"]
+        if clocks is not None and not isinstance(clocks, Clocks):
+            values["clocks"] = Clocks(
+                sm_max_mhz=clocks.get("sm_max_mhz"), mem_max_mhz=clocks.get("mem_max_mhz")
+            )
+        return cls(**values)
+
+    def comparable_key(self) -> dict[str, Any]:
+        """The fields that must match for two timings to be compared at all."""
+        key: dict[str, Any] = {
+            "device_type": self.device_type,
+            "device_name": self.device_name,
+            "compute_capability": self.compute_capability,
+            "driver": self.driver,
+            "cuda": self.cuda,
+            "torch": self.torch,
+            "cudnn": self.cudnn,
+            "diffusers": self.diffusers,
+            "tf32_matmul": self.tf32_matmul,
+            "tf32_cudnn": self.tf32_cudnn,
+        }
+        if self.device_type == "cpu":
+            key["cpu_model"] = self.cpu_model
+        return key
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _show(v: Any) -> str:
+    return "(none)" if v is None or v == "" else str(v)
+
+
+def diff(a: Fingerprint, b: Fingerprint, *, comparable_only: bool = False) -> list[str]:
+    """Human lines for every field that differs, e.g. "torch: 2.13.0 -> 2.14.1"."""
+    if comparable_only:
+        da, db = a.comparable_key(), b.comparable_key()
+    else:
+        da, db = _flatten(a.to_dict()), _flatten(b.to_dict())
+    keys = list(da) + [k for k in db if k not in da]
+    return [
+        f"{k}: {_show(da.get(k))} -> {_show(db.get(k))}"
+        for k in keys
+        if da.get(k) != db.get(k)
+    ]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _ram_gib() -> float | None:
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 2)
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _pkg_version(name: str) -> str:
+    # Metadata only: importing diffusers just to read its version costs seconds.
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _driver_from_proc() -> str:
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as fh:
+            m = re.search(r"Kernel Module\s+([0-9][0-9.]*)", fh.read())
+            return m.group(1) if m else ""
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class _NvmlInfo:
+    driver: str = ""
+    clocks: Clocks | None = None
+    power_limit_w: float | None = None
+
+
+def _nvml_info(props: Any, index: int) -> _NvmlInfo:
+    """Driver, max clocks and power limit from NVML; empty when NVML is absent or fails."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+    except Exception:
+        return _NvmlInfo(driver=_driver_from_proc())
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return _NvmlInfo(driver=_driver_from_proc())
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else str(driver)
+        handle = None
+        # Match by UUID: NVML indices ignore CUDA_VISIBLE_DEVICES, torch indices do not.
+        uuid = getattr(props, "uuid", None)
+        if uuid is not None:
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            except Exception:
+                handle = None
+        if handle is None and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        clocks = None
+        power = None
+        if handle is not None:
+            try:
+                clocks = Clocks(
+                    sm_max_mhz=int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+                    mem_max_mhz=int(
+                        pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
+                    ),
+                )
+            except Exception:
+                clocks = None
+            try:
+                power = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
+            except Exception:
+                power = None
+        return _NvmlInfo(driver=driver, clocks=clocks, power_limit_w=power)
+    except Exception:
+        return _NvmlInfo(driver=_driver_from_proc())
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _torch_flags(torch: Any) -> dict[str, bool]:
+    # The legacy allow_tf32 getters still reflect the state set by the newer
+    # fp32_precision API; silence their deprecation chatter.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
+            "deterministic_algorithms": bool(torch.are_deterministic_algorithms_enabled()),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        }
+
+
+def cuda_device_count() -> int:
+    """CUDA devices torch can use here (after CUDA_VISIBLE_DEVICES); 0 without torch or CUDA.
+
+    For layers that may not import torch themselves (loop, plugin, cli)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def collect(device: str = "cpu") -> Fingerprint:
+    """Fingerprint of the stack a run uses on `device` ("cpu", "cuda", "cuda:N").
+
+    Raises RuntimeError when CUDA is requested but unavailable (a silent CPU fallback would
+    record a CPU timing as a GPU one). Works without torch for "cpu" (torch fields empty).
+    """
+    dev = device.strip().lower()
+    common = {
+        "diffusers": _pkg_version("diffusers"),
+        "python": platform.python_version(),
+        "platform": platform.machine(),
+        "cpu_model": _cpu_model(),
+    }
+    try:
+        import torch
+    except ImportError:
+        torch = None  # type: ignore[assignment]
+
+    if dev == "cpu":
+        flags = (
+            _torch_flags(torch)
+            if torch is not None
+            else dict.fromkeys(
+                ("tf32_matmul", "tf32_cudnn", "deterministic_algorithms",
+                 "cudnn_benchmark", "cudnn_deterministic"),
+                False,
+            )
+        )
+        return Fingerprint(
+            device_type="cpu",
+            device_name=common["cpu_model"],
+            compute_capability="",
+            memory_gib=_ram_gib(),
+            driver="",
+            cuda="",
+            torch=str(torch.__version__) if torch is not None else "",
+            cudnn="",
+            clocks=None,
+            power_limit_w=None,
+            **common,
+            **flags,
+        )
+
+    if not dev.startswith("cuda"):
+        raise ValueError(f"unsupported device {device!r}; use 'cpu', 'cuda' or 'cuda:N'")
+    if torch is None or not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} requested but CUDA is not available")
+    index = torch.device(dev).index
+    if index is None:
+        index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    nvml = _nvml_info(props, index)
+    cudnn_version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return Fingerprint(
+        device_type="cuda",
+        device_name=str(props.name),
+        compute_capability=f"{props.major}.{props.minor}",
+        memory_gib=round(props.total_memory / 2**30, 2),
+        driver=nvml.driver,
+        cuda=str(torch.version.cuda or ""),
+        torch=str(torch.__version__),
+        cudnn=str(cudnn_version) if cudnn_version else "",
+        clocks=nvml.clocks,
+        power_limit_w=nvml.power_limit_w,
+        **common,
+        **_torch_flags(torch),
+    )
+
+
+# --------------------------------------------------------------------------- target
+
+
+def on_target(fp: Fingerprint, profile: TargetProfile) -> bool:
+    if profile.compute_capability is None:  # generic CPU profile
+        return fp.device_type == "cpu"
+    major, minor = profile.compute_capability
+    return (
+        fp.device_type == "cuda"
+        and fp.compute_capability == f"{major}.{minor}"
+        and profile.name_match.lower() in fp.device_name.lower()
+    )
+
+
+def target_header(fp: Fingerprint, profile: TargetProfile) -> str:
+    """One line for reports: 'device=NVIDIA H200 (sm_90) target=a5500 (sm_86) OFF-TARGET'."""
+    state = "ON-TARGET" if on_target(fp, profile) else "OFF-TARGET"
+    return f"device={fp.device_name} ({fp.arch}) target={profile.name} ({profile.arch}) {state}"
+
+
+# --------------------------------------------------------------------------- dtypes
+
+
+def scan_module_dtypes(module: Any) -> set[str]:
+    """dtype names ("torch.float16", ...) of a torch module's parameters and buffers."""
+    dtypes = {str(p.dtype) for p in module.parameters()}
+    dtypes.update(str(b.dtype) for b in module.buffers())
+    return dtypes
+
+
+def object_dtypes(candidate: object, depth: int = 3) -> set[str]:
+    """Dtypes of every module parameter/buffer and tensor reachable from the built candidate.
+
+    Walks attributes (and dict/list values) a few levels deep, so weights kept in a pipeline,
+    a module or a plain dict of tensors are all seen.
+    """
+    import torch
+
+    seen: set[int] = set()
+    dtypes: set[str] = set()
+    frontier = [candidate]
+    for _ in range(depth + 1):
+        nxt = []
+        for obj in frontier:
+            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, torch.Tensor):
+                dtypes.add(str(obj.dtype))
+            elif isinstance(obj, torch.nn.Module):
+                dtypes.update(scan_module_dtypes(obj))
+            elif isinstance(obj, dict):
+                nxt.extend(obj.values())
+            elif isinstance(obj, (list, tuple)):
+                nxt.extend(obj)
+            elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+                nxt.extend(vars(obj).values())
+        frontier = nxt
+    return dtypes

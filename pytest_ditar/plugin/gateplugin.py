@@ -1,0 +1,172 @@
+"""pytest's side of the gate: a run's options become RunOptions, collected items and test reports
+become plain values, and the gate's exit status and lines go back to pytest.
+
+GatePlugin carries the hooks of a run; it is registered only where a ditar config is active, so
+a project without one sees nothing of pytest-ditar beyond its options, markers and fixtures (its
+items keep their order, its warning filters and exit status stay its own)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_ditar.core.errors import DitarError
+from pytest_ditar.core.vocabulary import DEFAULT_CONFIG
+from pytest_ditar.loop.gate import Gate
+from pytest_ditar.loop.options import RunOptions
+from pytest_ditar.plugin import fixtures, keys, xdist
+
+MARKERS = ("quality: a pytest-ditar quality contract (candidate vs the original baseline)",
+           "perf: a pytest-ditar performance lane (candidate vs the champion)")
+# diffusers' own deprecation noise is not the candidate's problem; keep the agent's output short.
+WARNING_FILTERS = ("ignore::DeprecationWarning:diffusers.*", "ignore::FutureWarning:diffusers.*")
+
+
+def config_path(config: pytest.Config) -> Path | None:
+    """--ditar-config, else the ini's ditar_config, else a conftest's hook, else the default file."""
+    opt = config.getoption("--ditar-config")
+    if opt:
+        return Path(opt)
+    ini = config.getini("ditar_config")
+    if ini:
+        return Path(config.rootpath) / ini
+    hook = config.pluginmanager.hook.pytest_ditar_config_path(config=config)
+    if hook:
+        return Path(hook)
+    default = Path(config.rootpath) / DEFAULT_CONFIG
+    return default if default.is_file() else None
+
+
+def run_options(config: pytest.Config, path: Path) -> RunOptions:
+    opt = config.getoption
+    return RunOptions(
+        config_path=path, tag=opt("--ditar-tag"),
+        device=opt("--ditar-device") or xdist.worker_device(config),  # an xdist worker gwN: cuda:N
+        cls=opt("--ditar-class"), description=opt("--ditar-description"),
+        no_revert=bool(opt("--ditar-no-revert")), gate_demanded=bool(opt("--ditar-gate")),
+        baseline=bool(opt("--ditar-baseline")), force=bool(opt("--ditar-force")), phase=opt("--ditar-phase"),
+        xdist_controller=xdist.is_controller(config))
+
+
+def before_configure(config: pytest.Config) -> None:
+    """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
+    path = config_path(config)
+    if path is None:
+        return
+    from pytest_ditar.plugin.artifacts import request_artifacts
+    from pytest_ditar.plugin.console import install_bars
+
+    install_bars(config)  # progress bars only when stderr is a terminal (pytest's capture is off here)
+    request_artifacts(config, path)
+
+
+def configure(config: pytest.Config) -> None:
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    config.pluginmanager.register(fixtures, "ditar-fixtures")
+    path = config_path(config)
+    if path is None:
+        return  # not a ditar project: nothing else of ours takes part
+    for line in WARNING_FILTERS:
+        config.addinivalue_line("filterwarnings", line)
+    from pytest_ditar.loop.session import DitarSession
+
+    try:
+        opts = run_options(config, path)
+        sess = DitarSession.open(path, tag=opts.tag, device=opts.device)
+    except DitarError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    gate = Gate(sess, opts)
+    config.stash[keys.SESSION_KEY] = sess
+    config.stash[keys.GATE_KEY] = gate
+    config.pluginmanager.register(GatePlugin(gate), "ditar-gate")
+    xdist.register(config)  # controller/worker halves of `-n N`; no-op without xdist
+
+
+def parametrize(metafunc: pytest.Metafunc) -> None:
+    """One quality test per corpus item, one perf test per lane."""
+    names = metafunc.fixturenames
+    if "ditar_item" not in names and "ditar_lane" not in names:
+        return
+    sess = keys.get_session(metafunc.config)
+    if "ditar_item" in names:
+        items = list(sess.suite.corpus)
+        metafunc.parametrize("ditar_item", items, ids=[it.id for it in items])
+    if "ditar_lane" in names:
+        lanes = list(sess.suite.lanes)
+        metafunc.parametrize("ditar_lane", lanes, ids=[ln.name for ln in lanes])
+
+
+def refuse_baseline_without_config(config: pytest.Config) -> None:
+    if config.getoption("--ditar-baseline") and keys.get_gate(config) is None:
+        raise pytest.UsageError("--ditar-baseline needs a config: pass --ditar-config PATH")
+
+
+class GatePlugin:
+    """The hooks of one run with an active ditar config, holding its gate."""
+
+    def __init__(self, gate: Gate):
+        self.gate = gate
+        self.notes: list[str] = []  # this plugin's own summary lines (the filed artifacts)
+        self.closed = False
+
+    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+        """Collect only the active suite's folder under suites/."""
+        cfg = self.gate.sess.cfg
+        try:
+            rel = collection_path.resolve().relative_to((cfg.root / cfg.suites_dir).resolve())
+        except ValueError:
+            return None
+        return True if rel.parts and rel.parts[0] != cfg.suite else None
+
+    def pytest_report_header(self) -> list[str]:
+        return self.gate.header()
+
+    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the gate must see what will really run
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # Quality before performance: a candidate that breaks a contract is not worth timing.
+        items.sort(key=lambda it: 1 if it.get_closest_marker("perf") else 0)
+        self.gate.collected(*keys.collected_keys(items))
+
+    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+        if self.gate.opts.baseline:
+            tr = session.config.pluginmanager.get_plugin("terminalreporter")
+            if self.gate.run_baseline(echo=tr.write_line if tr else lambda line: None):
+                session.testsfailed += 1
+            return True
+        if not self.gate.before_tests():
+            return True  # refused or guarded: the candidate never runs
+        return None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.gate.log_report(report.nodeid, report.when, report.outcome, report.longreprtext if report.failed else "")
+
+    @pytest.hookimpl(trylast=True)  # after junitxml and pytest-benchmark wrote their files
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        status = self.gate.finish(int(exitstatus))
+        if status != exitstatus:
+            session.exitstatus = pytest.ExitCode(status)
+        from pytest_ditar.plugin.artifacts import collect_artifacts
+
+        run_dir = self.gate.sess.run_dir() if self.gate.gated else None
+        filed = collect_artifacts(session.config, run_dir)
+        if filed:
+            self.notes.append("ditar: " + ", ".join(p.name for p in filed) + f" in {run_dir}")
+        self.close()
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        for line in [*self.gate.summary(), *self.notes]:
+            terminalreporter.write_line(line)
+
+    @pytest.hookimpl(trylast=True)  # the verdict is the very last line of a gated run
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.close()  # a run that never reached its session's end still stops its workers
+        line = self.gate.final_line()
+        if line:
+            config.get_terminal_writer().line(line)
+
+    def close(self) -> None:
+        """Stop the candidate workers, once, after the decision and the revert (their logs join the run's)."""
+        if not self.closed:
+            self.closed = True
+            self.gate.sess.close()

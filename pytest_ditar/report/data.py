@@ -1,0 +1,163 @@
+"""What a report shows, read from what the loop already wrote: ledger rows joined with their
+`runs/*/summary.json` into Experiment records.
+
+Everything here is lenient: a broken chain, a missing run directory or an unreadable summary is
+shown as such, never refused (the report is for looking, `dit-ar verify` is for checking).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from pytest_ditar.core.vocabulary import STATUSES
+from pytest_ditar.store.ledger import Ledger
+
+
+def num(v: Any) -> float | None:
+    """A finite float, or None for anything else (ledger cells are often "" or "nan")."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+@dataclass
+class Experiment:
+    """One ledger row joined with its run directory (when one was found)."""
+
+    row: dict[str, Any]
+    run_dir: Path | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> str:
+        return str(self.row.get("status", ""))
+
+    @property
+    def run(self) -> int:
+        return int(self.row.get("run") or 0)
+
+    @property
+    def commit(self) -> str:
+        return str(self.row.get("commit") or "")
+
+    @property
+    def metric(self) -> float | None:
+        return num(self.row.get("metric"))
+
+    @property
+    def off_target(self) -> bool:
+        return str(self.row.get("off_target", "")).strip() in ("1", "True", "true")
+
+    def quality(self) -> dict[str, dict[str, Any]]:
+        q = self.summary.get("quality")
+        return q if isinstance(q, dict) else {}
+
+    def lanes(self) -> dict[str, dict[str, Any]]:
+        """lane name -> outcome dict (verdict, speedup, ci_low, ci_high, objective, reason)."""
+        out = {}
+        for name, lane in (self.summary.get("lanes") or {}).items():
+            oc = lane.get("outcome") if isinstance(lane, dict) else None
+            if isinstance(oc, dict):
+                out[name] = oc
+        return out
+
+    def worst_items(self, n: int, failed_only: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        """Items to show: failed ones first (a DISCARD's evidence), then the lowest PSNR."""
+        q = self.quality()
+        if failed_only:
+            q = {k: v for k, v in q.items() if not v.get("passed", True)}
+
+        def key(kv: tuple[str, dict[str, Any]]) -> tuple[int, float]:
+            psnr = num(kv[1].get("psnr"))
+            if psnr is None:  # NaN is worse than any number; a missing or infinite PSNR (identical) is best
+                psnr = -1.0 if str(kv[1].get("psnr")) in ("nan", "NaN") else math.inf
+            return (0 if not kv[1].get("passed", True) else 1, psnr)
+
+        return sorted(q.items(), key=key)[:n]
+
+    def is_quality_failure(self) -> bool:
+        q = self.quality()
+        if q:
+            return any(not v.get("passed", True) for v in q.values())
+        qp, qt = num(self.row.get("quality_pass")), num(self.row.get("quality_total"))
+        # No per-item results: only a DISCARD's counts can say so (a CRASH's 0/N is not a verdict on quality).
+        return self.status == "DISCARD" and qp is not None and qt is not None and 0 < qt and qp < qt
+
+
+def read_rows(state_dir: Path) -> list[dict[str, Any]]:
+    """Ledger rows, unparseable lines skipped (a broken chain is shown, not refused)."""
+    ledger = Ledger(state_dir)
+    if not ledger.jsonl_path.exists():
+        return []
+    rows = []
+    for line in ledger.jsonl_path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _run_summaries(state_dir: Path) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+    """commit -> [(run dir, summary)] in directory (= time stamp) order."""
+    by_commit: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    runs = state_dir / "runs"
+    if not runs.is_dir():
+        return by_commit
+    for d in sorted(p for p in runs.iterdir() if p.is_dir()):
+        try:
+            summary = json.loads((d / "summary.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        by_commit.setdefault(str(summary.get("commit") or ""), []).append((d, summary))
+    return by_commit
+
+
+def load_experiments(state_dir: Path) -> tuple[list[dict[str, Any]], list[Experiment]]:
+    """All ledger rows, and the KEEP/DISCARD/CRASH ones joined with their run directories.
+
+    Runs are matched to rows by commit, in order: the same commit tried twice (a crash that was
+    fixed and re-run) takes the run directories in time order.
+    """
+    rows = read_rows(state_dir)
+    pending = _run_summaries(state_dir)
+    exps: list[Experiment] = []
+    for row in rows:
+        if row.get("status") not in STATUSES:
+            continue
+        queue = pending.get(str(row.get("commit") or ""), [])
+        # Prefer the run whose recorded decision matches the row; else the oldest unused one.
+        pick = next((i for i, (_, s) in enumerate(queue) if s.get("decision") == row.get("status")), 0 if queue else None)
+        if pick is None:
+            exps.append(Experiment(row))
+        else:
+            d, s = queue.pop(pick)
+            exps.append(Experiment(row, d, s))
+    return rows, exps
+
+
+def cumulative_best(exps: Sequence[Experiment]) -> list[tuple[float, float, float]]:
+    """The champion's speedup over the baseline after each experiment: (value, low, high).
+
+    Each KEEP's metric is its speedup over the previous champion, so the cumulative speedup is
+    the product of kept metrics. The band multiplies the kept ci_low (and ci_high) values: a
+    simple propagation that treats the per-step intervals as independent and is conservative
+    (wider than a joint interval) for more than one keep.
+    """
+    value = low = high = 1.0
+    out = []
+    for e in exps:
+        m = e.metric
+        if e.status == "KEEP" and m is not None:
+            value *= m
+            low *= num(e.row.get("ci_low")) or m
+            high *= num(e.row.get("ci_high")) or m
+        out.append((value, low, high))
+    return out

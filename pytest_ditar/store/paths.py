@@ -1,0 +1,114 @@
+"""The state directory's layout: the one module that spells its names.
+
+    <project root>/<cfg.state_dir>/        state root (".autoresearch"), git-ignored
+      <tag>/                              one research tag (TagPaths)
+        session.json                      init's record: branch, start commit, bound GPU, worktree
+        ledger.jsonl  results.tsv  .ledger.lock
+        baseline/                         the unmodified pipeline's snapshot
+        champions/<commit>/               each kept commit's snapshot
+        runs/<stamp>-<sha7>[-n]/          one run's logs, patch and summary
+        worktrees/<sha12>/                checkouts of earlier commits (champion, baseline code)
+        phase-quality.json                two-phase runs: pointer to the quality phase's record
+        report/                           `dit-ar report`'s HTML
+
+No pytest, git or torch here.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["TagPaths", "state_root", "tag_dirs"]
+
+SESSION_FILE = "session.json"
+LEDGER_JSONL = "ledger.jsonl"
+RESULTS_TSV = "results.tsv"
+LEDGER_LOCK = ".ledger.lock"
+BASELINE = "baseline"
+CHAMPIONS = "champions"
+RUNS = "runs"
+WORKTREES = "worktrees"
+PHASE_POINTER = "phase-quality.json"
+REPORT = "report"
+
+
+def state_root(project_root: Path, state_dir: str) -> Path:
+    """<project root>/<state_dir>: every tag's directory lives under it."""
+    return Path(project_root) / state_dir
+
+
+@dataclass(frozen=True)
+class TagPaths:
+    """Where one tag's state lives; `dir` is <state root>/<tag>."""
+
+    dir: Path
+
+    @classmethod
+    def of(cls, project_root: Path, state_dir: str, tag: str) -> TagPaths:
+        return cls(state_root(project_root, state_dir) / tag)
+
+    @property
+    def tag(self) -> str:
+        return self.dir.name
+
+    @property
+    def session_file(self) -> Path:
+        return self.dir / SESSION_FILE
+
+    @property
+    def ledger_jsonl(self) -> Path:
+        return self.dir / LEDGER_JSONL
+
+    @property
+    def results_tsv(self) -> Path:
+        return self.dir / RESULTS_TSV
+
+    @property
+    def ledger_lock(self) -> Path:
+        return self.dir / LEDGER_LOCK
+
+    @property
+    def baseline(self) -> Path:
+        return self.dir / BASELINE
+
+    @property
+    def champions(self) -> Path:
+        return self.dir / CHAMPIONS
+
+    def champion(self, commit: str) -> Path:
+        return self.champions / commit
+
+    @property
+    def runs(self) -> Path:
+        return self.dir / RUNS
+
+    def new_run_dir(self, head: str | None) -> Path:
+        """Create and return runs/<UTC stamp>-<sha7>, suffixed -2, -3.. when that exists already."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        base = f"{stamp}-{(head or 'nohead')[:7]}"
+        d, n = self.runs / base, 1
+        while d.exists():
+            n += 1
+            d = self.runs / f"{base}-{n}"
+        d.mkdir(parents=True)
+        return d
+
+    def worktree(self, commit: str) -> Path:
+        # 12 hex digits: unique in any real repository, short enough for readable paths.
+        return self.dir / WORKTREES / commit[:12]
+
+    @property
+    def phase_pointer(self) -> Path:
+        return self.dir / PHASE_POINTER
+
+    @property
+    def report(self) -> Path:
+        return self.dir / REPORT
+
+
+def tag_dirs(root: Path) -> list[TagPaths]:
+    """The tags under a state root that `dit-ar init` created (they have a session file)."""
+    if not root.is_dir():
+        return []
+    return [TagPaths(p) for p in sorted(root.iterdir()) if p.is_dir() and (p / SESSION_FILE).is_file()]

@@ -1,0 +1,203 @@
+"""Candidate workers: candidate code runs in a process of its own, never in the judge's.
+
+The attack first: a candidate that looks for the judge's process (to reach its clock, its threads
+or its state) records where its code runs. Then the defences: a worker that dies or hangs is a
+CRASH with its reason, and a paused worker runs nothing while the other side is timed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from candidates import STOCK
+from conftest import make_project, research_project, verdict_line
+
+RECORDER = '''
+import json as _json, os as _os, sys as _sys
+
+
+def _where(event, **extra):
+    try:
+        parent = open(f"/proc/{_os.getppid()}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+    except OSError:
+        parent = ""
+    with open(LOG, "a") as fh:
+        fh.write(_json.dumps({"event": event, "pid": _os.getpid(), "ppid": _os.getppid(), "argv": _sys.argv,
+                              "parent": parent, **extra}) + "\\n")
+'''
+
+
+def recording(log: Path) -> str:
+    """The stock pipeline, plus a record of the process every build() and generate() runs in."""
+    src = STOCK.replace("class StockDiT:", f"LOG = {str(log)!r}\n{RECORDER}\n\nclass StockDiT:")
+    src = src.replace("    def generate(self, request: Request) -> Generated:\n",
+                      "    def generate(self, request: Request) -> Generated:\n"
+                      "        _where('generate', seeds=list(request.seeds))\n")
+    return src.replace("def build(spec: PipelineSpec) -> StockDiT:\n",
+                       "def build(spec: PipelineSpec) -> StockDiT:\n    _where('build')\n")
+
+
+def records(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def assert_outside_judge(recs: list[dict]) -> None:
+    for r in recs:
+        assert r["pid"] != r["ppid"]
+        assert r["argv"][0].endswith("worker_main.py"), r["argv"]  # a worker, never pytest itself
+        assert "worker_main" not in r["parent"], r  # started by the judge, not by another worker
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the parent's /proc cmdline")
+def test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory)
+    log = proj.root.parent / "where.jsonl"
+    sha, res, line = proj.experiment(recording(log), "exact", "record where the candidate runs")
+    assert "quality=6/6" in line, res.stdout[-3000:]
+    recs = records(log)
+    assert_outside_judge(recs)
+    judge = {r["ppid"] for r in recs}
+    assert len(judge) == 1 and all("pytest" in r["parent"] for r in recs)  # one judge: the gated pytest run
+    corpus = {it["seed"] for it in yaml.safe_load((proj.root / "suites/tiny/suite.yaml").read_text())["corpus"]}
+    gens = [r for r in recs if r["event"] == "generate"]
+    quality = [r for r in gens if set(r["seeds"]) <= corpus and len(r["seeds"]) > 1]
+    holdout = [r for r in gens if not set(r["seeds"]) & corpus]
+    lanes = [r for r in gens if set(r["seeds"]) <= corpus and len(r["seeds"]) == 1]
+    assert [r["event"] for r in recs].count("build") == 1  # built once, served every path
+    assert quality and holdout and len(lanes) >= 12, (len(quality), len(holdout), len(lanes))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the parent's /proc cmdline")
+def test_candidate_code_runs_in_a_worker_under_xdist(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory)
+    log = proj.root.parent / "where-xdist.jsonl"
+    proj.commit_candidate(recording(log), "exact", "record where the candidate runs")
+    res = proj.pytest("-m", "quality", "-n", "2")
+    res.assert_outcomes(passed=6)
+    recs = records(log)
+    assert_outside_judge(recs)
+    builds = [r for r in recs if r["event"] == "build"]
+    assert len(builds) == 2 and len({r["ppid"] for r in builds}) == 2  # one worker per xdist worker
+
+
+def test_worker_that_dies_is_a_crash_with_its_exit_code(research):
+    dies = STOCK.replace("    def generate(self, request: Request) -> Generated:\n",
+                         "    def generate(self, request: Request) -> Generated:\n        import os; os._exit(7)\n")
+    sha, res, line = research.experiment(dies, "exact", "exit in generate")
+    assert line.startswith("DITAR VERDICT: CRASH"), line
+    assert "exited with code 7" in res.stdout, res.stdout[-3000:]
+    assert research.head() != sha  # reverted like any crash
+
+
+def test_worker_killed_by_a_signal_is_a_crash_naming_it(research):
+    killed = STOCK.replace("    def generate(self, request: Request) -> Generated:\n",
+                           "    def generate(self, request: Request) -> Generated:\n"
+                           "        import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n")
+    sha, res, line = research.experiment(killed, "exact", "killed in generate")
+    assert line.startswith("DITAR VERDICT: CRASH"), line
+    assert "killed by signal 9" in res.stdout, res.stdout[-3000:]
+
+
+# ---- the worker itself, through its judge-side handle ------------------------------------------
+
+TICKER = '''
+import os, threading, time
+from pytest_ditar.interface import Generated
+
+
+class Ticker:
+    """Counts in a file from a background thread, so a test can see whether the process runs."""
+    def __init__(self, path):
+        self.path, self.n = path, 0
+        threading.Thread(target=self.tick, daemon=True).start()
+
+    def tick(self):
+        while True:
+            self.n += 1
+            with open(self.path, "w") as fh:
+                fh.write(str(self.n))
+            time.sleep(0.01)
+
+    def generate(self, request):
+        import numpy as np
+        n = len(request.seeds)
+        return Generated(latents=np.zeros((n, 4, 2, 2), np.float32), images=np.zeros((n, 8, 8, 3), np.uint8))
+
+
+def build(spec):
+    return Ticker(os.environ["TICKS"])
+'''
+
+
+def _worker(tmp_path: Path, source: str):
+    from pytest_ditar.interface import PipelineSpec
+    from pytest_ditar.runtime.worker import CandidateWorker
+
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "pipeline.py").write_text(source)
+    spec = PipelineSpec(model_dir=tmp_path, device="cpu", dtype="float32", scheduler="x", guidance=1.0, resolution=8)
+    return CandidateWorker("candidate", cand, spec, log_path=tmp_path / "worker.log")
+
+
+def test_paused_worker_runs_nothing_until_resumed(tmp_path, monkeypatch):
+    ticks = tmp_path / "ticks"
+    monkeypatch.setenv("TICKS", str(ticks))
+    w = _worker(tmp_path, TICKER).start()
+    try:
+        w.built(60)
+        time.sleep(0.2)
+        w.pause()
+        time.sleep(0.1)  # a tick already under way may finish
+        frozen = ticks.read_text()
+        time.sleep(0.5)
+        assert ticks.read_text() == frozen  # not one tick of its thread while paused
+        from pytest_ditar.interface import Request
+
+        out = w.generate(Request(labels=(1, 2), seeds=(3, 4), steps=1), timeout_s=30)  # a call resumes it
+        assert out.images.shape == (2, 8, 8, 3) and out.latents.dtype.name == "float32"
+        time.sleep(0.2)
+        assert int(ticks.read_text()) > int(frozen)
+        assert w.info["pid"] != os.getpid()
+    finally:
+        w.close()
+    assert w.proc.poll() is not None
+
+
+def test_hung_worker_is_killed_with_its_process_group(tmp_path, monkeypatch):
+    from pytest_ditar.core.errors import CandidateError
+    from pytest_ditar.interface import Request
+
+    hangs = TICKER.replace("        import numpy as np\n", "        import subprocess, sys, numpy as np\n"
+                           "        subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                           "        time.sleep(600)\n")
+    monkeypatch.setenv("TICKS", str(tmp_path / "ticks"))
+    w = _worker(tmp_path, hangs).start()
+    try:
+        w.built(60)
+        t0 = time.monotonic()
+        with pytest.raises(CandidateError) as err:
+            w.generate(Request(labels=(1,), seeds=(3,), steps=1), timeout_s=1.0)
+        assert err.value.kind == "timeout" and time.monotonic() - t0 < 15
+        assert w.proc.poll() is not None
+        assert not _group_alive(w.proc.pid)  # the grandchild it started went with it
+    finally:
+        w.close()
+
+
+def _group_alive(pgid: int, wait_s: float = 5.0) -> bool:
+    """Whether any process of the group is still there (killed members take a moment to be reaped)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.05)
+    return True
