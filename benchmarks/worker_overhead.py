@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -119,7 +120,7 @@ def median_ms(xs) -> float:
 def measure_lane(inproc, worker: CandidateWorker, suite, lane, rounds: int, warmup: int, timeout_s: float) -> dict:
     """Warm-up on both sides, then `rounds` ABBA rounds of the same request."""
     req = lane_request(suite, lane)
-    inproc_s, judge_s, own_s = [], [], []
+    inproc_s, judge_s, own_s, stamps = [], [], [], []
 
     def run_inproc(keep: bool):
         worker.pause()  # nothing of the worker runs while this process is timed
@@ -134,6 +135,7 @@ def measure_lane(inproc, worker: CandidateWorker, suite, lane, rounds: int, warm
         if keep:
             judge_s.append(out.seconds)
             own_s.append(out.worker_s)
+            stamps.append(out.stamps)
         return out
 
     gen = out = None
@@ -176,8 +178,23 @@ def measure_lane(inproc, worker: CandidateWorker, suite, lane, rounds: int, warm
         "target_met_paired": None if target is None else paired.ci_high <= 1 + target,
         "target_met_point": None if target is None else paired.ratio <= 1 + target,
         "target_met_round_trip": None if target is None else rt_frac <= target,
+        "breakdown_ms": breakdown(stamps),
         "samples": {"inprocess_s": inproc_s, "worker_judge_s": judge_s, "worker_own_s": own_s},
     }
+
+
+STEPS = (("sent", "received"), ("received", "generated"), ("generated", "converted"), ("converted", "written"),
+         ("written", "header"), ("header", "copied"))
+
+
+def breakdown(stamps: list) -> dict:
+    """Median ms of each step of a round trip (one monotonic clock for both processes on Linux)."""
+    out = {}
+    for a, b in STEPS:
+        xs = [s[b] - s[a] for s in stamps if a in s and b in s]
+        if xs:
+            out[f"{a}->{b}"] = median_ms(xs)
+    return out
 
 
 def pause_resume_cost(worker: CandidateWorker, reps: int) -> dict:
@@ -303,12 +320,25 @@ def main() -> int:
         result["transport"] = transport_cost(probe, args.transport_reps, args.timeout, suite)
         result["wall_s"] = time.perf_counter() - t_start
         save()
+    except BaseException:
+        print(f"worker logs kept in {logs}", file=sys.stderr)
+        raise
     finally:
         worker.close()
         probe.close()
+    for d in (logs, probe_dir, cand_dir if args.render else None):
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
     print_table(result)
+    print_breakdown(result)
     print(f"json: {out_path}")
     return 0
+
+
+def print_breakdown(result: dict) -> None:
+    for r in result["lanes"].values():
+        steps = ", ".join(f"{k} {v:.3f}" for k, v in r.get("breakdown_ms", {}).items())
+        print(f"  {r['lane']} round trip by step (median ms): {steps}")
 
 
 def print_table(result: dict) -> None:

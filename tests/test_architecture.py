@@ -305,6 +305,7 @@ def test_planted_violations_are_caught(tmp_path: Path) -> None:
     l_run = _plant(pkg / "loop" / "record.py", "import subprocess\nsubprocess.run(['git', 'status'])  # planted")
     l_cyc = _plant(pkg / "config" / "project.py", "import pytest_ditar.runtime.lanes  # planted")
     l_state = _plant(pkg / "runtime" / "lanes.py", "from pytest_ditar.store import ledger  # planted")
+    l_core = _plant(pkg / "core" / "stats.py", "from pytest_ditar.interface import Request  # planted")
 
     res = lint_imports(tmp_path / "importlinter.toml", src)
     out = res.stdout + res.stderr
@@ -317,6 +318,7 @@ def test_planted_violations_are_caught(tmp_path: Path) -> None:
         f"{PKG}.store.ledger -> {PKG}.loop.session (l.{l_up})",
         f"{PKG}.config.project -> {PKG}.runtime.lanes (l.{l_cyc})",
         f"{PKG}.runtime.lanes -> {PKG}.store.ledger (l.{l_state})",  # the ignored import stays narrow
+        f"{PKG}.core.stats -> {PKG}.interface (l.{l_core})",  # core imports nothing of the package
     ):
         assert expected in out, f"{expected!r} not reported:\n{out}"
     status = contract_status(out)

@@ -21,7 +21,7 @@ from PIL import Image
 from candidates import ALTERS, COMMENT_ONLY, RAISES, REDUNDANT, STOCK
 from conftest import REPO, make_project
 
-from pytest_ditar.plugin.console import run_table
+from pytest_ditar.loop.table import run_table
 from pytest_ditar.report.data import Experiment, cumulative_best
 from pytest_ditar.report.html import build_report
 from pytest_ditar.report.images import diff_heatmap

@@ -72,14 +72,17 @@ def test_lanes_time_with_the_gc_off_and_pin_the_thread_when_configured(research,
 
 
 def test_steady_host_restores_the_gc_and_the_cpu_mask():
+    """The judge's half of a steady lane (the worker's runs the same helpers through its steady op)."""
     import gc
     import os
 
-    from pytest_ditar.runtime.harness import steady_host
+    from pytest_ditar.runtime.harness import no_gc, pin_to_current_cpu
 
     before = os.sched_getaffinity(0)
     assert gc.isenabled()
-    with steady_host(pin_cpu=True):
+    with no_gc():
         assert not gc.isenabled()
-        assert len(os.sched_getaffinity(0)) == 1 and os.sched_getaffinity(0) <= before
+        old = pin_to_current_cpu()
+        assert old == before and len(os.sched_getaffinity(0)) == 1 and os.sched_getaffinity(0) <= before
+        os.sched_setaffinity(0, old)
     assert gc.isenabled() and os.sched_getaffinity(0) == before

@@ -52,5 +52,7 @@ def _refuse_changed_mutable(sess) -> None:
 
 
 def _start_commit(sess) -> str | None:
-    f = sess.state_dir / "session.json"
+    from pytest_ditar.store.paths import TagPaths
+
+    f = TagPaths(sess.state_dir).session_file
     return json.loads(f.read_text()).get("start_commit") if f.is_file() else None

@@ -53,16 +53,18 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
                  f"{st.branch}" + ("" if st.branch == want else f" (expected {cfg.branch_prefix}<tag>; run `dit-ar init --tag T`)")))
     rows.append(("clean tree", PASS if st.is_repo and not st.dirty_paths else FAIL,
                  "clean" if not st.dirty_paths else ", ".join(st.dirty_paths[:4])))
+    from pytest_ditar.store.paths import TagPaths
     from pytest_ditar.store.snapshot import load_snapshot
 
+    paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
     try:
-        snap = load_snapshot(cfg.state_path / tag / "baseline")
+        snap = load_snapshot(paths.baseline)
         rows.append(("baseline", PASS, f"{len(snap.item_ids)} items, commit {str(snap.manifest.get('git_sha'))[:7]}, verifies"))
     except DitarError as exc:
         rows.append(("baseline", FAIL, str(exc)))
     from pytest_ditar.store.ledger import Ledger
 
-    rep = Ledger(cfg.state_path / tag).verify()
+    rep = Ledger(paths.dir).verify()
     rows.append(("ledger", PASS if rep.ok else FAIL, f"{rep.n_rows} rows" if rep.ok else "; ".join(rep.problems[:2])))
     from pytest_ditar.hardware.stack import stack_rows
 

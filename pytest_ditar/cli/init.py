@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 from pytest_ditar.cli.command import Command, config_path
@@ -33,27 +32,29 @@ class Init(Command):
     @staticmethod
     def _worktree(cfg, args: argparse.Namespace) -> int:
         from pytest_ditar.loop.worktrees import init_worktree
+        from pytest_ditar.store.paths import TagPaths
 
         wt = init_worktree(cfg, args.init_tag, args.gpu, args.worktree)
         gpu = f"cuda:{args.gpu}" if args.gpu is not None else "the default device"
         print(f"worktree {wt} on {cfg.branch_prefix}{args.init_tag}, bound to {gpu}; state in "
-              f"{wt / cfg.state_dir / args.init_tag}")
+              f"{TagPaths.of(wt, cfg.state_dir, args.init_tag).dir}")
         print(f"next: cd {wt} && dit-ar --config {cfg.path.relative_to(cfg.root)} baseline")
         return 0
 
     @staticmethod
     def _branch(cfg, tag: str) -> int:
+        from pytest_ditar.store.atomic import write_json_atomic
+        from pytest_ditar.store.paths import TagPaths
         from pytest_ditar.vcs import repo as gitops
 
         st = gitops.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
         branch = cfg.branch_prefix + tag
         start = st.head
         gitops.create_branch(cfg.root, branch)
-        state = cfg.state_path / tag
-        state.mkdir(parents=True, exist_ok=True)
-        session_file = state / "session.json"
-        if not session_file.exists():
-            session_file.write_text(json.dumps({"tag": tag, "branch": branch, "start_commit": start}, indent=1))
-        print(f"on {branch} (start {start[:7]}); state in {state}")
+        paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
+        paths.dir.mkdir(parents=True, exist_ok=True)
+        if not paths.session_file.exists():
+            write_json_atomic(paths.session_file, {"tag": tag, "branch": branch, "start_commit": start})
+        print(f"on {branch} (start {start[:7]}); state in {paths.dir}")
         print("next: dit-ar --config {} baseline".format(os.path.relpath(cfg.path)))
         return 0

@@ -18,9 +18,10 @@ class Report(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         from pytest_ditar.report.html import build_report
+        from pytest_ditar.store.paths import TagPaths
 
         cfg, _suite, tag = light_session(args)
-        state = cfg.state_path / tag
+        state = TagPaths.of(cfg.root, cfg.state_dir, tag).dir
         if not state.is_dir():
             raise DitarError(f"{state}: no research state for tag '{tag}' (run `dit-ar init` and `dit-ar baseline` first)")
         index = build_report(state, args.out, lane=cfg.objective_lane, target=cfg.target, title=f"pytest-ditar: {tag}")

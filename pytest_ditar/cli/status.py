@@ -37,11 +37,13 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     from pytest_ditar.core.decision import cumulative_class
     from pytest_ditar.report.data import read_rows
     from pytest_ditar.store.ledger import Ledger
+    from pytest_ditar.store.paths import TagPaths
 
-    state = cfg.state_path / tag
+    paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
+    state = paths.dir
     ledger = Ledger(state)
     out: dict[str, Any] = {"tag": tag, "suite": suite.name, "objective_lane": cfg.objective_lane, "state_dir": str(state)}
-    out["baseline"] = _baseline(state / "baseline")
+    out["baseline"] = _baseline(paths.baseline)
     report = ledger.verify()
     # A broken chain is still shown (leniently parsed): status is how one finds out what broke.
     rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else read_rows(state)
@@ -59,9 +61,9 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
 
 
 def _baseline(base_dir) -> dict[str, Any] | None:
-    from pytest_ditar.store.snapshot import load_snapshot, verify_snapshot
+    from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
 
-    if not (base_dir / "manifest.json").is_file():
+    if not (base_dir / MANIFEST).is_file():
         return None
     snap = load_snapshot(base_dir, verify=False)
     problems = verify_snapshot(snap)

@@ -241,9 +241,23 @@ def _torch_flags(torch: Any) -> dict[str, bool]:
 
 
 def cuda_device_count() -> int:
-    """CUDA devices torch can use here (after CUDA_VISIBLE_DEVICES); 0 without torch or CUDA.
+    """CUDA devices a process started here can use (after CUDA_VISIBLE_DEVICES); 0 without CUDA.
 
-    For layers that may not import torch themselves (loop, plugin, cli)."""
+    NVML first: it answers without importing torch or opening a CUDA context, so the judge can
+    pick the device before its first worker starts. torch only where NVML is missing."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        count = pynvml.nvmlDeviceGetCount()
+        if visible is not None:
+            count = min(count, len([d for d in visible.split(",") if d.strip()]))
+        return count
+    except Exception:  # noqa: BLE001 - no NVML library or driver: ask torch
+        pass
     try:
         import torch
     except ImportError:

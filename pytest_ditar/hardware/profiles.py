@@ -10,7 +10,6 @@ No torch import here: the CLI, config checks and report code use profiles withou
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -152,19 +151,3 @@ def check_features(requested: Iterable[Any], profile: TargetProfile) -> list[str
         shown = sorted(set(names) - {feature})  # "fa3: fa3" says nothing
         lines.append(f"{line}: {', '.join(shown)}" if shown else line)
     return lines
-
-
-# TEMP re-export: names that moved to hardware.fingerprint / hardware.roofline, for callers not
-# yet updated. Resolved lazily (PEP 562) because roofline imports TargetProfile from here.
-_MOVED = {
-    **dict.fromkeys(("Clocks", "Fingerprint", "collect", "diff", "on_target", "target_header",
-                     "scan_module_dtypes", "object_dtypes"), "fingerprint"),
-    **dict.fromkeys(("flop_floor_seconds", "roofline_check"), "roofline"),
-}
-
-
-def __getattr__(name: str) -> Any:  # TEMP re-export
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"pytest_ditar.hardware.{module}"), name)

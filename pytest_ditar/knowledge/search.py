@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import Any
 
 from pytest_ditar.knowledge import pages as pages_mod
 from pytest_ditar.knowledge.pages import LIST_ITEM_RE, Page, Section, load_pages, page_files, units
+from pytest_ditar.store.atomic import publish_dir, temp_dir_beside
 
 INDEX_FORMAT_VERSION = "3"
 HEADING_BOOST = 3  # heading tokens are repeated this many times in the indexed text
@@ -151,16 +151,10 @@ def _build(handbook_dir: Path, out_dir: Path) -> None:
         corpus, meta = [["__empty__"]], [None]
     retriever = bm25s.BM25()
     retriever.index(corpus, show_progress=False)
-    tmp = out_dir.with_name(out_dir.name + f".tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    tmp = temp_dir_beside(out_dir)
     retriever.save(str(tmp), corpus=None, show_progress=False)
     (tmp / "sections.json").write_text(json.dumps(meta, ensure_ascii=False), encoding="utf-8")
-    try:
-        os.replace(tmp, out_dir)
-    except OSError:  # another process won the race; use theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+    publish_dir(tmp, out_dir)  # False: another process built it first; theirs is the same index
 
 
 _MEMO: dict[str, tuple[Any, list[Any]]] = {}

@@ -244,7 +244,11 @@ class Gate:
             return
         try:
             champion.build(self.sess, self.champion_commit, self.head, start_only=True)
-        except Exception:  # noqa: BLE001 - the lanes build it again and report what went wrong
+            if self.baseline_commit and self.baseline_commit not in (self.champion_commit, self.head) \
+                    and self.sess.cfg.holdout.count:
+                # the holdout's reference is the baseline code: a third worker, started now too
+                self.sess.build_at_commit(self.baseline_commit, "holdout", start_only=True)
+        except Exception:  # noqa: BLE001 - the lanes and the holdout build again and report what went wrong
             pass
 
     def follow(self, cls: str | None, run_dir: str | None, gated: bool) -> None:

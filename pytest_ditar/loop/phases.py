@@ -21,6 +21,7 @@ from typing import Any
 
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.store import shards
+from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths
 
 QUALITY, DECIDE = "quality", "decide"
@@ -38,8 +39,8 @@ def record_quality(gate: Any) -> str:
     d = run_dir / "quality-phase"
     payload = shards.dump(s, d, "quality")
     payload.update(head=gate.head, cls=s.cls, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
-    shards.write_json(d / "quality.json", payload)
-    shards.write_json(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)})
+    write_json_atomic(d / "quality.json", payload, default=str)
+    write_json_atomic(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)}, default=str)
     passed, total, _ = aggregate(list(s.quality.values()))
     return (f"ditar: quality phase recorded {passed}/{total} for {str(gate.head)[:7]} "
             f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")

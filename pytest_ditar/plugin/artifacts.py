@@ -15,6 +15,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,12 +64,12 @@ def request_artifacts(config: pytest.Config, cfg_path: Path | None) -> None:
         opt.xmlpath = str(path)
         plan["junit"] = (path, True)
     if hasattr(opt, "benchmark_json"):  # pytest-benchmark installed and loaded
-        if opt.benchmark_json:
-            plan["benchmark"] = (Path(opt.benchmark_json), False)
+        if opt.benchmark_json:  # a path (pytest-benchmark >= 5.3) or an open file (earlier)
+            plan["benchmark"] = (Path(getattr(opt.benchmark_json, "name", opt.benchmark_json)), False)
         else:
             pending.mkdir(parents=True, exist_ok=True)
             path = pending / f"benchmark-{os.getpid()}.json"
-            opt.benchmark_json = path
+            opt.benchmark_json = _benchmark_json_value(path)
             plan["benchmark"] = (path, True)
             # A run that stops at a quality failure times nothing; pytest-benchmark would then warn
             # about a JSON file the user never asked for.
@@ -79,6 +80,15 @@ def request_artifacts(config: pytest.Config, cfg_path: Path | None) -> None:
     config.stash[PLAN_KEY] = plan
 
 
+def _benchmark_json_value(path: Path) -> Any:
+    """What `--benchmark-json PATH` itself would have produced: pytest-benchmark 5.3 parses the
+    option into a Path, earlier releases into a file opened for binary writing."""
+    from importlib.metadata import version
+
+    major, minor = (int(x) for x in version("pytest-benchmark").split(".")[:2])
+    return path if (major, minor) >= (5, 3) else open(path, "wb")  # noqa: SIM115 - closed at collect
+
+
 def collect_artifacts(config: pytest.Config, run_dir: Path | None) -> list[Path]:
     """After the other plugins wrote their files: file them in `run_dir` (a gated run's), else
     delete the ones we asked for. Returns the files filed."""
@@ -86,6 +96,8 @@ def collect_artifacts(config: pytest.Config, run_dir: Path | None) -> list[Path]
     if not plan:
         return []
     del config.stash[PLAN_KEY]
+    with contextlib.suppress(AttributeError):
+        config.option.benchmark_json.close()  # the file an older pytest-benchmark wrote into
     filed = []
     for key, name in (("junit", JUNIT_NAME), ("benchmark", BENCHMARK_NAME)):
         if key not in plan:

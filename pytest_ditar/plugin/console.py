@@ -13,7 +13,6 @@ from typing import Any, Iterator
 import pytest
 
 from pytest_ditar.core.vocabulary import ENV_PROGRESS
-from pytest_ditar.loop.table import run_table  # noqa: F401 - TEMP re-export: tests/test_cli_report.py imports it here
 
 
 class LiveBars:

@@ -1,9 +1,9 @@
 """pytest's side of the gate: a run's options become RunOptions, collected items and test reports
 become plain values, and the gate's exit status and lines go back to pytest.
 
-GatePlugin carries the hooks of a run; it is registered only where a ditar config is active, so
-a project without one sees nothing of pytest-ditar beyond its options, markers and fixtures (its
-items keep their order, its warning filters and exit status stay its own)."""
+A session with an active ditar config has a GatePlugin; one without has NoRun, whose hooks do
+nothing, so such a project sees nothing of pytest-ditar beyond its options, markers and fixtures
+(its items keep their order, its warning filters and exit status stay its own)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,6 +14,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG
 from pytest_ditar.loop.gate import Gate
 from pytest_ditar.loop.options import RunOptions
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.plugin import fixtures, keys, xdist
 
 MARKERS = ("quality: a pytest-ditar quality contract (candidate vs the original baseline)",
@@ -69,8 +70,6 @@ def configure(config: pytest.Config) -> None:
         return  # not a ditar project: nothing else of ours takes part
     for line in WARNING_FILTERS:
         config.addinivalue_line("filterwarnings", line)
-    from pytest_ditar.loop.session import DitarSession
-
     try:
         opts = run_options(config, path)
         sess = DitarSession.open(path, tag=opts.tag, device=opts.device)
@@ -79,7 +78,8 @@ def configure(config: pytest.Config) -> None:
     gate = Gate(sess, opts)
     config.stash[keys.SESSION_KEY] = sess
     config.stash[keys.GATE_KEY] = gate
-    config.pluginmanager.register(GatePlugin(gate), "ditar-gate")
+    run = config.stash[RUN_KEY] = GatePlugin(gate)
+    config.pluginmanager.register(run, "ditar-gate")
     xdist.register(config)  # controller/worker halves of `-n N`; no-op without xdist
 
 
@@ -97,20 +97,53 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("ditar_lane", lanes, ids=[ln.name for ln in lanes])
 
 
-def refuse_baseline_without_config(config: pytest.Config) -> None:
-    if config.getoption("--ditar-baseline") and keys.get_gate(config) is None:
-        raise pytest.UsageError("--ditar-baseline needs a config: pass --ditar-config PATH")
+def of(config: pytest.Config) -> "GatePlugin | NoRun":
+    """The run that the module-level hooks hand over to: the gate's, or one that does nothing."""
+    return config.stash.get(RUN_KEY, NO_RUN)
+
+
+class NoRun:
+    """A session without a ditar config: every hook leaves pytest alone."""
+
+    def ignore_collect(self, collection_path: Path) -> None:
+        return None
+
+    def header(self) -> None:
+        return None
+
+    def collection(self, items: list[pytest.Item]) -> None:
+        pass
+
+    def runtestloop(self, session: pytest.Session) -> None:
+        if session.config.getoption("--ditar-baseline"):
+            raise pytest.UsageError("--ditar-baseline needs a config: pass --ditar-config PATH")
+
+    def sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        pass
+
+    def terminal_summary(self, terminalreporter) -> None:
+        pass
+
+    def unconfigure(self, config: pytest.Config) -> None:
+        pass
+
+
+NO_RUN = NoRun()
+RUN_KEY = pytest.StashKey["GatePlugin"]()  # this module's own: the module-level hooks' way to the run
 
 
 class GatePlugin:
-    """The hooks of one run with an active ditar config, holding its gate."""
+    """One run with an active ditar config, holding its gate. Registered as a plugin for the one
+    hook that has no config to find it by (pytest_runtest_logreport); the module-level hooks in
+    hooks.py call the rest, so they keep the entry point's place among other plugins' hooks
+    (an xdist worker's own runtestloop, for one, must run before ours and ends the loop there)."""
 
     def __init__(self, gate: Gate):
         self.gate = gate
         self.notes: list[str] = []  # this plugin's own summary lines (the filed artifacts)
         self.closed = False
 
-    def pytest_ignore_collect(self, collection_path: Path) -> bool | None:
+    def ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the active suite's folder under suites/."""
         cfg = self.gate.sess.cfg
         try:
@@ -119,16 +152,15 @@ class GatePlugin:
             return None
         return True if rel.parts and rel.parts[0] != cfg.suite else None
 
-    def pytest_report_header(self) -> list[str]:
+    def header(self) -> list[str]:
         return self.gate.header()
 
-    @pytest.hookimpl(trylast=True)  # after -k/-m deselection: the gate must see what will really run
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+    def collection(self, items: list[pytest.Item]) -> None:
         # Quality before performance: a candidate that breaks a contract is not worth timing.
         items.sort(key=lambda it: 1 if it.get_closest_marker("perf") else 0)
         self.gate.collected(*keys.collected_keys(items))
 
-    def pytest_runtestloop(self, session: pytest.Session) -> bool | None:
+    def runtestloop(self, session: pytest.Session) -> bool | None:
         if self.gate.opts.baseline:
             tr = session.config.pluginmanager.get_plugin("terminalreporter")
             if self.gate.run_baseline(echo=tr.write_line if tr else lambda line: None):
@@ -141,8 +173,7 @@ class GatePlugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.gate.log_report(report.nodeid, report.when, report.outcome, report.longreprtext if report.failed else "")
 
-    @pytest.hookimpl(trylast=True)  # after junitxml and pytest-benchmark wrote their files
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    def sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         status = self.gate.finish(int(exitstatus))
         if status != exitstatus:
             session.exitstatus = pytest.ExitCode(status)
@@ -154,12 +185,12 @@ class GatePlugin:
             self.notes.append("ditar: " + ", ".join(p.name for p in filed) + f" in {run_dir}")
         self.close()
 
-    def pytest_terminal_summary(self, terminalreporter) -> None:
+    def terminal_summary(self, terminalreporter) -> None:
         for line in [*self.gate.summary(), *self.notes]:
             terminalreporter.write_line(line)
 
-    @pytest.hookimpl(trylast=True)  # the verdict is the very last line of a gated run
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
+    def unconfigure(self, config: pytest.Config) -> None:
+        """The verdict is the very last line of a gated run, after pytest's own summary."""
         self.close()  # a run that never reached its session's end still stops its workers
         line = self.gate.final_line()
         if line:

@@ -1,7 +1,9 @@
-"""pytest-ditar's pytest11 entry point: its options and the hooks every project gets, each handing
-over to gateplugin. The hooks of a run itself live on gateplugin.GatePlugin, registered only where
-a ditar config is active."""
+"""pytest-ditar's pytest11 entry point: its options, and hooks that each hand over to gateplugin:
+to the run's GatePlugin where a ditar config is active, else to NoRun, which leaves pytest alone.
+(GatePlugin itself is registered too, for pytest_runtest_logreport: that hook has no config.)"""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -42,5 +44,31 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     gateplugin.parametrize(metafunc)
 
 
-def pytest_runtestloop(session: pytest.Session) -> None:
-    gateplugin.refuse_baseline_without_config(session.config)  # with a config, GatePlugin ran the baseline
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    return gateplugin.of(config).ignore_collect(collection_path)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    return gateplugin.of(config).header()
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the gate must see what will really run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gateplugin.of(config).collection(items)
+
+
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    return gateplugin.of(session.config).runtestloop(session)
+
+
+@pytest.hookimpl(trylast=True)  # after junitxml and pytest-benchmark wrote their files
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    gateplugin.of(session.config).sessionfinish(session, exitstatus)
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    gateplugin.of(config).terminal_summary(terminalreporter)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    gateplugin.of(config).unconfigure(config)

@@ -28,6 +28,7 @@ import pytest
 from pytest_ditar.loop import phases
 from pytest_ditar.plugin.keys import collected_keys, get_gate, item_key
 from pytest_ditar.store import shards
+from pytest_ditar.store.atomic import write_json_atomic
 
 PERF_REFUSAL = "perf lanes do not run under xdist workers: run them serially (dit-ar experiment does this)"
 WORKER_DEVICE_ENV = "PYTEST_XDIST_WORKER"
@@ -58,10 +59,10 @@ def device_for_worker(wid: str | None, cuda_available: bool | None = None, count
     if not wid or not wid.startswith("gw"):
         return None
     if cuda_available is None:
-        import torch
+        from pytest_ditar.hardware.fingerprint import cuda_device_count
 
-        cuda_available = torch.cuda.is_available()
-        count = torch.cuda.device_count() if cuda_available else 0
+        count = cuda_device_count()
+        cuda_available = count > 0
     if not cuda_available or not count:
         return None
     return f"cuda:{int(wid[2:]) % count}"
@@ -136,7 +137,7 @@ class ControllerPlugin:
             go = {"run": bool(ok), "reason": gate.refusal or "guard violation: the candidate never runs",
                   "cls": gate.sess.cls, "gated": gate.gated,
                   "run_dir": str(gate.sess.run_dir()) if gate.gated else None}
-        shards.write_json(self.go_file, go)
+        write_json_atomic(self.go_file, go, default=str)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node, error) -> None:
@@ -172,7 +173,7 @@ class WorkerPlugin:
         if gate is not None and found["items"]:
             found["device"] = gate.device_line()
         if self.exchange is not None:
-            shards.write_json(self.exchange / f"collected-{worker_id(self.config)}.json", found)
+            write_json_atomic(self.exchange / f"collected-{worker_id(self.config)}.json", found, default=str)
 
     def _read_go(self) -> dict[str, Any]:
         if self.go is None:

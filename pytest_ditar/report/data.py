@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
 
 
 def num(v: Any) -> float | None:
@@ -108,7 +109,7 @@ def read_rows(state_dir: Path) -> list[dict[str, Any]]:
 def _run_summaries(state_dir: Path) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
     """commit -> [(run dir, summary)] in directory (= time stamp) order."""
     by_commit: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
-    runs = state_dir / "runs"
+    runs = TagPaths(state_dir).runs
     if not runs.is_dir():
         return by_commit
     for d in sorted(p for p in runs.iterdir() if p.is_dir()):

@@ -19,6 +19,8 @@ from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.report.data import Experiment, cumulative_best, load_experiments, num
 from pytest_ditar.report.images import ImagePool, ImageSource, heatmap_png
 from pytest_ditar.report.plot import plot_progress
+from pytest_ditar.store.atomic import write_text_atomic
+from pytest_ditar.store.paths import TagPaths
 
 __all__ = ["build_report"]
 
@@ -182,7 +184,7 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
     """
     t0 = time.perf_counter()
     state_dir = Path(state_dir)
-    out = Path(out_dir) if out_dir else state_dir / "report"
+    out = Path(out_dir) if out_dir else TagPaths(state_dir).report
     out.mkdir(parents=True, exist_ok=True)
     rows, exps = load_experiments(state_dir)
     lane = lane or next((str(r.get("lane")) for r in rows if r.get("lane")), "objective")
@@ -211,7 +213,5 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
     # Last: the pool is complete only once every grid above has added its images.
     context.update(image_css=pool.css(), n_images=len(pool), elapsed=f"{time.perf_counter() - t0:.2f}")
     index = out / "index.html"
-    tmp = index.with_suffix(".html.tmp")
-    tmp.write_text(_render(context), encoding="utf-8")
-    tmp.replace(index)  # a reader never sees half a page
+    write_text_atomic(index, _render(context))  # a reader never sees half a page
     return index

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from pytest_ditar.report.data import Experiment
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import MANIFEST
 
 
 class ImagePool:
@@ -99,7 +101,7 @@ class ImageSource:
     def snapshot_image(self, snap: Path, item_id: str) -> Path | None:
         if snap not in self._manifests:
             try:
-                self._manifests[snap] = json.loads((snap / "manifest.json").read_text())
+                self._manifests[snap] = json.loads((snap / MANIFEST).read_text())
             except (OSError, json.JSONDecodeError):
                 self._manifests[snap] = None
         m = self._manifests[snap]
@@ -108,12 +110,12 @@ class ImageSource:
         return p if p is not None and p.is_file() else None
 
     def baseline_image(self, item_id: str) -> Path | None:
-        return self.snapshot_image(self.state_dir / "baseline", item_id)
+        return self.snapshot_image(TagPaths(self.state_dir).baseline, item_id)
 
     def candidate_image(self, e: Experiment, item_id: str) -> Path | None:
         """A keep's image is in its champion snapshot; a failure's only for failed items (runs/*/failures/)."""
         if e.status == "KEEP":
-            p = self.snapshot_image(self.state_dir / "champions" / e.commit, item_id)
+            p = self.snapshot_image(TagPaths(self.state_dir).champion(e.commit), item_id)
             if p:
                 return p
         if e.run_dir is not None:

@@ -27,9 +27,9 @@ from pytest_ditar.config.suite import CorpusItem, Suite
 def pick_device(requested: str | None = None) -> str:
     if requested:
         return requested
-    import torch
+    from pytest_ditar.hardware.fingerprint import cuda_device_count
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if cuda_device_count() else "cpu"
 
 
 def make_spec(suite: Suite, model_dir: Path, device: str) -> PipelineSpec:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import mmap
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -41,6 +43,7 @@ class Outputs:
     images: np.ndarray  # uint8 [B, H, W, 3]
     seconds: float  # judge's clock, request sent -> outputs received
     worker_s: float  # the worker's own account of generate + device sync (a cross-check only)
+    stamps: dict[str, float]  # judge's and worker's monotonic stamps of this call (where the time went)
 
 
 class CandidateWorker:
@@ -62,6 +65,10 @@ class CandidateWorker:
         self.build_s: float | None = None
         self.error: CandidateError | None = None  # a failed worker stays failed
         self.paused = False
+        self.t_header = 0.0  # when the last reply's header arrived (judge's clock)
+        self.buffer_path: Path | None = None  # shared-memory file the worker writes its arrays into
+        self.buffer_file: Any = None
+        self.view: mmap.mmap | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, fingerprint: bool = False) -> "CandidateWorker":
@@ -78,7 +85,11 @@ class CandidateWorker:
         child.close()
         self.conn = Connection(parent.detach())
         _LIVE.add(self)
-        self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint)
+        fd, name = tempfile.mkstemp(prefix=f"ditar-{self.name}-", suffix=".buf", dir=_shared_memory_dir())
+        self.buffer_file = os.fdopen(fd, "rb")  # unlinked once the worker has opened it: nothing left behind
+        self.buffer_path = Path(name)
+        self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint,
+                   buffer=name)
         return self
 
     def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
@@ -116,12 +127,25 @@ class CandidateWorker:
             self.kill()
         with contextlib.suppress(OSError):
             self.conn.close()
+        self._drop_buffer()
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+        self._drop_buffer()
+
+    def _drop_buffer(self) -> None:
+        if self.view is not None:
+            with contextlib.suppress(BufferError):
+                self.view.close()
+            self.view = None
+        if self.buffer_file is not None:
+            self.buffer_file.close()
+            self.buffer_file = None
+        if self.buffer_path is not None:
+            self.buffer_path.unlink(missing_ok=True)
 
     # ---- pausing: nothing of this worker runs while the other side is timed ------------------
     def pause(self) -> None:
@@ -140,10 +164,12 @@ class CandidateWorker:
         self.built()
         t0 = judge_clock()
         reply, arrays = self._call("generate", timeout_s, request=_request_dict(request))
-        seconds = judge_clock() - t0
+        t1 = judge_clock()
         if len(arrays) != 2:
             raise self._fail(CandidateError("exception", f"worker {self.name} sent {len(arrays)} arrays, expected 2"))
-        return Outputs(arrays[0], arrays[1], seconds, float(reply.get("worker_s", 0.0)))
+        stamps = {k: float(v) for k, v in (reply.get("stamps") or {}).items() if isinstance(v, (int, float))}
+        stamps.update(sent=t0, header=self.t_header, copied=t1)
+        return Outputs(arrays[0], arrays[1], t1 - t0, float(reply.get("worker_s", 0.0)), stamps)
 
     def flops(self, request: Request, timeout_s: float | None = None) -> float | None:
         reply, _ = self._call("flops", timeout_s, request=_request_dict(request))
@@ -188,6 +214,7 @@ class CandidateWorker:
             if timeout_s is not None and not self.conn.poll(timeout_s):
                 raise self._fail(CandidateError("timeout", f"{self.name} {op}", seconds=timeout_s))
             header = json.loads(self.conn.recv_bytes(1 << 20))
+            self.t_header = judge_clock()
             arrays = [self._array(spec) for spec in header.get("arrays", [])]
         except (EOFError, OSError):
             raise self._died() from None
@@ -201,17 +228,31 @@ class CandidateWorker:
             raise err
         if op == "hello":
             self.info = {k: header[k] for k in ("pid", "argv", "fingerprint") if k in header}
+            self.buffer_path.unlink(missing_ok=True)  # both sides hold it open; no name needed any more
         elif op == "build":
             self.build_s = float(header.get("build_s", 0.0))
         return header, arrays
 
     def _array(self, spec: dict[str, Any]) -> np.ndarray:
+        """A copy of one array out of the shared file (the next reply overwrites it)."""
         dtype = ALLOWED_DTYPES.get(spec["dtype"])
         shape = tuple(int(n) for n in spec["shape"])
-        if dtype is None or any(n < 0 for n in shape) or np.prod(shape) * np.dtype(dtype).itemsize > MAX_ARRAY_BYTES:
+        offset = int(spec["offset"])
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize if dtype is not None else -1
+        if dtype is None or any(n < 0 for n in shape) or offset < 0 or not 0 <= nbytes <= MAX_ARRAY_BYTES:
             raise ValueError(f"array {spec['dtype']}{list(shape)} not accepted")
-        data = self.conn.recv_bytes(MAX_ARRAY_BYTES)
-        return np.frombuffer(data, dtype=dtype).reshape(shape)
+        if self.view is None or len(self.view) < offset + nbytes:
+            size = os.fstat(self.buffer_file.fileno()).st_size
+            if size < offset + nbytes:
+                raise ValueError(f"array at {offset}+{nbytes} beyond the shared buffer ({size} bytes)")
+            if self.view is not None:
+                self.view.close()
+            self.view = mmap.mmap(self.buffer_file.fileno(), size, access=mmap.ACCESS_READ)
+        axes = [int(i) for i in spec.get("axes", range(len(shape)))]
+        if sorted(axes) != list(range(len(shape))):
+            raise ValueError(f"axes {axes} are not a permutation of {len(shape)} axes")
+        block = np.frombuffer(self.view, dtype=dtype, count=int(np.prod(shape)), offset=offset).reshape(shape).copy()
+        return block.transpose(np.argsort(axes))  # back to the candidate's axis order, as a view
 
     def _died(self) -> CandidateError:
         code = self.proc.wait(timeout=30) if self.proc is not None else None
@@ -243,6 +284,11 @@ def only_running(active: CandidateWorker, others: "list[CandidateWorker | None]"
             w.pause()
     active.resume()
     yield
+
+
+def _shared_memory_dir() -> str | None:
+    """/dev/shm where there is one (Linux: memory, not disk); else the system's temp directory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _request_dict(r: Request) -> dict[str, Any]:

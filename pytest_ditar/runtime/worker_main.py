@@ -5,26 +5,32 @@ The judge (`runtime.worker.CandidateWorker`) starts it as
 candidate pipeline and then serves requests, strictly one reply per message, in order. It knows
 nothing of pytest, git, the state directory or the statistics: the judge owns all of those.
 
-Wire format (both directions): a JSON header per message; arrays follow as raw bytes, their dtype
-and shape in the header. The judge never unpickles anything a worker sends, so candidate code that
-writes to the socket can at worst send wrong numbers, never code.
+Wire format: a JSON header per message over the socket; arrays of a reply are written into a
+shared-memory file the judge created (its path comes with hello), their dtype, shape and offset
+in the header. One copy on each side: 4x faster than sending 1.7 MB through the socket (0.42 vs
+1.7 ms for a throughput_b8 reply on this project's CI host). The judge never unpickles anything a
+worker sends, so candidate code that writes to the socket can at worst send wrong numbers.
 """
 from __future__ import annotations
 
 import gc
 import json
+import mmap
 import os
 import signal
 import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
+
+import numpy as np
 from pathlib import Path
 from typing import Any
 
 from pytest_ditar.interface import PipelineSpec, Request
 
 MAX_HEADER = 1 << 20
+ALIGN = 64  # each array starts on a cache line
 
 
 def die_with_parent() -> None:
@@ -52,11 +58,14 @@ class Worker:
         self.device = "cpu"
         self.candidate: Any = None
         self.gc_was_enabled = True
+        self.buffer: Any = None  # the open shared-memory file
+        self.view: mmap.mmap | None = None
 
     # ---- operations (each returns the reply header; arrays go in self.arrays) -------------------
-    def op_hello(self, device: str, cpu_threads: int, fingerprint: bool) -> dict[str, Any]:
+    def op_hello(self, device: str, cpu_threads: int, fingerprint: bool, buffer: str) -> dict[str, Any]:
         import torch
 
+        self.buffer = open(buffer, "r+b")
         self.device = device
         if device == "cpu":
             # One intra-op thread on CPU by default: toy-sized ops gain nothing from a pool, and a
@@ -80,8 +89,7 @@ class Worker:
         return {"build_s": time.perf_counter() - t0}
 
     def op_generate(self, request: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
+        t_received = self.t_received
         req = _request(request)
         t0 = time.perf_counter()
         gen = self.candidate.generate(req)
@@ -90,8 +98,11 @@ class Worker:
         latents = gen.latents
         if hasattr(latents, "detach"):
             latents = latents.detach().float().cpu().numpy()
-        self.arrays = [np.ascontiguousarray(latents, dtype=np.float32), np.ascontiguousarray(gen.images)]
-        return {"worker_s": worker_s}
+        self.arrays = [np.asarray(latents, dtype=np.float32), np.asarray(gen.images)]
+        # perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process: the judge can
+        # place these stamps on its own timeline to see where a round trip's time goes.
+        return {"worker_s": worker_s, "stamps": {"received": t_received, "generated": t0 + worker_s,
+                                                "converted": time.perf_counter()}}
 
     def op_flops(self, request: dict[str, Any]) -> dict[str, Any]:
         from torch.utils.flop_counter import FlopCounterMode
@@ -154,7 +165,9 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                msg = json.loads(self.conn.recv_bytes(MAX_HEADER))
+                raw = self.conn.recv_bytes(MAX_HEADER)
+                self.t_received = time.perf_counter()
+                msg = json.loads(raw)
             except (EOFError, OSError):
                 return  # the judge is gone
             op = msg.pop("op")
@@ -171,11 +184,38 @@ class Worker:
             self._reply(reply)
 
     def _reply(self, header: dict[str, Any]) -> None:
-        header["arrays"] = [{"dtype": a.dtype.str, "shape": list(a.shape)} for a in self.arrays]
-        self.conn.send_bytes(json.dumps(header, default=str).encode())
+        header["arrays"], offset = [], 0
+        stored = []
         for a in self.arrays:
-            self.conn.send_bytes(memoryview(a).cast("B"))
+            # A permuted view (HWC images made from a CHW tensor) goes as its memory lies, with the
+            # permutation: a transposing copy of a batch of 8 images costs 4 ms, a plain one 0.1.
+            axes = [int(i) for i in np.argsort([-s for s in a.strides], kind="stable")]
+            block = a.transpose(axes)
+            if not block.flags.c_contiguous:
+                block, axes = np.ascontiguousarray(a), list(range(a.ndim))
+            stored.append(block)
+            header["arrays"].append({"dtype": a.dtype.str, "shape": list(block.shape), "axes": axes,
+                                     "offset": offset})
+            offset += -(-block.nbytes // ALIGN) * ALIGN
+        self.arrays = stored
+        if self.arrays:
+            view = self._view(offset)
+            for a, spec in zip(self.arrays, header["arrays"]):
+                view[spec["offset"]:spec["offset"] + a.nbytes] = memoryview(a).cast("B")
+        if "stamps" in header:
+            header["stamps"]["written"] = time.perf_counter()
+        self.conn.send_bytes(json.dumps(header, default=str).encode())
         self.arrays = []
+
+    def _view(self, size: int) -> mmap.mmap:
+        """The shared file mapped at `size` bytes or more (grown, never shrunk)."""
+        if self.view is None or len(self.view) < size:
+            if os.fstat(self.buffer.fileno()).st_size < size:
+                self.buffer.truncate(size)
+            if self.view is not None:
+                self.view.close()
+            self.view = mmap.mmap(self.buffer.fileno(), size)
+        return self.view
 
 
 def _request(d: dict[str, Any]) -> Request:

@@ -84,6 +84,3 @@ def merge(sess: Any, payloads: Iterable[dict[str, Any]]) -> None:
     # errors without an item (a build failure) come first, as they would in a serial run
     sess.errors = sorted(errors, key=lambda e: -1 if e.item is None else order.get(e.item, big))
 
-
-def write_json(path: Path, data: Any) -> None:  # TEMP: callers move to store.atomic
-    write_json_atomic(path, data, default=str)
