@@ -201,7 +201,7 @@ def test_unknown_required_score_is_a_config_error(tmp_path):
 
 @pytest.mark.parametrize("key", ["clip_model", "clip_weights", "lpips_weights"])
 def test_a_missing_evaluator_path_is_a_one_line_config_error_naming_the_key(tmp_path, key):
-    from pytest_ditar.runtime.semantic import check_config
+    from pytest_ditar.config.semantic import check_config
 
     for name in ("arch.json", "clip.pt", "lpips.pt"):
         (tmp_path / name).write_text("{}")

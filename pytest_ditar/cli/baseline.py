@@ -26,7 +26,10 @@ class Baseline(Command):
         _refuse_changed_mutable(sess)
         print(f"dit-ar: storing baseline of suite {sess.suite.name} ({len(sess.suite.corpus)} items) on "
               f"{sess.resolved_device()}...", flush=True)
-        path = create_baseline(sess, force=args.force)
+        try:
+            path = create_baseline(sess, force=args.force)
+        finally:
+            sess.close()  # its worker processes
         print(manifest_summary(path))
         lanes = json.loads((path / "lanes.json").read_text())
         for name, lane in lanes.items():

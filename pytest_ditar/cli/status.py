@@ -7,6 +7,7 @@ import statistics
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
+from pytest_ditar.core.decision import kept_rows
 from pytest_ditar.core.vocabulary import STATUSES
 
 
@@ -48,7 +49,7 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     # A broken chain is still shown (leniently parsed): status is how one finds out what broke.
     rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else read_rows(state)
     exps = [r for r in rows if r.get("status") in STATUSES]
-    kept = [r for r in exps if r.get("status") == "KEEP"]
+    kept = kept_rows(exps)
     out["ledger"] = {"rows": len(rows), "verifies": report.ok, "problems": list(report.problems[:5]),
                      "repairable": list(getattr(report, "repairable", ()))}
     out["cumulative_class"] = cumulative_class([str(r["class"]) for r in kept])

@@ -19,4 +19,8 @@ class Verify(Command):
     def run(cls, args: argparse.Namespace) -> int:
         from pytest_ditar.loop.verify import verify
 
-        return verify(open_session(args, args.device), sample=args.sample)
+        sess = open_session(args, args.device)
+        try:
+            return verify(sess, sample=args.sample)
+        finally:
+            sess.close()  # its worker processes

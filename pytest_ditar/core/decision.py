@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_ditar.core.vocabulary import CLASSES, ERROR_KINDS, LANE_VERDICTS, STATUSES, Status
@@ -275,3 +275,8 @@ def verdict_line(
     if off_target:
         parts.append("off_target=1")
     return " ".join(parts)
+
+
+def kept_rows(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
+    """The KEEP rows of a ledger, oldest first: the last one is the champion (loop.champion)."""
+    return [r for r in rows if r.get("status") == "KEEP"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from pytest_ditar.core.decision import (Decision, GuardResult, LaneOutcome, QualityOutcome, RunError, cumulative_class,
-                                        decide, validate_class)
+                                        decide, kept_rows, validate_class)
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES, TRAILER
@@ -180,7 +180,7 @@ class Gate:
             if refusal:
                 self.refuse(refusal)  # nothing to decide on: refuse, record nothing
                 return False
-        self._start_champion()
+        self._start_workers()
         return True
 
     def refuse(self, reason: str) -> None:
@@ -202,10 +202,10 @@ class Gate:
 
     def _kept_classes(self) -> list[str]:
         rows = self.ledger.rows() if self.ledger.jsonl_path.exists() else []
-        return [str(r["class"]) for r in rows if r.get("status") == "KEEP"]
+        return [str(r["class"]) for r in kept_rows(rows)]
 
     def _class_gate(self, cls: str) -> GuardResult:
-        from pytest_ditar.runtime import semantic
+        from pytest_ditar.config import semantic
 
         t = self.sess.cfg.thresholds_for(cls)
         if not semantic.needed(t):
@@ -235,9 +235,25 @@ class Gate:
         except Exception:  # noqa: BLE001
             return None
 
-    def _start_champion(self) -> None:
-        """Send the champion's build now, so it overlaps the candidate's: the lanes need both, and
-        the second start-up then costs no wall time. Only where this process times lanes."""
+    def prestart(self) -> None:
+        """Start the candidate's worker process at configure time (no candidate code runs before
+        its build is sent): its interpreter and torch import overlap collection and the guards."""
+        if self.opts.xdist_controller:
+            return  # the controller runs no candidate; its xdist workers start their own
+        try:
+            self.sess.worker(self.sess.cfg.candidate_path, "candidate")
+        except Exception:  # noqa: BLE001 - the fixtures build it again and report what went wrong
+            pass
+
+    def _start_workers(self) -> None:
+        """Send the candidate's, the champion's and the holdout baseline's builds now, so they
+        overlap: the second and third start-ups then cost no wall time."""
+        if self.opts.xdist_controller:
+            return
+        try:
+            self.sess.start_candidate()
+        except Exception:  # noqa: BLE001 - get_candidate builds it again and reports what went wrong
+            pass
         lanes = [l for l in self.sess.suite.lanes if l.name in self.lanes_collected]
         if self.opts.xdist_controller or self.opts.phase == phases.QUALITY \
                 or not any(getattr(l, "gpus", 1) == 1 for l in lanes):  # multi-GPU lanes interleave nothing

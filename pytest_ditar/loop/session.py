@@ -140,6 +140,13 @@ class DitarSession:
             self._workers[key] = w.start(fingerprint=self.resolved_device().startswith("cuda"))
         return self._workers[key]
 
+    def start_candidate(self) -> None:
+        """Send the candidate's build without waiting: it builds while the judge does other work."""
+        if self.candidate is None and self.candidate_error is None:
+            w = self.worker(self.cfg.candidate_path, "candidate")
+            w.memory_budget_gib = self.memory_budget_gib
+            w.request_build()
+
     def get_candidate(self) -> CandidateWorker:
         """The candidate's worker, built once per session; a failure is remembered, not retried."""
         if self.candidate_error is not None:

@@ -13,7 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_ditar.core.decision import kept_rows
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths, state_root, tag_dirs
@@ -76,13 +78,13 @@ def collect_all(cfg: Any) -> list[dict[str, Any]]:
             sess = json.loads(tag.session_file.read_text())
             ledger = Ledger(tag.dir)
             led = ledger.rows() if ledger.jsonl_path.exists() else []
-            exps = [r for r in led if r.get("status") in ("KEEP", "DISCARD", "CRASH")]
-            kept = [r for r in exps if r.get("status") == "KEEP"]
+            exps = [r for r in led if r.get("status") in STATUSES]
+            kept = kept_rows(exps)
             rows.append({"tag": tag.tag, "branch": sess.get("branch"), "checked_out": wt["branch"],
                          "worktree": wt["path"], "gpu": sess.get("gpu"),
                          "baseline": (tag.baseline / MANIFEST).is_file(),
                          "champion": kept[-1]["commit"] if kept else None,
-                         "counts": {s: sum(1 for r in exps if r["status"] == s) for s in ("KEEP", "DISCARD", "CRASH")}})
+                         "counts": {s: sum(1 for r in exps if r["status"] == s) for s in STATUSES}})
     return rows
 
 

@@ -76,6 +76,7 @@ def configure(config: pytest.Config) -> None:
     except DitarError as exc:
         raise pytest.UsageError(str(exc)) from None
     gate = Gate(sess, opts)
+    gate.prestart()
     config.stash[keys.SESSION_KEY] = sess
     config.stash[keys.GATE_KEY] = gate
     run = config.stash[RUN_KEY] = GatePlugin(gate)

@@ -23,65 +23,17 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
-from pytest_ditar.config.project import Config, Thresholds
+from pytest_ditar.config.project import Config
+from pytest_ditar.config.semantic import LPIPS_NETS, configured, is_path, needed, resolve
 from pytest_ditar.core.errors import ConfigError
 
-LPIPS_NETS = ("alex", "vgg", "squeeze")
 LPIPS_MIN_SIDE = 64  # the trunks' pooling pyramid collapses below this; smaller images are upsampled
 CHUNK = 32  # images per evaluator forward
-
-
-def needed(t: Thresholds) -> bool:
-    """Whether a class's contract uses the semantic scores."""
-    return bool(t.semantic_required or t.zero_regression or t.required_scores)
-
-
-def configured(cfg: Config) -> bool:
-    sem = cfg.semantic
-    return bool(sem.clip_model and sem.clip_weights and sem.lpips_weights)
 
 
 def wanted(sess: Any) -> bool:
     """Whether this run scores with the evaluators: its class needs them and they are configured."""
     return needed(sess.cfg.thresholds_for(sess.cls)) and configured(sess.cfg)
-
-
-def _resolve(cfg: Config, key: str, value: str) -> Path:
-    path = Path(value).expanduser()
-    path = path if path.is_absolute() else (cfg.root / path)
-    if not path.is_file():
-        raise ConfigError(f"{cfg.path}: key 'semantic.{key}': {path} is not a local file (weights are never downloaded)")
-    return path.resolve()
-
-
-def check_config(cfg: Config) -> None:
-    """Raise a one-line ConfigError naming the key when an evaluator cannot be loaded locally."""
-    sem = cfg.semantic
-    for key in ("clip_model", "clip_weights", "lpips_weights"):
-        if not getattr(sem, key):
-            raise ConfigError(f"{cfg.path}: key 'semantic.{key}' is not set (the semantic evaluators load local files only)")
-    if _is_path(sem.clip_model):
-        if not sem.clip_model.endswith(".json"):
-            raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' must be an open_clip "
-                              "architecture name (e.g. ViT-B-32) or a local open_clip model-config .json file")
-        _resolve(cfg, "clip_model", sem.clip_model)
-    elif ":" in sem.clip_model:
-        raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' names a remote source; "
-                          "use an open_clip architecture name (e.g. ViT-B-32) or a local model-config .json")
-    _resolve(cfg, "clip_weights", sem.clip_weights)
-    _resolve(cfg, "lpips_weights", sem.lpips_weights)
-    import importlib.util
-
-    missing = [m for m in ("open_clip", "lpips") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ConfigError(f"{cfg.path}: key 'semantic' is set but {', '.join(missing)} is not installed "
-                          "(pip install 'pytest-ditar[clip]')")
-    if sem.lpips_net not in LPIPS_NETS:
-        raise ConfigError(f"{cfg.path}: key 'semantic.lpips_net' must be one of {', '.join(LPIPS_NETS)}, got '{sem.lpips_net}'")
-
-
-def _is_path(value: str) -> bool:
-    return value.endswith(".json") or "/" in value or os.sep in value
 
 
 def label_names() -> tuple[str, ...]:
@@ -213,8 +165,8 @@ def _load_clip(cfg: Config) -> tuple[Any, Any]:
 
     sem = cfg.semantic
     name = sem.clip_model
-    if _is_path(name):  # a local architecture config (open_clip's model-config format)
-        path = _resolve(cfg, "clip_model", name)
+    if is_path(name):  # a local architecture config (open_clip's model-config format)
+        path = resolve(cfg, "clip_model", name)
         open_clip.add_model_config(path)
         name = path.stem
     arch = open_clip.get_model_config(name)
@@ -224,7 +176,7 @@ def _load_clip(cfg: Config) -> tuple[Any, Any]:
     if text.get("hf_model_name") or text.get("hf_tokenizer_name"):
         raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{name}' uses a Hugging Face text tower or "
                           "tokenizer, which would be fetched from the hub; pick an architecture with open_clip's own text tower")
-    weights = _resolve(cfg, "clip_weights", sem.clip_weights)
+    weights = resolve(cfg, "clip_weights", sem.clip_weights)
     try:
         model = open_clip.create_model(name, pretrained=str(weights), pretrained_image=False, pretrained_text=False,
                                        require_pretrained=True)
@@ -238,7 +190,7 @@ def _load_lpips(cfg: Config) -> Any:
     import lpips
     import torch
 
-    path = _resolve(cfg, "lpips_weights", cfg.semantic.lpips_weights)
+    path = resolve(cfg, "lpips_weights", cfg.semantic.lpips_weights)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001

@@ -117,9 +117,11 @@ class CandidateWorker:
         if self.proc is None:
             return
         _LIVE.discard(self)
+        if self.pending:  # still starting or building (a refused run): nothing of it is worth waiting for
+            self.kill()
         with contextlib.suppress(OSError, ValueError):
             self.resume()
-            if self.error is None:
+            if self.error is None and self.proc.poll() is None:
                 self.conn.send_bytes(json.dumps({"op": "quit"}).encode())
         try:
             self.proc.wait(timeout=5)

@@ -216,16 +216,6 @@ class Ledger:
     def last(self, n: int) -> list[dict[str, object]]:
         return self.rows()[-n:] if n > 0 else []
 
-    def kept_commits(self) -> list[str]:
-        return [str(r["commit"]) for r in self.rows() if r.get("status") == "KEEP"]
-
-    def champion(self, lane: str) -> dict[str, object] | None:
-        """The most recent KEEP row of `lane`, or None before any keep."""
-        for r in reversed(self.rows()):
-            if r.get("status") == "KEEP" and r.get("lane") == lane:
-                return r
-        return None
-
     def verify(self) -> ChainReport:
         """Check the hash chain, run sequence, and that results.tsv matches ledger.jsonl.
 

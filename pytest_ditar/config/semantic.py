@@ -1,0 +1,61 @@
+"""The semantic evaluators' configuration: whether a class needs them, whether they are set, and a
+one-line error naming the key when a configured file is not there. No torch here: the gate, doctor
+and status answer "can this session judge class X?" without loading a model (runtime.semantic does).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pytest_ditar.config.project import Config, Thresholds
+from pytest_ditar.core.errors import ConfigError
+
+LPIPS_NETS = ("alex", "vgg", "squeeze")
+
+
+def needed(t: Thresholds) -> bool:
+    """Whether a class's contract uses the semantic scores."""
+    return bool(t.semantic_required or t.zero_regression or t.required_scores)
+
+
+def configured(cfg: Config) -> bool:
+    sem = cfg.semantic
+    return bool(sem.clip_model and sem.clip_weights and sem.lpips_weights)
+
+
+def resolve(cfg: Config, key: str, value: str) -> Path:
+    path = Path(value).expanduser()
+    path = path if path.is_absolute() else (cfg.root / path)
+    if not path.is_file():
+        raise ConfigError(f"{cfg.path}: key 'semantic.{key}': {path} is not a local file (weights are never downloaded)")
+    return path.resolve()
+
+
+def check_config(cfg: Config) -> None:
+    """Raise a one-line ConfigError naming the key when an evaluator cannot be loaded locally."""
+    sem = cfg.semantic
+    for key in ("clip_model", "clip_weights", "lpips_weights"):
+        if not getattr(sem, key):
+            raise ConfigError(f"{cfg.path}: key 'semantic.{key}' is not set (the semantic evaluators load local files only)")
+    if is_path(sem.clip_model):
+        if not sem.clip_model.endswith(".json"):
+            raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' must be an open_clip "
+                              "architecture name (e.g. ViT-B-32) or a local open_clip model-config .json file")
+        resolve(cfg, "clip_model", sem.clip_model)
+    elif ":" in sem.clip_model:
+        raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' names a remote source; "
+                          "use an open_clip architecture name (e.g. ViT-B-32) or a local model-config .json")
+    resolve(cfg, "clip_weights", sem.clip_weights)
+    resolve(cfg, "lpips_weights", sem.lpips_weights)
+    import importlib.util
+
+    missing = [m for m in ("open_clip", "lpips") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(f"{cfg.path}: key 'semantic' is set but {', '.join(missing)} is not installed "
+                          "(pip install 'pytest-ditar[clip]')")
+    if sem.lpips_net not in LPIPS_NETS:
+        raise ConfigError(f"{cfg.path}: key 'semantic.lpips_net' must be one of {', '.join(LPIPS_NETS)}, got '{sem.lpips_net}'")
+
+
+def is_path(value: str) -> bool:
+    return value.endswith(".json") or "/" in value or os.sep in value
