@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from pytest_ditar.config.project import DEFAULT_THRESHOLDS, Thresholds
-from pytest_ditar.runtime.harness import batches, build_candidate, make_spec, run_batch
+from pytest_ditar.runtime.harness import batches, make_spec, run_batch
+from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.models import resolve_model_dir
 from pytest_ditar.runtime.multigpu import group_outputs, group_times
@@ -24,11 +25,14 @@ def tiny(model_cache, tmp_path_factory):
     return suite, spec, cand
 
 
-def test_cfg_split_over_two_gloo_ranks_passes_exact_and_numerical(tiny):
+def test_cfg_split_over_two_gloo_ranks_passes_exact_and_numerical(tiny, tmp_path):
     suite, spec, cand = tiny
     groups = batches(suite.corpus[:8], suite, suite.pipeline.batch)  # two batches of 4
-    stock = build_candidate(REPO / "mutable", spec)
-    ref = {o.item_id: o for g in groups for o in run_batch(stock, g, suite, None)}
+    stock = CandidateWorker("stock", REPO / "mutable", spec, log_path=tmp_path / "stock.log")
+    try:
+        ref = {o.item_id: o for g in groups for o in run_batch(stock, g, suite, 120)}
+    finally:
+        stock.close()
     reqs = [Request(tuple(it.label for it in g), tuple(it.seed for it in g), suite.steps_for(g[0])) for g in groups]
     outs = group_outputs(cand, spec, reqs, world=2)
     for g, (lat, img) in zip(groups, outs):

@@ -16,20 +16,30 @@ import pytest
 import yaml
 
 from candidates import STOCK
-from conftest import make_project, research_project, verdict_line
+from conftest import research_project
 
 RECORDER = '''
 import json as _json, os as _os, sys as _sys
 
 
-def _where(event, **extra):
+def _cmdline(pid):
     try:
-        parent = open(f"/proc/{_os.getppid()}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ").decode()
     except OSError:
-        parent = ""
+        return ""
+
+
+def _ppid(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
+def _where(event, **extra):
+    judge = _os.getppid()
+    if "--zygote" in _cmdline(judge):  # forked by the judge's zygote: the judge is one further up
+        judge = _ppid(judge)
     with open(LOG, "a") as fh:
-        fh.write(_json.dumps({"event": event, "pid": _os.getpid(), "ppid": _os.getppid(), "argv": _sys.argv,
-                              "parent": parent, **extra}) + "\\n")
+        fh.write(_json.dumps({"event": event, "pid": _os.getpid(), "judge": judge, "argv": _sys.argv,
+                              "parent": _cmdline(judge), **extra}) + "\\n")
 '''
 
 
@@ -49,9 +59,9 @@ def records(log: Path) -> list[dict]:
 
 def assert_outside_judge(recs: list[dict]) -> None:
     for r in recs:
-        assert r["pid"] != r["ppid"]
+        assert r["pid"] != r["judge"]
         assert r["argv"][0].endswith("worker_main.py"), r["argv"]  # a worker, never pytest itself
-        assert "worker_main" not in r["parent"], r  # started by the judge, not by another worker
+        assert "worker_main" not in r["parent"], r  # the judge started it (itself or through its zygote)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the parent's /proc cmdline")
@@ -62,7 +72,7 @@ def test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run(pytester, 
     assert "quality=6/6" in line, res.stdout[-3000:]
     recs = records(log)
     assert_outside_judge(recs)
-    judge = {r["ppid"] for r in recs}
+    judge = {r["judge"] for r in recs}
     assert len(judge) == 1 and all("pytest" in r["parent"] for r in recs)  # one judge: the gated pytest run
     corpus = {it["seed"] for it in yaml.safe_load((proj.root / "suites/tiny/suite.yaml").read_text())["corpus"]}
     gens = [r for r in recs if r["event"] == "generate"]
@@ -83,7 +93,7 @@ def test_candidate_code_runs_in_a_worker_under_xdist(pytester, model_cache, tmp_
     recs = records(log)
     assert_outside_judge(recs)
     builds = [r for r in recs if r["event"] == "build"]
-    assert len(builds) == 2 and len({r["ppid"] for r in builds}) == 2  # one worker per xdist worker
+    assert len(builds) == 2 and len({r["judge"] for r in builds}) == 2  # one worker per xdist worker
 
 
 def test_worker_that_dies_is_a_crash_with_its_exit_code(research):

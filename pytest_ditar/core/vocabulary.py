@@ -26,3 +26,4 @@ ENV_CPU_THREADS = "DITAR_CPU_THREADS"  # torch intra-op threads of a CPU worker 
 ENV_CACHE = "DITAR_CACHE"  # where generated model directories are cached
 ENV_WEIGHTS_DIR = "DITAR_WEIGHTS_DIR"  # a local pipeline directory, over the suite's model.weights_dir
 ENV_PROGRESS = "DITAR_PROGRESS"  # 0: no progress bars; 1: bars even without a terminal
+ENV_ZYGOTE = "DITAR_ZYGOTE"  # 0: spawn every worker's interpreter directly instead of forking it from the zygote

@@ -9,7 +9,6 @@ recognises corpus items, or replays stored outputs, is caught here.
 """
 from __future__ import annotations
 
-import json
 import random
 import time
 from dataclasses import dataclass, replace
@@ -20,6 +19,7 @@ from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics
 from pytest_ditar.config.suite import CorpusItem
+from pytest_ditar.store.atomic import write_json_atomic
 
 NUM_LABELS = 1000  # DiT conditions on the ImageNet-1k classes
 SEED_RANGE = 2**31 - 1
@@ -151,7 +151,7 @@ def run_for_gate(gate: Any) -> tuple[tuple[str, ...], str | None]:
     except Exception as exc:  # noqa: BLE001 - a holdout that cannot run must not let a candidate through
         return (f"holdout: could not run: {_one_line(exc)}",), None
     try:
-        (sess.run_dir() / "holdout.json").write_text(json.dumps(report.to_dict(), indent=1, default=str))
+        write_json_atomic(sess.run_dir() / "holdout.json", report.to_dict(), indent=1, default=str)
     except OSError:
         pass  # the verdict does not depend on the log
     seeds = ",".join(str(it.seed) for it in report.items)

@@ -2,7 +2,6 @@
 champion snapshot of a KEEP, and the revert (with the candidate's patch) of anything else."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -11,6 +10,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.loop import champion
 from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     from pytest_ditar.loop.gate import Gate
@@ -40,7 +40,7 @@ def act(gate: "Gate", d: Decision) -> Recorded:
                            for k, r in s.quality.items()},
                "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
                "timings": s.clock.as_dict()}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    write_json_atomic(run_dir / "summary.json", summary, indent=1, default=str)
     if d.status == "KEEP":
         champion.store(s, gate.head, cls)
     gate.ledger.append({
@@ -54,7 +54,7 @@ def act(gate: "Gate", d: Decision) -> Recorded:
                            ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
                            quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
                            off_target=off)
-    (run_dir / "verdict.txt").write_text(verdict + "\n")
+    write_text_atomic(run_dir / "verdict.txt", verdict + "\n")
     return Recorded(verdict, (revert(gate, run_dir),) if d.status != "KEEP" else ())
 
 
@@ -63,7 +63,7 @@ def revert(gate: "Gate", run_dir: Path) -> str:
     work. Returns the summary line that says what happened to the commit."""
     base = gitops.state(gate.root).parent
     if base:
-        (run_dir / "candidate.patch").write_text(gitops.diff_patch(gate.root, base, gate.head))
+        write_text_atomic(run_dir / "candidate.patch", gitops.diff_patch(gate.root, base, gate.head))
     if gate.opts.no_revert:
         return "ditar: --ditar-no-revert: the commit stays in place"
     if any(g.name == "clean_tree" and not g.ok for g in gate.guards):

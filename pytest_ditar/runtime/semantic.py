@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from pytest_ditar.config.project import Config
-from pytest_ditar.config.semantic import LPIPS_NETS, configured, is_path, needed, resolve
+from pytest_ditar.config.semantic import check_config, configured, is_path, needed, resolve
 from pytest_ditar.core.errors import ConfigError
 
 LPIPS_MIN_SIDE = 64  # the trunks' pooling pyramid collapses below this; smaller images are upsampled

@@ -30,6 +30,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
+from pytest_ditar.runtime import zygote
 from pytest_ditar.runtime.clock import judge_clock
 
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
@@ -77,11 +78,7 @@ class CandidateWorker:
             return self
         parent, child = socket.socketpair()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            kwargs: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-            self.proc = subprocess.Popen([sys.executable, "-m", "pytest_ditar.runtime.worker_main", str(child.fileno())],
-                                         pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT, cwd=self.cwd, **kwargs)
+        self.proc = _fork_from_zygote(child.fileno(), self.log_path, self.cwd) or self._spawn(child.fileno())
         child.close()
         self.conn = Connection(parent.detach())
         _LIVE.add(self)
@@ -91,6 +88,14 @@ class CandidateWorker:
         self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint,
                    buffer=name)
         return self
+
+    def _spawn(self, fd: int) -> subprocess.Popen:
+        """A fresh interpreter of its own, where the zygote cannot serve."""
+        with open(self.log_path, "ab") as log:
+            kwargs: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+            return subprocess.Popen([sys.executable, "-m", "pytest_ditar.runtime.worker_main", str(fd)],
+                                    pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=self.cwd, **kwargs)
 
     def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
         """The worker's pid, argv and (if asked at start) hardware fingerprint."""
@@ -151,9 +156,10 @@ class CandidateWorker:
 
     # ---- pausing: nothing of this worker runs while the other side is timed ------------------
     def pause(self) -> None:
-        if self.proc is not None and not self.paused and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGSTOP)
-            self.paused = True
+        if self.proc is not None and not self.paused and self.error is None:
+            with contextlib.suppress(ProcessLookupError):  # gone: its next call says how
+                os.killpg(self.proc.pid, signal.SIGSTOP)
+                self.paused = True
 
     def resume(self) -> None:
         if self.proc is not None and self.paused:
@@ -288,6 +294,16 @@ def only_running(active: CandidateWorker, others: "list[CandidateWorker | None]"
     yield
 
 
+def _fork_from_zygote(fd: int, log_path: Path, cwd: Path | None) -> Any:
+    z = zygote.zygote()
+    if z is None:
+        return None
+    try:
+        return z.spawn(fd, log_path, cwd)
+    except (OSError, ValueError, KeyError):
+        return None  # a zygote that cannot fork: spawn this worker directly
+
+
 def _shared_memory_dir() -> str | None:
     """/dev/shm where there is one (Linux: memory, not disk); else the system's temp directory."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -306,3 +322,4 @@ def _close_all() -> None:
     for w in list(_LIVE):
         with contextlib.suppress(Exception):
             w.kill()
+    zygote.close()

@@ -13,6 +13,7 @@ worker sends, so candidate code that writes to the socket can at worst send wron
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import mmap
@@ -225,11 +226,84 @@ def _request(d: dict[str, Any]) -> Request:
 def main(argv: list[str]) -> int:
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the judge's to handle; it stops us
+    if argv[1] == "--zygote":
+        return zygote(int(argv[2]))
     from pytest_ditar.runtime.harness import quiet_libraries
 
     quiet_libraries()
     Worker(Connection(int(argv[1]))).serve()
     return 0
+
+
+def zygote(fd: int) -> int:
+    """Import what every worker needs, never touch CUDA, and fork a worker per request (runtime.zygote)."""
+    import socket
+
+    import torch  # noqa: F401 - imported once here, shared by every forked worker
+    from diffusers import AutoencoderKL, DiTPipeline, DPMSolverMultistepScheduler  # noqa: F401
+
+    from pytest_ditar.hardware import fingerprint  # noqa: F401
+    from pytest_ditar.runtime.harness import quiet_libraries
+
+    quiet_libraries()
+    sock = socket.socket(fileno=fd)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+        except OSError:
+            return 0
+        if not msg:
+            return 0  # the judge is gone
+        req = json.loads(msg)
+        if req["op"] == "spawn":
+            reply = {"pid": _fork_worker(sock, fds[0], req)}
+            os.close(fds[0])
+        else:
+            reply = {"code": _exit_code(int(req["pid"]))}
+        sock.send(json.dumps(reply).encode())
+
+
+def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also here: the judge may signal the group before the child runs
+        return pid
+    code = 1
+    try:
+        zygote_sock.close()
+        os.setpgid(0, 0)  # a process group of its own: paused and killed with whatever it starts
+        die_with_parent()
+        os.environ.clear()
+        os.environ.update(req["env"])  # the judge's environment now, not when the zygote started
+        if req.get("cwd"):
+            os.chdir(req["cwd"])
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        sys.argv = [__file__, str(fd)]
+        Worker(Connection(fd)).serve()
+        code = 0
+    except BaseException:  # noqa: BLE001 - a forked child must never return into the zygote's loop
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _exit_code(pid: int) -> int | None:
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return -9  # reaped already or never ours: gone
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 if __name__ == "__main__":

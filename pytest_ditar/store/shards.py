@@ -16,7 +16,7 @@ import numpy as np
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, Metrics
-from pytest_ditar.store.atomic import atomic_file, write_json_atomic
+from pytest_ditar.store.atomic import atomic_file
 
 
 def result_to_dict(r: ContractResult) -> dict[str, Any]:

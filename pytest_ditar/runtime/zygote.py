@@ -1,0 +1,110 @@
+"""The judge's zygote: one clean process that imports the heavy libraries once and forks workers.
+
+A fresh interpreter per worker pays Python, torch and diffusers imports every time (5 s of a
+16 s candidate build on an H200 host; more on a busy CI box, three workers per gated run). The
+zygote is started by the judge like a worker (a fresh interpreter, never a fork of the judge),
+imports what every worker needs, and never touches CUDA, so a child forked from it shares no
+CUDA state and no judge memory: the isolation of a spawned worker, at the start-up of a fork.
+
+Linux only (fork after importing torch is not safe on macOS); anywhere else, and whenever the
+zygote cannot be used, `CandidateWorker` spawns its interpreter directly.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.core.vocabulary import ENV_ZYGOTE
+
+MAX_MESSAGE = 1 << 20
+
+
+class ZygoteChild:
+    """A worker forked by the zygote, with the part of Popen's interface CandidateWorker uses."""
+
+    def __init__(self, zygote: "Zygote", pid: int):
+        self.zygote = zygote
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.zygote.status(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.005)
+        return self.returncode
+
+
+class Zygote:
+    def __init__(self) -> None:
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        kwargs: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        self.proc = subprocess.Popen([sys.executable, "-m", "pytest_ditar.runtime.worker_main", "--zygote",
+                                      str(child.fileno())], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+        child.close()
+        self.sock = parent
+
+    def _ask(self, request: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
+        socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+        reply = self.sock.recv(MAX_MESSAGE)
+        if not reply:
+            raise OSError("the zygote is gone")
+        return json.loads(reply)
+
+    def spawn(self, fd: int, log_path: Path, cwd: Path | None) -> ZygoteChild:
+        """Fork a worker serving the socket `fd` (the zygote's child end of a socketpair)."""
+        reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None,
+                           "env": dict(os.environ)}, [fd])
+        return ZygoteChild(self, int(reply["pid"]))
+
+    def status(self, pid: int) -> int | None:
+        """The worker's exit code (negative: killed by that signal), None while it runs."""
+        try:
+            return self._ask({"op": "status", "pid": pid}).get("code")
+        except OSError:
+            return -9  # the zygote died, so did its children (they die with their parent)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, 9)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+
+_ZYGOTE: list[Zygote | None] = []
+
+
+def zygote() -> Zygote | None:
+    """This judge's zygote, started on first use; None where it cannot serve (then spawn directly)."""
+    if not _ZYGOTE:
+        z = None
+        if sys.platform.startswith("linux") and os.environ.get(ENV_ZYGOTE, "1") != "0":
+            with contextlib.suppress(OSError):
+                z = Zygote()
+        _ZYGOTE.append(z)
+    z = _ZYGOTE[0]
+    if z is not None and z.proc.poll() is not None:
+        _ZYGOTE[0] = z = None  # it died: spawn directly from now on
+    return z
+
+
+def close() -> None:
+    if _ZYGOTE and _ZYGOTE[0] is not None:
+        _ZYGOTE[0].close()
+        _ZYGOTE[0] = None
