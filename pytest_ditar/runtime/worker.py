@@ -301,7 +301,7 @@ def _fork_from_zygote(fd: int, log_path: Path, cwd: Path | None) -> Any:
     try:
         return z.spawn(fd, log_path, cwd)
     except (OSError, ValueError, KeyError):
-        return None  # a zygote that cannot fork: spawn this worker directly
+        return None  # a zygote that cannot fork (or refused to: CUDA touched): spawn directly
 
 
 def _shared_memory_dir() -> str | None:

@@ -239,13 +239,14 @@ def zygote(fd: int) -> int:
     """Import what every worker needs, never touch CUDA, and fork a worker per request (runtime.zygote)."""
     import socket
 
+    # torch only: diffusers asks at import whether CUDA is there, and where NVML cannot answer
+    # (no driver) torch's answer initializes CUDA and poisons every fork. Each worker imports
+    # diffusers itself, after the fork.
+    import numpy  # noqa: F401
     import torch  # noqa: F401 - imported once here, shared by every forked worker
-    from diffusers import AutoencoderKL, DiTPipeline, DPMSolverMultistepScheduler  # noqa: F401
 
-    from pytest_ditar.hardware import fingerprint  # noqa: F401
-    from pytest_ditar.runtime.harness import quiet_libraries
-
-    quiet_libraries()
+    if not _fork_is_clean():
+        return 3  # the judge sees the zygote gone and spawns every worker's interpreter itself
     sock = socket.socket(fileno=fd)
     while True:
         try:
@@ -261,6 +262,18 @@ def zygote(fd: int) -> int:
         else:
             reply = {"code": _exit_code(int(req["pid"]))}
         sock.send(json.dumps(reply).encode())
+
+
+def _fork_is_clean() -> bool:
+    """Whether a child forked now may use CUDA (torch marks a fork after CUDA initialization bad)."""
+    pid = os.fork()
+    if pid == 0:
+        import torch
+
+        bad = getattr(torch._C, "_cuda_isInBadFork", lambda: False)()
+        os._exit(1 if bad or torch.cuda.is_initialized() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 0
 
 
 def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
@@ -288,6 +301,9 @@ def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
         os.dup2(null, 0)
         os.close(null)
         sys.argv = [__file__, str(fd)]
+        from pytest_ditar.runtime.harness import quiet_libraries
+
+        quiet_libraries()
         Worker(Connection(fd)).serve()
         code = 0
     except BaseException:  # noqa: BLE001 - a forked child must never return into the zygote's loop

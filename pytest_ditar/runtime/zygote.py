@@ -66,7 +66,7 @@ class Zygote:
         return json.loads(reply)
 
     def spawn(self, fd: int, log_path: Path, cwd: Path | None) -> ZygoteChild:
-        """Fork a worker serving the socket `fd` (the zygote's child end of a socketpair)."""
+        """Fork a worker serving the socket `fd` (the first call waits for the zygote's imports)."""
         reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None,
                            "env": dict(os.environ)}, [fd])
         return ZygoteChild(self, int(reply["pid"]))
