@@ -240,11 +240,9 @@ def _torch_flags(torch: Any) -> dict[str, bool]:
         }
 
 
-def cuda_device_count() -> int:
-    """CUDA devices a process started here can use (after CUDA_VISIBLE_DEVICES); 0 without CUDA.
-
-    NVML first: it answers without importing torch or opening a CUDA context, so the judge can
-    pick the device before its first worker starts. torch only where NVML is missing."""
+def nvml_device_count() -> int | None:
+    """GPUs NVML sees that CUDA_VISIBLE_DEVICES leaves visible; None without NVML (no library or
+    driver). Never initializes CUDA, so a process may still fork safely after asking."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
@@ -253,11 +251,21 @@ def cuda_device_count() -> int:
 
         pynvml.nvmlInit()
         count = pynvml.nvmlDeviceGetCount()
-        if visible is not None:
-            count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    except Exception:  # noqa: BLE001 - no NVML library or driver
+        return None
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count
+
+
+def cuda_device_count() -> int:
+    """CUDA devices a process started here can use (after CUDA_VISIBLE_DEVICES); 0 without CUDA.
+
+    NVML first: it answers without importing torch or opening a CUDA context, so the judge can
+    pick the device before its first worker starts. torch only where NVML is missing."""
+    count = nvml_device_count()
+    if count is not None:
         return count
-    except Exception:  # noqa: BLE001 - no NVML library or driver: ask torch
-        pass
     try:
         import torch
     except ImportError:

@@ -239,12 +239,20 @@ def zygote(fd: int) -> int:
     """Import what every worker needs, never touch CUDA, and fork a worker per request (runtime.zygote)."""
     import socket
 
-    # torch only: diffusers asks at import whether CUDA is there, and where NVML cannot answer
-    # (no driver) torch's answer initializes CUDA and poisons every fork. Each worker imports
-    # diffusers itself, after the fork.
     import numpy  # noqa: F401
-    import torch  # noqa: F401 - imported once here, shared by every forked worker
+    import torch
 
+    from pytest_ditar.hardware.fingerprint import nvml_device_count
+
+    # diffusers asks at import whether CUDA is there (torch.accelerator.is_available), and torch's
+    # answer initializes CUDA, which poisons every later fork. NVML answers the same question
+    # without touching CUDA; the test fork below proves nothing else did.
+    probe = torch.cuda.is_available
+    torch.cuda.is_available = lambda: bool(nvml_device_count())
+    try:
+        from diffusers import AutoencoderKL, DiTPipeline, DPMSolverMultistepScheduler  # noqa: F401
+    finally:
+        torch.cuda.is_available = probe
     if not _fork_is_clean():
         return 3  # the judge sees the zygote gone and spawns every worker's interpreter itself
     sock = socket.socket(fileno=fd)
