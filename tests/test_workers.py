@@ -211,3 +211,46 @@ def _group_alive(pgid: int, wait_s: float = 5.0) -> bool:
             return False
         time.sleep(0.05)
     return True
+
+
+ZYGOTE_PROBE = '''
+import json, os, sys, tempfile
+from pathlib import Path
+from pytest_ditar.interface import PipelineSpec
+from pytest_ditar.runtime.worker import CandidateWorker
+
+cand, out = Path(sys.argv[1]), Path(sys.argv[2])
+spec = PipelineSpec(model_dir=cand, device="cpu", dtype="float32", scheduler="x", guidance=1.0, resolution=8)
+ws = [CandidateWorker(f"w{i}", cand, spec, log_path=out.parent / f"w{i}.log").start() for i in range(2)]
+info = []
+for w in ws:
+    w.built(120)
+    parent = int(open(f"/proc/{w.info['pid']}/stat").read().rsplit(")", 1)[1].split()[1])
+    info.append({"kind": type(w.proc).__name__, "parent": parent,
+                 "parent_cmd": open(f"/proc/{parent}/cmdline", "rb").read().replace(b"\\0", b" ").decode()})
+    w.close()
+out.write_text(json.dumps({"judge": os.getpid(), "workers": info}))
+'''
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote is Linux only")
+@pytest.mark.parametrize("zygote", ["1", "0"])
+def test_workers_fork_from_a_clean_zygote_unless_turned_off(tmp_path, zygote):
+    import subprocess
+
+    cand = tmp_path / "cand"
+    cand.mkdir()
+    (cand / "pipeline.py").write_text(TICKER)
+    out = tmp_path / "out.json"
+    env = {**os.environ, "DITAR_ZYGOTE": zygote, "TICKS": str(tmp_path / "ticks")}
+    res = subprocess.run([sys.executable, "-c", ZYGOTE_PROBE, str(cand), str(out)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = json.loads(out.read_text())
+    kinds = {w["kind"] for w in got["workers"]}
+    parents = {w["parent"] for w in got["workers"]}
+    if zygote == "1":  # both forked by one zygote, itself a fresh interpreter the judge started
+        assert kinds == {"ZygoteChild"} and len(parents) == 1 and got["judge"] not in parents
+        assert all("--zygote" in w["parent_cmd"] for w in got["workers"])
+    else:  # spawned directly by the judge
+        assert kinds == {"Popen"} and parents == {got["judge"]}
