@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import sys
 import platform
 import re
 import warnings
@@ -266,6 +267,8 @@ def cuda_device_count() -> int:
     count = nvml_device_count()
     if count is not None:
         return count
+    if sys.platform.startswith("linux") and not os.path.exists("/proc/driver/nvidia"):
+        return 0  # no NVIDIA driver loaded: no CUDA device, and no torch import to learn that
     try:
         import torch
     except ImportError:

@@ -94,17 +94,17 @@ class DitarSession:
     def fingerprint(self):
         """The device's hardware fingerprint, collected once per session.
 
-        On a GPU it comes from the candidate's worker (started, not yet built): the judge itself
-        never opens a CUDA context, so nothing of it sits on the GPU it times."""
+        It comes from the candidate's worker (started, not yet built): the judge itself never
+        imports torch nor opens a CUDA context, so nothing of it sits on the GPU it times."""
         if self._fingerprint is None:
+            from pytest_ditar.core.errors import ConfigError
             from pytest_ditar.hardware.fingerprint import Fingerprint, collect
 
-            device = self.resolved_device()
-            if device.startswith("cuda"):
+            try:
                 info = self.worker(self.cfg.candidate_path, "candidate").hello()
                 self._fingerprint = Fingerprint.from_dict(info["fingerprint"])
-            else:
-                self._fingerprint = collect(device)
+            except ConfigError:  # no candidate package to start a worker for: ask here
+                self._fingerprint = collect(self.resolved_device())
         return self._fingerprint
 
     def model_dir(self) -> Path:
@@ -137,7 +137,7 @@ class DitarSession:
             w = CandidateWorker(name, key, spec, log_path=self._worker_logs / f"{name}.log",
                                 memory_budget_gib=self.memory_budget_gib, cwd=self.cfg.root,
                                 cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")))
-            self._workers[key] = w.start(fingerprint=self.resolved_device().startswith("cuda"))
+            self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
 
     def start_candidate(self) -> None:
