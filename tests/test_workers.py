@@ -254,3 +254,23 @@ def test_workers_fork_from_a_clean_zygote_unless_turned_off(tmp_path, zygote):
         assert all("--zygote" in w["parent_cmd"] for w in got["workers"])
     else:  # spawned directly by the judge
         assert kinds == {"Popen"} and parents == {got["judge"]}
+
+
+def test_a_worker_whose_clock_disagrees_with_the_judges_is_a_crash(tmp_path, monkeypatch):
+    """The attack: a candidate patches time.perf_counter in its own process to look fast (or slow).
+    The judge never reads that clock for a verdict, and a worker account longer than the judge's
+    own measurement of the same call is refused."""
+    from pytest_ditar.core.errors import CandidateError
+    from pytest_ditar.interface import Request
+
+    warps = TICKER.replace("def build(spec):\n", "def build(spec):\n    import time\n"
+                           "    real = time.perf_counter\n    time.perf_counter = lambda: real() * 2\n")
+    warps = warps.replace("        import numpy as np\n", "        import time, numpy as np\n        time.sleep(0.05)\n")
+    monkeypatch.setenv("TICKS", str(tmp_path / "ticks"))
+    w = _worker(tmp_path, warps).start()
+    try:
+        w.built(60)
+        with pytest.raises(CandidateError, match="clock was tampered with"):
+            w.generate(Request(labels=(1,), seeds=(3,), steps=1), timeout_s=30)
+    finally:
+        w.close()

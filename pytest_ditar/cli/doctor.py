@@ -43,8 +43,8 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     except DitarError as exc:
         rows.append(("suite", FAIL, str(exc)))
         return rows
-    from pytest_ditar.vcs import repo as gitops
     from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.vcs import repo as gitops
 
     st = gitops.state(cfg.root)
     tag = resolve_tag(cfg, tag)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import yaml
 
 from pytest_ditar.core.errors import ConfigError
+
 # Thresholds lives in core (its contracts check it) so core imports nothing above it; the names
 # stay importable from here.
 from pytest_ditar.core.thresholds import PAIRED_SCORES, Thresholds

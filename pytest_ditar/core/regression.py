@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pytest_ditar.core.thresholds import PAIRED_SCORES, Thresholds
 from pytest_ditar.core.quality import ContractResult, RegressionResult, zero_regression
+from pytest_ditar.core.thresholds import PAIRED_SCORES, Thresholds
 
 # Which Metrics fields hold a paired score: (candidate field, baseline field, higher is better).
 _FIELDS = {"clip_score": ("clip_score", "clip_score_baseline", True)}

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import sys
 import platform
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields

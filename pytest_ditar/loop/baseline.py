@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_ditar.vcs import repo as gitops
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.core.outputs import ItemOutput
-from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.store.snapshot import write_snapshot
+from pytest_ditar.vcs import repo as gitops
 
 
 def library_versions() -> dict[str, str]:
@@ -110,8 +110,8 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     """Time every lane A/A (the baseline against itself, interleaved) to measure the noise floor."""
     from dataclasses import asdict
 
-    from pytest_ditar.runtime.lanes import count_flops, measure_lane
     from pytest_ditar.core.stats import noise_floor, paired_noise_floor
+    from pytest_ditar.runtime.lanes import count_flops, measure_lane
 
     candidate = sess.get_candidate()
     out: dict[str, Any] = {}

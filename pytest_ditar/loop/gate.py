@@ -9,8 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from pytest_ditar.core.decision import (Decision, GuardResult, LaneOutcome, QualityOutcome, RunError, cumulative_class,
-                                        decide, kept_rows, validate_class)
+from pytest_ditar.core.decision import (
+    Decision,
+    GuardResult,
+    LaneOutcome,
+    QualityOutcome,
+    RunError,
+    cumulative_class,
+    decide,
+    kept_rows,
+    validate_class,
+)
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES, TRAILER

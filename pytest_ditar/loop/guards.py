@@ -6,8 +6,8 @@ import hashlib
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from pytest_ditar.vcs import repo as gitops
 from pytest_ditar.core.decision import GuardResult
+from pytest_ditar.vcs import repo as gitops
 
 _SKIP_PARTS = {"__pycache__", ".index", ".pytest_cache"}
 

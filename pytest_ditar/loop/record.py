@@ -9,8 +9,8 @@ from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.loop import champion
-from pytest_ditar.vcs import repo as gitops
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
+from pytest_ditar.vcs import repo as gitops
 
 if TYPE_CHECKING:
     from pytest_ditar.loop.gate import Gate

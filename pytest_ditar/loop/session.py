@@ -7,18 +7,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_ditar.vcs import repo as gitops
 from pytest_ditar.config.project import Config, load_config
+from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.core.quality import ContractResult
+from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, ENV_TAG
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, run_batch
 from pytest_ditar.runtime.worker import CandidateWorker
-from pytest_ditar.core.quality import ContractResult
-from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
-from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.store import shards
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.vcs import repo as gitops
 
 
 def resolve_tag(cfg: Config, explicit: str | None = None) -> str:

@@ -88,9 +88,9 @@ def _anchor(ledger: Ledger, digest: str) -> Check:
 
 def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterator[Check]:
     """Re-run the baseline code on the fixed batches that hold the sampled items."""
-    from pytest_ditar.runtime.harness import batches, run_batch
-    from pytest_ditar.loop.holdout import baseline_pipeline
     from pytest_ditar.core.quality import check_contract, compute_metrics
+    from pytest_ditar.loop.holdout import baseline_pipeline
+    from pytest_ditar.runtime.harness import batches, run_batch
 
     commit = snap.manifest.get("git_sha")
     if not commit:

@@ -34,9 +34,9 @@ def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
     if config.getoption("--ditar-baseline", default=False) or getattr(config, "workerinput", None) is not None:
         return None
     try:
-        from pytest_ditar.vcs import repo as gitops
         from pytest_ditar.config.project import load_config
         from pytest_ditar.loop.session import resolve_tag
+        from pytest_ditar.vcs import repo as gitops
 
         cfg = load_config(cfg_path)
         if not config.getoption("--ditar-gate", default=False):

@@ -18,10 +18,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from pytest_ditar.config.suite import CorpusItem, Suite
 from pytest_ditar.core.errors import CandidateError, ConfigError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.config.suite import CorpusItem, Suite
 
 
 def pick_device(requested: str | None = None) -> str:

@@ -9,8 +9,8 @@ import contextlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from pytest_ditar.interface import Request
 from pytest_ditar.config.suite import Lane, Suite
+from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import no_gc
 from pytest_ditar.runtime.worker import CandidateWorker, only_running

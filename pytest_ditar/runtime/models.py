@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_ditar.config.suite import Suite
 from pytest_ditar.core.errors import ConfigError
 from pytest_ditar.core.vocabulary import ENV_CACHE, ENV_WEIGHTS_DIR
+
 # The one runtime -> store import the contracts allow (pyproject: "runtime-no-state").
 from pytest_ditar.store.atomic import publish_dir, temp_dir_beside
 

@@ -35,6 +35,7 @@ from pytest_ditar.runtime.clock import judge_clock
 
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
 MAX_ARRAY_BYTES = 1 << 31
+CLOCK_SLACK_S = 0.002  # timer resolution and rounding across two processes
 START_TIMEOUT_S = 600.0  # interpreter + torch import + CUDA context on a cold, busy host
 
 
@@ -177,7 +178,13 @@ class CandidateWorker:
             raise self._fail(CandidateError("exception", f"worker {self.name} sent {len(arrays)} arrays, expected 2"))
         stamps = {k: float(v) for k, v in (reply.get("stamps") or {}).items() if isinstance(v, (int, float))}
         stamps.update(sent=t0, header=self.t_header, copied=t1)
-        return Outputs(arrays[0], arrays[1], t1 - t0, float(reply.get("worker_s", 0.0)), stamps)
+        worker_s = float(reply.get("worker_s", 0.0))
+        if worker_s > (t1 - t0) + CLOCK_SLACK_S:
+            # the worker's interval lies inside the judge's on one monotonic clock: a longer one
+            # means the candidate reached its process's clock
+            raise self._fail(CandidateError("exception", f"worker {self.name} reports {worker_s:.4f}s for a call the "
+                                                         f"judge timed at {t1 - t0:.4f}s: its clock was tampered with"))
+        return Outputs(arrays[0], arrays[1], t1 - t0, worker_s, stamps)
 
     def flops(self, request: Request, timeout_s: float | None = None) -> float | None:
         reply, _ = self._call("flops", timeout_s, request=_request_dict(request))

@@ -23,10 +23,10 @@ import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
-
-import numpy as np
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pytest_ditar.interface import PipelineSpec, Request
 
