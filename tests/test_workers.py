@@ -274,3 +274,20 @@ def test_a_worker_whose_clock_disagrees_with_the_judges_is_a_crash(tmp_path, mon
             w.generate(Request(labels=(1,), seeds=(3,), steps=1), timeout_s=30)
     finally:
         w.close()
+
+
+def test_a_build_that_hangs_is_a_timeout_after_the_item_timeout(tmp_path, monkeypatch):
+    from pytest_ditar.core.errors import CandidateError
+
+    hangs = TICKER.replace("def build(spec):\n", "def build(spec):\n    import time; time.sleep(600)\n")
+    monkeypatch.setenv("TICKS", str(tmp_path / "ticks"))
+    w = _worker(tmp_path, hangs).start()
+    try:
+        w.hello()  # start-up has its own allowance; the build gets the item timeout
+        t0 = time.monotonic()
+        with pytest.raises(CandidateError) as err:
+            w.built(1.0)
+        assert err.value.kind == "timeout" and time.monotonic() - t0 < 15
+        assert w.proc.poll() is not None
+    finally:
+        w.close()

@@ -113,9 +113,11 @@ class CandidateWorker:
                        memory_budget_gib=self.memory_budget_gib)
 
     def built(self, timeout_s: float | None = None) -> "CandidateWorker":
-        """Wait until the pipeline is built (raising its CandidateError if it failed)."""
+        """Wait until the pipeline is built (raising its CandidateError if it failed): the worker's
+        start-up gets START_TIMEOUT_S, the candidate's build() `timeout_s` (the item timeout)."""
         self.request_build()
-        self._drain("build", START_TIMEOUT_S + (timeout_s or 0.0))
+        self._drain("hello", START_TIMEOUT_S)
+        self._drain("build", timeout_s or START_TIMEOUT_S)
         return self
 
     def close(self) -> None:
