@@ -14,7 +14,7 @@ from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, ENV_TAG
-from pytest_ditar.runtime.harness import batches, make_spec, pick_device, run_batch
+from pytest_ditar.runtime.harness import batches, make_spec, pick_device, require_pipeline, run_batch
 from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store import shards
 from pytest_ditar.store.paths import TagPaths
@@ -125,10 +125,7 @@ class DitarSession:
         """The (started) worker process for the pipeline in `candidate_dir`; one per directory per session."""
         key = Path(candidate_dir).resolve()
         if key not in self._workers:
-            if not (key / "pipeline.py").is_file():
-                from pytest_ditar.core.errors import ConfigError
-
-                raise ConfigError(f"{key}: no pipeline.py (the candidate package must define pipeline.build(spec))")
+            require_pipeline(key)  # a missing package is a usage error, before any process starts
             if self._worker_logs is None:
                 import tempfile
 

@@ -48,16 +48,22 @@ def classify_exception(exc: BaseException) -> CandidateError:
     return CandidateError("exception", f"{name}: {text[:300]}")
 
 
+def require_pipeline(candidate_dir: Path) -> Path:
+    """The resolved candidate directory, or a one-line ConfigError when it holds no pipeline.py."""
+    candidate_dir = Path(candidate_dir).resolve()
+    if not (candidate_dir / "pipeline.py").is_file():
+        raise ConfigError(f"{candidate_dir}: no pipeline.py (the candidate package must define pipeline.build(spec))")
+    return candidate_dir
+
+
 def load_candidate_module(candidate_dir: Path):
     """Import `<candidate_dir>/pipeline.py` as a package under a unique name.
 
     A unique name per directory keeps the candidate's modules apart from anything else named
     `pipeline` on the worker's path.
     """
-    candidate_dir = candidate_dir.resolve()
+    candidate_dir = require_pipeline(candidate_dir)
     init = candidate_dir / "__init__.py"
-    if not (candidate_dir / "pipeline.py").is_file():
-        raise ConfigError(f"{candidate_dir}: no pipeline.py (the candidate package must define pipeline.build(spec))")
     name = "ditar_candidate_" + hashlib.sha1(str(candidate_dir).encode()).hexdigest()[:10]
     for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
         del sys.modules[mod]  # always import fresh: the code on disk is what is judged

@@ -228,9 +228,6 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the judge's to handle; it stops us
     if argv[1] == "--zygote":
         return zygote(int(argv[2]))
-    from pytest_ditar.runtime.harness import quiet_libraries
-
-    quiet_libraries()
     Worker(Connection(int(argv[1]))).serve()
     return 0
 
@@ -309,9 +306,6 @@ def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
         os.dup2(null, 0)
         os.close(null)
         sys.argv = [__file__, str(fd)]
-        from pytest_ditar.runtime.harness import quiet_libraries
-
-        quiet_libraries()
         Worker(Connection(fd)).serve()
         code = 0
     except BaseException:  # noqa: BLE001 - a forked child must never return into the zygote's loop
