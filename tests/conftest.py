@@ -107,7 +107,9 @@ def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config:
     cfg.update(fixed_paths=["config/", "suites/", "conftest.py"], item_timeout_s=10)
     # A shared 2-core CI box is noisier than a dedicated GPU; the loop tests are about verdicts
     # and git, so they tolerate more spread (the statistics have their own tests).
-    cfg["perf"] = {**cfg["perf"], "max_cv": 0.3}
+    # Between runs the box's load changes too (the other xdist worker starts or ends a run): the
+    # champion drift check is off here, and on in the tests about it.
+    cfg["perf"] = {**cfg["perf"], "max_cv": 0.3, "drift_tolerance": 3.0}
     cfg.update(config or {})
     (root / "config").mkdir(exist_ok=True)
     (root / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))

@@ -1,4 +1,6 @@
-"""Guards are checked before any candidate code runs; a violation is a DISCARD with its reason."""
+"""Guards are checked before any candidate code runs. A violation in the candidate's own diff is a
+DISCARD with its reason (and the revert); a branch, tree or history the gate cannot judge cleanly is
+REFUSED (nothing recorded, nothing reverted)."""
 import pytest
 import yaml
 
@@ -64,8 +66,9 @@ def test_dirty_tree_is_refused_and_the_edit_survives(research, tmp_path):
     sha = proj.commit_candidate(STOCK + "\n# candidate\n", "exact", "candidate")
     proj.write("mutable/pipeline.py", _marker_source(marker))  # uncommitted on top
     res, line = _run(proj)
-    assert res.returncode == 1 and "guard clean_tree: uncommitted changes: mutable/pipeline.py" in line
-    assert not marker.exists()
+    assert res.returncode == 4 and line.startswith("DITAR REFUSED: guard clean_tree: uncommitted changes: "
+                                                   "mutable/pipeline.py: commit them (git commit --amend)"), line
+    assert not marker.exists() and [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nothing recorded
     assert proj.head() == sha and "open(" in (proj.root / "mutable/pipeline.py").read_text()  # nothing lost
 
 
@@ -76,8 +79,10 @@ def test_wrong_branch_is_refused(research, tmp_path):
     sha = proj.commit_candidate(_marker_source(marker), "exact", "on the wrong branch")
     res = proj.ditar("--tag", "t", "experiment", "--classification", "exact", "--description", "x")
     line = res.stdout.strip().splitlines()[-1]
-    assert "guard branch: HEAD is on 'autoresearch/other', expected 'autoresearch/t'" in line
+    assert res.returncode == 4 and line == ("DITAR REFUSED: guard branch: HEAD is on 'autoresearch/other', "
+                                            "expected 'autoresearch/t': git checkout autoresearch/t"), line
     assert not marker.exists() and proj.head() == sha  # not our branch: not reverted
+    assert [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nor recorded
     proj.git("checkout", "-q", "main")
     res = proj.ditar("--tag", "t", "experiment", "--classification", "exact", "--description", "x")
     last = res.stdout.strip().splitlines()[-1]
@@ -88,8 +93,10 @@ def test_two_commits_at_once_are_one_hypothesis_too_many(research):
     proj = research
     proj.commit_candidate(STOCK + "\n# one\n", "exact", "one")
     proj.commit_candidate(ALTERS, "exact", "two")
+    sha = proj.head()
     res, line = _run(proj)
-    assert "guard one_commit" in line and res.returncode == 1
+    assert res.returncode == 4 and line.startswith("DITAR REFUSED: guard one_commit: HEAD's parent is not the champion")
+    assert "git reset --soft" in line and proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]
 
 
 def test_fp8_weights_fail_the_a5500_gate(research):

@@ -39,11 +39,12 @@ def test_edited_baseline_file_is_detected_by_status_and_the_next_run(research, t
     assert st.returncode == 1 and "CORRUPTED: items/tiny-002.png hash mismatch" in st.stdout
     marker = tmp_path / "ran"
     src = STOCK.replace("class StockDiT:", f"open({str(marker)!r}, 'w').close()\n\n\nclass StockDiT:", 1)
-    proj.commit_candidate(src, "exact", "candidate")
+    sha = proj.commit_candidate(src, "exact", "candidate")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "candidate")
     line = _last(res)
-    assert "guard baseline_integrity:" in line and "baseline corrupted: items/tiny-002.png hash mismatch" in line
-    assert not marker.exists()
+    assert res.returncode == 4 and line.startswith("DITAR REFUSED: baseline files broken: items/tiny-002.png hash "
+                                                   "mismatch (edited?); restore it with `dit-ar recover --force`"), line
+    assert not marker.exists() and proj.head() == sha  # refused: the commit stays
 
 
 def test_kill_9_mid_run_leaves_a_state_the_next_run_accepts(pytester, model_cache, tmp_path_factory):

@@ -77,10 +77,9 @@ def test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run(pytester, 
     corpus = {it["seed"] for it in yaml.safe_load((proj.root / "suites/tiny/suite.yaml").read_text())["corpus"]}
     gens = [r for r in recs if r["event"] == "generate"]
     quality = [r for r in gens if set(r["seeds"]) <= corpus and len(r["seeds"]) > 1]
-    holdout = [r for r in gens if not set(r["seeds"]) & corpus]
-    lanes = [r for r in gens if set(r["seeds"]) <= corpus and len(r["seeds"]) == 1]
+    fresh = [r for r in gens if not set(r["seeds"]) & corpus]  # the holdout's and the timed lane rounds'
     assert [r["event"] for r in recs].count("build") == 1  # built once, served every path
-    assert quality and holdout and len(lanes) >= 12, (len(quality), len(holdout), len(lanes))
+    assert quality and len(fresh) >= 12, (len(quality), len(fresh))
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the parent's /proc cmdline")
@@ -130,8 +129,9 @@ class Ticker:
     def tick(self):
         while True:
             self.n += 1
-            with open(self.path, "w") as fh:
+            with open(self.path + ".tmp", "w") as fh:
                 fh.write(str(self.n))
+            os.replace(self.path + ".tmp", self.path)  # whole: a reader never sees it half written
             time.sleep(0.01)
 
     def generate(self, request):

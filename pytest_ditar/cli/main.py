@@ -15,6 +15,7 @@ from pytest_ditar.cli.demo import Demo
 from pytest_ditar.cli.doctor import Doctor
 from pytest_ditar.cli.experiment import Experiment
 from pytest_ditar.cli.init import Init
+from pytest_ditar.cli.recover import Recover
 from pytest_ditar.cli.report import Report
 from pytest_ditar.cli.search import Search
 from pytest_ditar.cli.status import Status
@@ -23,7 +24,8 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
 
 # In the order `dit-ar --help` lists them.
-COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Experiment, Status, Demo, Verify, Report, Search)
+COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Experiment, Status, Demo, Verify, Recover, Report,
+                                       Search)
 
 
 def build_parser() -> argparse.ArgumentParser:

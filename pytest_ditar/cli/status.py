@@ -36,6 +36,7 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     # Imported here, not above: the snapshot module brings numpy, and every dit-ar command
     # imports this module to build its parser.
     from pytest_ditar.core.decision import cumulative_class
+    from pytest_ditar.loop.verify import state_checks
     from pytest_ditar.report.data import read_rows
     from pytest_ditar.store.ledger import Ledger
     from pytest_ditar.store.paths import TagPaths
@@ -44,14 +45,18 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     state = paths.dir
     ledger = Ledger(state)
     out: dict[str, Any] = {"tag": tag, "suite": suite.name, "objective_lane": cfg.objective_lane, "state_dir": str(state)}
+    out["initialised"] = _initialised(cfg, paths)
+    # The same checks a gated run makes before the candidate runs: a missing ledger or baseline,
+    # an edited manifest (its anchor) or champion is broken, never "0 rows, verifies".
+    out["problems"] = [c.line() for c in state_checks(cfg.root, paths) if not c.ok] if out["initialised"] else []
     out["baseline"] = _baseline(paths.baseline)
     report = ledger.verify()
     # A broken chain is still shown (leniently parsed): status is how one finds out what broke.
     rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else read_rows(state)
     exps = [r for r in rows if r.get("status") in STATUSES]
     kept = kept_rows(exps)
-    out["ledger"] = {"rows": len(rows), "verifies": report.ok, "problems": list(report.problems[:5]),
-                     "repairable": list(getattr(report, "repairable", ()))}
+    out["ledger"] = {"rows": len(rows), "exists": ledger.jsonl_path.is_file(), "verifies": report.ok,
+                     "problems": list(report.problems[:5]), "repairable": list(getattr(report, "repairable", ()))}
     out["cumulative_class"] = cumulative_class([str(r["class"]) for r in kept])
     out["champion"] = ({"commit": kept[-1]["commit"], "lane": kept[-1]["lane"], "speedup_vs_previous": kept[-1]["metric"],
                         "cumulative_speedup": _product([r["metric"] for r in kept])} if kept else None)
@@ -59,6 +64,16 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
                                             "quality_pass", "quality_total", "description", "reason")} for r in exps[-n:]]
     return out
+
+
+def _initialised(cfg, paths) -> bool:
+    """Started by `dit-ar init` (or a baseline), or backed up in git, or its branch exists: then a
+    missing piece of its state is damage, not a fresh start."""
+    from pytest_ditar.vcs import repo as gitops
+
+    return any(p.exists() for p in (paths.session_file, paths.ledger_jsonl, paths.baseline)) \
+        or gitops.ref_commit(cfg.root, gitops.state_ref(paths.tag)) is not None \
+        or gitops.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
 
 
 def _baseline(base_dir) -> dict[str, Any] | None:
@@ -89,18 +104,23 @@ def _product(xs: list[Any]) -> float | None:
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     cfg, suite, tag = light
     st = collect_status(cfg, suite, tag, n)
+    healthy = st["initialised"] and not st["problems"] and st["ledger"]["verifies"] \
+        and (not st["baseline"] or st["baseline"]["verifies"])
     if as_json:
         print(json.dumps(st, indent=1, default=str))
-        return 0 if st["ledger"]["verifies"] else 1
+        return 0 if healthy else 1
     b = st["baseline"]
     print(f"tag {tag}  suite {suite.name}  objective {cfg.objective_lane}  cumulative class {st['cumulative_class']}")
+    if not st["initialised"]:
+        print(f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
+        return 1
     if b:
         flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
         print(f"baseline  {str(b['commit'])[:7]}  {b['items']} items on {b['device']}  {flag}")
         for k, v in b["lanes"].items():
             print(f"  lane {k}: median {v['median_s'] * 1e3:.2f} ms, noise +/-{v['noise_half_width'] * 100:.2f}%")
     else:
-        print("baseline  missing: run `dit-ar baseline`")
+        print("baseline  missing")
     c = st["champion"]
     if c:
         cum = f"{c['cumulative_speedup']:.3f}x" if c["cumulative_speedup"] else "n/a"
@@ -115,8 +135,12 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
               f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
     led = st["ledger"]
-    if led["verifies"]:
+    if not led["exists"]:
+        print("ledger    missing")
+    elif led["verifies"]:
         print(f"ledger    {led['rows']} rows, hash chain verifies")
     else:
         print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
-    return 0 if led["verifies"] and (not b or b["verifies"]) else 1
+    for line in st["problems"]:
+        print(f"state     {line}")
+    return 0 if healthy else 1

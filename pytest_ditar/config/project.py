@@ -31,6 +31,9 @@ class PerfConfig:
     n_boot: int = 2000
     interleave: bool = True  # time champion and candidate in the same process when possible
     pin_cpu: bool = False  # pin the launching thread to one core while a lane is timed
+    # The in-run champion may differ from its stored samples by at most max(this, min effect)
+    # before the lane is UNSTABLE (champion drift: interference, or a changed host).
+    drift_tolerance: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,26 @@ class Config:
 
     def content_hash(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
+
+    @property
+    def own_root(self) -> Path:
+        """The project this file lives in; `root` differs from it only through a `root` key."""
+        return project_root_of(self.path)
+
+    @property
+    def repo_config(self) -> Path:
+        """The repository's config file, the only one a gated run takes."""
+        return self.root / DEFAULT_CONFIG
+
+    def repo_config_sha256(self) -> str | None:
+        """sha256 of the repository's config file (what a baseline pins); None when there is none."""
+        f = self.repo_config
+        return hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
+
+
+def project_root_of(path: Path) -> Path:
+    """The folder above `config/` for config/<file>, else the file's own folder."""
+    return path.parent.parent if path.parent.name == "config" else path.parent
 
 
 _SIMPLE = {f.name: f for f in dataclasses.fields(Config)}
@@ -155,7 +178,7 @@ def load_config(path: str | Path) -> Config:
     if "suite" not in raw:
         raise ConfigError(f"{where}: missing required key 'suite' (the name of a folder under suites/)")
     cfg_fields = {n: f for n, f in _SIMPLE.items() if n not in ("path", "root", "thresholds", *_NESTED)}
-    kwargs: dict[str, Any] = {"path": path, "root": path.parent.parent if path.parent.name == "config" else path.parent}
+    kwargs: dict[str, Any] = {"path": path, "root": project_root_of(path)}
     for key, value in raw.items():
         if key == "root":
             kwargs["root"] = (path.parent / _typecheck(where, key, value, "str")).resolve()

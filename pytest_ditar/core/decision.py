@@ -189,6 +189,8 @@ def decide(
         discard.append("no objective lane ran")
     elif objective.verdict == "MISSING":
         discard.append(_with_reason(f"objective lane {objective.name} missing", objective.reason))
+    elif objective.verdict == "REJECTED":
+        discard.append(f"lane {objective.name} rejected: {objective.reason}")
     elif objective.verdict == "UNSTABLE":
         discard.append(
             f"lane {objective.name} unstable: {objective.reason or _speed_text(objective)}"
@@ -206,6 +208,8 @@ def decide(
         for lane in lanes
         if not lane.objective and lane.verdict == "REGRESSED"
     ]
+    discard += [f"guard lane {lane.name} rejected: {lane.reason}" for lane in lanes
+                if not lane.objective and lane.verdict == "REJECTED"]
 
     if vram_budget_gib is not None:
         for lane in lanes:

@@ -25,6 +25,9 @@ GROUPS = {
     "firewall": ("holdout", "semantic"),
     "perf": ("perf.build_champion", "perf.lanes"),
 }
+# Inside perf.lanes, kept apart for the record (never added to a group): what the run's own
+# integrity checks cost, the audit of timed outputs and the caching probe.
+INTEGRITY = ("perf.audit", "perf.probe")
 
 
 def process_start_epoch() -> float | None:
@@ -70,6 +73,10 @@ class PhaseClock:
             self.last[name] = self._epoch(end)
             if self._stack:
                 self._stack[-1][1] += total
+
+    def note(self, name: str, seconds: float) -> None:
+        """Book time already inside an open or closed span under a name of its own (INTEGRITY)."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
     def group(self, name: str) -> float:
         return sum(self.seconds.get(k, 0.0) for k in GROUPS[name])
@@ -139,6 +146,9 @@ class PhaseClock:
                 parts.append(f"{g} {_s(d[f'group.{g}'])}")
         if d["perf.overhead"]:
             parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
+        checks = sum(d.get(k) or 0.0 for k in INTEGRITY)
+        if checks:
+            parts.append(f"audit+probe {_s(checks)} ({100 * checks / d['wall']:.1f}% of the run)")
         if d["group.firewall"]:
             parts.append(f"firewall {100 * (d['firewall.fraction'] or 0):.1f}% of the run")
         if self.workers > 1 and d["window.all"] is not None:

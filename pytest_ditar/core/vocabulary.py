@@ -13,7 +13,9 @@ REPRODUCING_CLASSES: tuple[str, ...] = ("exact", "numerical")
 
 Status = Literal["KEEP", "DISCARD", "CRASH"]
 STATUSES: tuple[str, ...] = ("KEEP", "DISCARD", "CRASH")
-LANE_VERDICTS: tuple[str, ...] = ("FASTER", "NOT_FASTER", "SLOWER", "UNSTABLE", "REGRESSED", "OK", "MISSING")
+# REJECTED: the timing itself is void (a timed output failed its audit, or the candidate caches).
+LANE_VERDICTS: tuple[str, ...] = ("FASTER", "NOT_FASTER", "SLOWER", "UNSTABLE", "REGRESSED", "OK", "MISSING",
+                                  "REJECTED")
 ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
 
 TRAILER = "Ditar-Class:"  # the commit-message trailer that carries an experiment's class

@@ -80,6 +80,7 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
         "suite": sess.suite.name,
         "suite_hash": sess.suite.content_hash,
         "config_hash": sess.cfg.content_hash(),
+        "config_sha256": sess.cfg.repo_config_sha256(),  # the repository's file: gated runs must match it
         "fixed_paths": hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths),
         "libraries": library_versions(),
         "device": device,
@@ -96,6 +97,7 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
     files = {"lanes.json": json.dumps(lanes, indent=1).encode(), **(extra_files or {})}
     path = write_snapshot(sess.baseline_dir, outs, meta, extra_files=files, force=force)
     _anchor_in_ledger(sess, path)
+    _back_up(sess)
     sess.outputs.update({o.item_id: o for o in outs})
     return path
 
@@ -107,13 +109,15 @@ def manifest_summary(path: Path) -> str:
 
 
 def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
-    """Time every lane A/A (the baseline against itself, interleaved) to measure the noise floor."""
+    """Time every lane A/A (the baseline against itself, interleaved) to measure the noise floor;
+    on a CPU, also the host's achievable FLOP/s, the ceiling of the CPU roofline (loop.champion)."""
     from dataclasses import asdict
 
     from pytest_ditar.core.stats import noise_floor, paired_noise_floor
     from pytest_ditar.runtime.lanes import count_flops, measure_lane
 
     candidate = sess.get_candidate()
+    host = {"host_flops": candidate.probe_flops()} if sess.resolved_device() == "cpu" else {}
     out: dict[str, Any] = {}
     for lane in sess.suite.lanes:
         m = measure_lane(candidate, sess.suite, lane, champion=candidate, timeout_s=sess.cfg.item_timeout_s,
@@ -121,8 +125,18 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
         noise = asdict(noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
         # The floor a paired (interleaved) comparison is held to: A/A on per-round ratios.
         noise["paired"] = asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
-        out[lane.name] = {**m.to_dict(), "noise": noise, "flops": count_flops(candidate, sess.suite, lane)}
+        out[lane.name] = {**m.to_dict(), "noise": noise, "flops": count_flops(candidate, sess.suite, lane), **host}
     return out
+
+
+def _back_up(sess: DitarSession) -> None:
+    """The new baseline and its ledger row go to refs/ditar/<tag> (a failure is said, not fatal)."""
+    from pytest_ditar.loop.backup import save_note
+    from pytest_ditar.store.paths import TagPaths
+
+    note = save_note(sess.cfg.root, TagPaths(sess.state_dir), f"ditar {sess.tag}: baseline")
+    if note:
+        print(note, file=sys.stderr)
 
 
 def _anchor_in_ledger(sess: DitarSession, path: Path) -> None:

@@ -83,11 +83,13 @@ def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
 
 
 def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
-    """FLOPs per call come from the baseline count (an exact change does the same work)."""
+    """FLOPs per call come from the baseline count (an exact change does the same work); a lane
+    faster than the device can compute them is a CRASH."""
     from pytest_ditar.hardware.profiles import get_profile
-    from pytest_ditar.hardware.roofline import roofline_check
+    from pytest_ditar.hardware.roofline import host_roofline_check, roofline_check
 
-    flops = (baseline_lanes(sess).get(lane.name) or {}).get("flops")
+    stored = baseline_lanes(sess).get(lane.name) or {}
+    flops = stored.get("flops")
     if not flops or not res.measurement.samples:
         return
     med = statistics.median(res.measurement.samples)
@@ -101,5 +103,9 @@ def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
         except ValueError:
             peak = get_profile(sess.cfg.target)
         problem = roofline_check(med, flops, peak)
-        if problem:
-            sess.errors.append(CandidateError("exception", f"lane {lane.name}: {problem}"))
+    elif device == "cpu" and stored.get("host_flops"):  # measured at baseline (an older one has none)
+        problem = host_roofline_check(med, flops, float(stored["host_flops"]))
+    else:
+        problem = None
+    if problem:
+        sess.errors.append(CandidateError("exception", f"lane {lane.name}: {problem}"))

@@ -23,11 +23,12 @@ from pytest_ditar.core.decision import (
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES, TRAILER
-from pytest_ditar.loop import champion, phases, record
-from pytest_ditar.loop.guards import check_guards, hash_fixed_paths
+from pytest_ditar.loop import backup, champion, guards, phases, record
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.loop.verify import state_refusal
 from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
 
@@ -69,6 +70,8 @@ class Gate:
         self.baseline_commit: str | None = None
         self.champion_commit: str | None = None  # the last KEEP, else the baseline commit
         self.summary_lines: list[str] = []
+        self.state_watch: backup.Watch | None = None  # the state directory as the candidate found it
+        self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
 
     # ---- header ---------------------------------------------------------------------------
     def header(self) -> list[str]:
@@ -128,47 +131,38 @@ class Gate:
         self.head = st.head
         research = bool(st.branch and st.branch.startswith(s.cfg.branch_prefix))
         demanded = self.opts.gate_demanded
-        if not (research or demanded) or not self.full_collection():
+        foreign = guards.config_refusal(s.cfg, st.toplevel)  # a gated run takes only the repository's config
+        if foreign and demanded:
+            self.refusal = foreign
+            return False
+        if foreign or not (research or demanded) or not self.full_collection():
             if demanded:
                 self.refusal = ("--ditar-gate needs a research branch and the full corpus and objective lane "
                                 f"(branch={st.branch}, items={len(self.items_collected)}/{len(s.suite.corpus)})")
                 return False
-            return self._report_mode()
-        chain = self.ledger.verify()
-        if not chain.ok:
-            # A broken chain cannot be extended (and must not be papered over): refuse outright.
-            self.refusal = (f"ledger chain broken ({'; '.join(chain.problems[:2])}); restore "
-                            f"{self.ledger.jsonl_path} or start a new tag")
+            return self._report_mode(st)  # reported, never recorded
+        paths = TagPaths(s.state_dir)
+        # what the verdict rests on must verify before any candidate code runs; then git
+        self.refusal = state_refusal(self.root, paths) or guards.git_refusal(st, s.cfg.branch_prefix + s.tag) \
+            or record.finish_revert(self, st)
+        if self.refusal:
             return False
-        if not (s.baseline_dir / "manifest.json").is_file():
-            self.refusal = f"{s.baseline_dir}: baseline missing (run `dit-ar baseline` first)"
-            return False
-        try:
-            self._recover(st)
-            st = gitops.state(self.root)
-            self.head = st.head
-            base = s.baseline()
-            problems: list[str] = []
-        except DitarError as exc:
-            base, problems = None, [str(exc)]
-        self.baseline_commit = base.manifest.get("git_sha") if base else None
-        self.champion_commit = champion.kept_commit(self.ledger) or self.baseline_commit
-        recorded = base.manifest.get("fixed_paths", {}) if base else hash_fixed_paths(self.root, s.cfg.fixed_paths)
-        self.guards = check_guards(self.root, branch_prefix=s.cfg.branch_prefix, tag=s.tag,
-                                   mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
-                                   recorded_hashes=recorded, baseline_commit=self.baseline_commit,
-                                   baseline_problems=problems)
-        best = self.champion_commit
+        st = gitops.state(self.root)
+        self.head = st.head
+        base = s.baseline()
+        self.baseline_commit = base.manifest.get("git_sha")
+        self.champion_commit = best = champion.kept_commit(self.ledger) or self.baseline_commit
         if not (self.head and self.head != best):  # HEAD is the champion: nothing to judge
-            failed = [g for g in self.guards if not g.ok]
-            if failed or demanded:
-                self.refusal = ("; ".join(f"guard {g.name}: {g.reason}" for g in failed)
-                                or f"HEAD {str(self.head)[:7]} is the champion; commit a candidate first")
+            if demanded:
+                self.refusal = f"HEAD {str(self.head)[:7]} is the champion; commit a candidate first"
                 return False
-            return self._report_mode()
-        if best and st.parent != best:
-            self.guards.append(GuardResult("one_commit", False,
-                                           f"HEAD's parent is not the champion {best[:7]}: one hypothesis per commit"))
+            return self._report_mode(st)
+        pin = guards.config_pin(s.cfg, base.manifest.get("config_sha256"), st, self.baseline_commit)
+        self.summary_lines += [pin.note] if pin.note else []
+        self.guards += [pin.guard] if pin.guard else []  # the candidate's own edit: judged
+        self.refusal = (guards.one_commit_refusal(st.parent, best) if best else None) or pin.refusal
+        if self.refusal:
+            return False
         try:
             self.meta = read_meta(self.root, self.opts.cls, self.opts.description)
         except ValueError as exc:
@@ -179,8 +173,13 @@ class Gate:
                             "(git commit --amend) or pass --ditar-class")
             return False
         s.cls = cumulative_class([*self._kept_classes(), self.meta.cls])
+        self.guards += guards.check_guards(self.root, mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
+                                           recorded_hashes=base.manifest.get("fixed_paths", {}),
+                                           baseline_commit=self.baseline_commit)
         self.guards.append(self._class_gate(s.cls))
         self.gated = True
+        s.run_dir()  # exists before any candidate code runs
+        self.state_watch = backup.watch(self.root, paths)  # the state as the candidate finds it
         if any(not g.ok for g in self.guards):
             return False  # guard violation: the candidate never runs
         self.bind_memory_budget()
@@ -197,7 +196,7 @@ class Gate:
         self.refusal = reason
         self.gated = False
 
-    def _report_mode(self) -> bool:
+    def _report_mode(self, st: gitops.RepoState) -> bool:
         """A partial or non-research run: results are reported, nothing is recorded or reverted."""
         if self.items_collected or self.lanes_collected:
             try:
@@ -205,6 +204,9 @@ class Gate:
             except DitarError as exc:
                 self.refusal = str(exc)
                 return False
+        if guards.config_refusal(self.sess.cfg, st.toplevel):  # any config may report
+            self.summary_lines.append(f"ditar: report only: config {self.sess.cfg.path} is not the repository's; "
+                                      "nothing recorded")
         cls = self.opts.cls
         self.sess.cls = cumulative_class([*self._kept_classes(), *([validate_class(cls)] if cls else [])])
         return True
@@ -286,14 +288,6 @@ class Gate:
         if gated:
             self.bind_memory_budget()
 
-    def _recover(self, st: gitops.RepoState) -> None:
-        """Finish a revert that a kill -9 interrupted: the ledger says DISCARD/CRASH for HEAD."""
-        rows = self.ledger.rows() if self.ledger.jsonl_path.exists() else []
-        if rows and rows[-1].get("commit") == st.head and rows[-1].get("status") in ("DISCARD", "CRASH") \
-                and not st.dirty_paths and not self.opts.no_revert:
-            gitops.reset_hard_to_parent(self.root, st.head)
-            self.summary_lines.append(f"ditar: recovered: finished the revert of {st.head[:7]} recorded as {rows[-1]['status']}")
-
     # ---- after the tests ------------------------------------------------------------------
     def finish(self, exitstatus: int) -> int:
         """Decide and act on a gated run; return the run's exit status (pytest's `exitstatus` or
@@ -303,6 +297,9 @@ class Gate:
         if not self.gated:
             return Exit.USAGE_ERROR if self.refusal else exitstatus
         status = Exit.TESTS_FAILED if self.refusal else exitstatus
+        harm = self.state_harm or backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)
+        if harm:  # before anything else: the candidate may have taken the ledger with it
+            return record.damaged(self, harm, exitstatus)
         if exitstatus in (Exit.INTERRUPTED, Exit.INTERNAL_ERROR):
             # A harness failure is not the candidate's fault: no verdict, no git action.
             self.refusal = f"{Exit(exitstatus).name.lower().replace('_', ' ')}: no verdict recorded, nothing reverted"
@@ -311,20 +308,15 @@ class Gate:
             # phase 1: record for the decide phase; no verdict, no git action
             self.summary_lines.append(phases.record_quality(self))
             return status
-        self.decision = self._decide()
-        self.verdict, notes = record.act(self, self.decision)
-        self.summary_lines.extend(notes)
-        if self.opts.phase == phases.DECIDE:
-            phases.consume(self.sess)
-        return status if self.decision.status == "KEEP" else Exit.TESTS_FAILED
+        decision = self._decide()
+        harm = backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)  # the holdout ran it too
+        return record.damaged(self, harm, exitstatus) if harm else record.finish(self, decision, status)
 
     def _decide(self) -> Decision:
         s = self.sess
         if s.candidate is not None:
-            from pytest_ditar.loop.guards import feature_guard
-
             try:
-                self.guards.append(feature_guard(s.candidate.dtypes(s.cfg.item_timeout_s), s.cfg.target))
+                self.guards.append(guards.feature_guard(s.candidate.dtypes(s.cfg.item_timeout_s), s.cfg.target))
             except CandidateError as exc:  # a hung or dead worker answers nothing: its error is the verdict
                 s.errors.append(exc)
         from pytest_ditar.core import regression
@@ -367,12 +359,20 @@ class Gate:
 
     def log_report(self, nodeid: str, when: str, outcome: str, longrepr: str = "") -> None:
         """One test report, as plain values: a gated run logs every failure and every call."""
+        if self.gated and self.state_watch:
+            harm = backup.put_back(self.root, TagPaths(self.sess.state_dir), self.state_watch)
+            self.state_harm = self.state_harm or harm  # the first damage seen names the CRASH
         if not self.gated or (when != "call" and outcome == "passed"):
             return
-        with open(self.sess.run_dir() / "tests.log", "a") as fh:
-            fh.write(f"{nodeid} {when} {outcome}\n")
-            if outcome == "failed":
-                fh.write(longrepr + "\n\n")
+        try:
+            run_dir = self.sess.run_dir()
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run_dir / "tests.log", "a") as fh:
+                fh.write(f"{nodeid} {when} {outcome}\n")
+                if outcome == "failed":
+                    fh.write(longrepr + "\n\n")
+        except OSError:
+            pass  # a log lost to a candidate that removed the run's directory: finish() finds the damage
 
     # ---- output ---------------------------------------------------------------------------
     def summary(self) -> list[str]:

@@ -1,10 +1,13 @@
-"""Guards checked before any candidate code runs: branch, clean tree, mutable-only diff,
-fixed-path hashes, baseline integrity."""
+"""Checks made before any candidate code runs. Refusals (nothing recorded, nothing reverted): a
+config file other than the repository's, the branch, a dirty tree, more than one commit above the
+champion. Guards on the candidate's own diff (judged: DISCARD and revert): mutable-only, fixed
+paths."""
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.vcs import repo as gitops
@@ -45,16 +48,75 @@ def is_mutable(path: str, mutable_paths: Iterable[str]) -> bool:
     return False
 
 
-def check_guards(root: Path, *, branch_prefix: str, tag: str, mutable_paths: Iterable[str],
-                 fixed_paths: Iterable[str], recorded_hashes: Mapping[str, str], baseline_commit: str | None,
-                 baseline_problems: list[str]) -> list[GuardResult]:
+def config_refusal(cfg: Any, toplevel: Path | None) -> str | None:
+    """Why `cfg` may not judge a gated run, or None: a gated run uses the repository's own
+    config file (<root>/config/autoresearch.json), not one passed from elsewhere, and a `root`
+    key may not move the project away from the file's own."""
+    path, top = cfg.path.resolve(), Path(toplevel or cfg.root).resolve()
+    if not path.is_relative_to(top):
+        return (f"config {path} is outside the repository {top}: a gated run uses only {cfg.repo_config} "
+                "(drop --config, or run report-only off the research branch)")
+    if cfg.root.resolve() != cfg.own_root.resolve():
+        return (f"config {path} sets root to {cfg.root}, not its own project {cfg.own_root}: a gated run uses "
+                "the project its config file lives in (remove 'root' from it)")
+    if path != cfg.repo_config.resolve():
+        return f"config {path} is not the repository's config file {cfg.repo_config}: a gated run uses only that file (drop --config)"
+    return None
+
+
+def git_refusal(st: gitops.RepoState, expected_branch: str) -> str | None:
+    """A branch or tree the gate cannot judge cleanly: refused before anything is recorded or
+    reverted (reverting another branch, or over uncommitted work, would lose the user's work)."""
+    if st.branch != expected_branch:
+        return f"guard branch: HEAD is on '{st.branch}', expected '{expected_branch}': git checkout {expected_branch}"
+    tracked = [p for p in st.dirty_paths if p not in st.untracked]
+    if tracked:
+        return (f"guard clean_tree: uncommitted changes: {', '.join(tracked[:5])}: commit them "
+                "(git commit --amend) or stash them (git stash)")
+    if st.untracked:
+        more = f" (+{len(st.untracked) - 1} more)" if len(st.untracked) > 1 else ""
+        return f"guard clean_tree: untracked file {st.untracked[0]}{more}: commit it, delete it or add it to .gitignore"
+    return None
+
+
+def one_commit_refusal(parent: str | None, champion: str) -> str | None:
+    if parent == champion:
+        return None
+    return (f"guard one_commit: HEAD's parent is not the champion {champion[:7]}: one hypothesis per commit "
+            f"(squash them: git reset --soft {champion[:7]} && git commit)")
+
+
+@dataclass(frozen=True)
+class ConfigPin:
+    """The config file against the baseline's record of it: at most one of refusal and guard."""
+    refusal: str | None = None  # changed behind the candidate's commit: nothing to judge
+    guard: GuardResult | None = None  # changed by the candidate's commit: a guard on its own diff
+    note: str | None = None  # an older baseline that recorded no hash
+
+
+def config_pin(cfg: Any, recorded: str | None, st: gitops.RepoState, baseline_commit: str | None) -> ConfigPin:
+    """A gated run uses the repository's config file at the hash the baseline recorded."""
+    if not recorded:
+        return ConfigPin(note="ditar: note: the baseline records no config_sha256 (an older baseline): the config is not "
+                              "pinned; re-baseline with a new tag to pin it")
+    current = cfg.repo_config_sha256()
+    if current == recorded:
+        return ConfigPin()
+    rel = cfg.repo_config.relative_to(st.toplevel or cfg.root).as_posix()
+    now = f"sha256 {current[:12]}" if current else "missing"
+    if st.parent and st.head and rel in gitops.changed_files(cfg.root, st.parent, st.head):
+        return ConfigPin(guard=GuardResult("config", False, f"{rel} changed by the candidate ({now}, the baseline's "
+                                                            f"{recorded[:12]})"))
+    c7 = str(baseline_commit)[:7]
+    return ConfigPin(refusal=f"{rel} ({now}) differs from the baseline's {recorded[:12]}: restore {rel} from the baseline "
+                             f"commit {c7} (git checkout {c7} -- {rel}), or re-baseline with a new tag")
+
+
+def check_guards(root: Path, *, mutable_paths: Iterable[str], fixed_paths: Iterable[str],
+                 recorded_hashes: Mapping[str, str], baseline_commit: str | None) -> list[GuardResult]:
+    """The guards on the candidate's own diff: a violation is judged (DISCARD, reverted)."""
     st = gitops.state(root)
     results = []
-    expected = branch_prefix + tag
-    results.append(GuardResult("branch", st.branch == expected,
-                               "" if st.branch == expected else f"HEAD is on '{st.branch}', expected '{expected}'"))
-    results.append(GuardResult("clean_tree", not st.dirty_paths,
-                               "" if not st.dirty_paths else "uncommitted changes: " + ", ".join(st.dirty_paths[:5])))
     mutable_paths = list(mutable_paths)
     if baseline_commit and st.head:
         if not gitops.is_ancestor(root, baseline_commit):
@@ -66,8 +128,6 @@ def check_guards(root: Path, *, branch_prefix: str, tag: str, mutable_paths: Ite
     changes = fixed_path_changes(recorded_hashes, hash_fixed_paths(root, fixed_paths))
     results.append(GuardResult("fixed_paths", not changes,
                                "" if not changes else "fixed path modified: " + ", ".join(changes[:5])))
-    results.append(GuardResult("baseline_integrity", not baseline_problems,
-                               "" if not baseline_problems else baseline_problems[0]))
     return results
 
 

@@ -18,11 +18,9 @@ from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics
+from pytest_ditar.core.requests import NUM_LABELS, SEED_RANGE
 from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.store.atomic import write_json_atomic
-
-NUM_LABELS = 1000  # DiT conditions on the ImageNet-1k classes
-SEED_RANGE = 2**31 - 1
 
 
 @dataclass(frozen=True)

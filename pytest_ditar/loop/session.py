@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
-from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, ENV_TAG
+from pytest_ditar.core.vocabulary import ENV_CONFIG, ENV_CPU_THREADS, ENV_TAG
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, require_pipeline, run_batch
 from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store import shards
@@ -49,9 +50,14 @@ class DitarSession:
     _fingerprint: Any = None
     _workers: dict = field(default_factory=dict)  # candidate dir -> CandidateWorker (one process each)
     _worker_logs: Path | None = None
+    _scratch: Path | None = None  # the workers' working directories: private, outside the project
+    _worktrees: dict = field(default_factory=dict)  # worktree -> its file stamps when checked against its commit
     memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
     _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
     clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
+    # Keys the stream of timed requests (core.requests); made when the run starts, recorded in
+    # the run's summary only after the candidate has finished.
+    request_secret: str = field(default_factory=lambda: secrets.token_hex(32))
 
     @classmethod
     def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
@@ -126,16 +132,29 @@ class DitarSession:
         key = Path(candidate_dir).resolve()
         if key not in self._workers:
             require_pipeline(key)  # a missing package is a usage error, before any process starts
-            if self._worker_logs is None:
-                import tempfile
+            import tempfile
 
+            if self._worker_logs is None:
                 self._worker_logs = Path(tempfile.mkdtemp(prefix="ditar-workers-"))
+                self._scratch = Path(tempfile.mkdtemp(prefix="ditar-scratch-"))
+            cwd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
             w = CandidateWorker(name, key, spec, log_path=self._worker_logs / f"{name}.log",
-                                memory_budget_gib=self.memory_budget_gib, cwd=self.cfg.root,
+                                memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
                                 cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")))
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
+
+    def worker_env(self, cwd: Path) -> dict[str, str]:
+        """The judge's environment less what names the state directory or the judge's own settings.
+        Only a courtesy: the candidate's package lies in the project, beside the state directory."""
+        state = str(self.cfg.state_path.resolve())
+        env = {k: v for k, v in os.environ.items() if state not in v and k not in (ENV_CONFIG, ENV_TAG, "OLDPWD")}
+        env["PWD"] = str(cwd)
+        if env.get("PYTHONPATH"):  # the worker starts elsewhere: relative entries must keep their meaning
+            env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) if p else p
+                                                for p in env["PYTHONPATH"].split(os.pathsep))
+        return env
 
     def start_candidate(self) -> None:
         """Send the candidate's build without waiting: it builds while the judge does other work."""
@@ -161,9 +180,15 @@ class DitarSession:
         return self.candidate
 
     def close(self) -> None:
-        """Stop every worker; keep their logs beside the run's when the run has a log directory."""
+        """Stop every worker (and whatever they started); keep their logs beside the run's when the
+        run has a log directory."""
         for w in self._workers.values():
             w.close()
+        if self._scratch is not None:
+            import shutil
+
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
         if self._worker_logs is not None:
             import shutil
 
@@ -206,15 +231,42 @@ class DitarSession:
 
         A worktree is pinned to one commit, so one worker serves both the perf lanes' champion and
         the holdout's baseline when they are the same commit. `start_only` sends the build and
-        returns at once, so it overlaps the candidate's."""
+        returns at once, so it overlaps the candidate's.
+
+        The candidate runs beside it and could edit that worktree before its worker imports it, so
+        the worktree is checked to be its commit first, and unchanged once the build is done."""
+        from pytest_ditar.loop import worktrees
+
         wt = self.state_dir / "worktrees" / commit[:12]
         with self.clock.span(phase):  # the checkout and the wait count to the phase that needed it
-            if not (wt / self.cfg.candidate_dir).is_dir():
-                wt.parent.mkdir(parents=True, exist_ok=True)
-                gitops.add_worktree(self.cfg.root, wt, commit)
+            if wt not in self._worktrees:
+                try:
+                    self._worktrees[wt] = worktrees.pristine(self.cfg.root, wt, commit)
+                except CandidateError as exc:  # changed again as it was checked out afresh: a CRASH
+                    self.errors.append(exc)
+                    raise
             w = self.worker(wt / self.cfg.candidate_dir, f"commit-{commit[:7]}")
             w.memory_budget_gib = self.memory_budget_gib
             if start_only:
                 w.request_build()
                 return w
-            return w.built(self.cfg.item_timeout_s)
+            w.built(self.cfg.item_timeout_s)
+            err = self.check_worktrees()
+            if err is not None:
+                raise err
+            return w
+
+    def check_worktrees(self) -> CandidateError | None:
+        """A CRASH error, recorded once in `errors`, when a file of a worktree this run builds from
+        changed since it was checked against its commit; None while all are intact."""
+        from pytest_ditar.loop import worktrees
+
+        for wt, stamps in self._worktrees.items():
+            paths = worktrees.changed(wt, stamps)
+            if paths:
+                what = "champion worktree modified during the run"
+                err = CandidateError("exception", f"{what}: {', '.join(paths[:5])}")
+                if not any(e.message.startswith(what) for e in self.errors):
+                    self.errors.append(err)
+                return err
+        return None

@@ -1,5 +1,6 @@
 """`dit-ar verify`: re-check everything the loop trusts, one line per check.
 
+- the ledger and the baseline are there (a missing one is a failure, not an empty verify);
 - the baseline snapshot's files against its manifest (sha256 per file), and the manifest itself
   against the hash that `baseline` anchored in the ledger (so an edited manifest is caught too);
 - every champion snapshot's files against its manifest;
@@ -14,11 +15,13 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.vcs import repo as gitops
 
 ANCHOR = re.compile(r"baseline manifest sha256=([0-9a-f]{64})")
 MAX_LINES = 10  # problems listed per check before "(+N more)"
@@ -44,39 +47,80 @@ def _many(name: str, problems: list[str], ok_detail: str) -> Iterator[Check]:
         yield Check(name, False, f"(+{len(problems) - MAX_LINES} more)")
 
 
-def checks(sess: Any, sample: int = 3, rng: random.Random | None = None) -> Iterator[Check]:
-    from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
+def state_checks(root: Path, paths: TagPaths) -> Iterator[Check]:
+    """What the verdicts rest on, in the tag's state directory: the baseline snapshot, its anchor in
+    the ledger, the ledger's chain and the champions. A missing ledger or baseline is a failure
+    (never "0 rows, verifies"); the gate runs these before any candidate code, `dit-ar verify`,
+    `dit-ar status` and `dit-ar recover` run them too."""
     from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
 
-    try:
-        snap = load_snapshot(sess.baseline_dir, "baseline", verify=False)
-    except DitarError as exc:
-        yield Check("baseline snapshot", False, str(exc))
-        snap = None
+    backup = gitops.ref_commit(root, gitops.state_ref(paths.tag))
+    fix = f" (restore it with `dit-ar recover`, from {gitops.state_ref(paths.tag)})" if backup else ""
+    if not paths.dir.is_dir():
+        yield Check("state directory", False, f"{paths.dir} missing{fix or ' (run `dit-ar init`)'}")
+        return
+    ledger = Ledger(paths.dir)
+    has_ledger = ledger.jsonl_path.is_file()
+    if not has_ledger:
+        yield Check("ledger", False, f"{ledger.jsonl_path.name} missing{fix or ' (restore it, or start a new tag)'}")
+    snap = None
+    if not (paths.baseline / MANIFEST).is_file():
+        yield Check("baseline", False, f"{paths.baseline.name} missing{fix or ' (run `dit-ar baseline`)'}")
+    else:
+        try:
+            snap = load_snapshot(paths.baseline, "baseline", verify=False)
+        except DitarError as exc:
+            yield Check("baseline snapshot", False, str(exc))
     if snap is not None:
         yield from _many("baseline files", verify_snapshot(snap), f"{len(snap.manifest.get('files', {}))} files match the manifest")
-    ledger = Ledger(sess.state_dir)
-    if snap is not None:
-        yield _anchor(ledger, hashlib.sha256((snap.path / MANIFEST).read_bytes()).hexdigest())
-    report = ledger.verify()
-    yield from _many("ledger chain", list(report.problems), f"{report.n_rows} rows")
-    champions = TagPaths(sess.state_dir).champions
-    for champ in sorted(champions.glob("*")) if champions.is_dir() else []:
+        if has_ledger:
+            yield _anchor(ledger, hashlib.sha256((snap.path / MANIFEST).read_bytes()).hexdigest())
+    if has_ledger:
+        report = ledger.verify()
+        yield from _many("ledger chain", list(report.problems), f"{report.n_rows} rows")
+    for champ in sorted(paths.champions.glob("[!.]*")) if paths.champions.is_dir() else []:
         try:
             c = load_snapshot(champ, "champion", verify=False)
             yield from _many(f"champion {champ.name[:7]} files", verify_snapshot(c), f"{len(c.manifest.get('files', {}))} files")
         except DitarError as exc:
             yield Check(f"champion {champ.name[:7]}", False, str(exc))
-    if snap is not None:
-        recorded = snap.manifest.get("fixed_paths", {})
-        changes = fixed_path_changes(recorded, hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths))
-        yield from _many("fixed paths", changes, f"{len(recorded)} files unchanged since the baseline")
-        if sample > 0:
-            yield from _regenerate(sess, snap, sample, rng or random.SystemRandom())
+
+
+def state_refusal(root: Path, paths: TagPaths) -> str | None:
+    """The first failing state check as a gated run's refusal, with the fix; None when all pass."""
+    broken = next((c for c in state_checks(root, paths) if not c.ok), None)
+    if broken is None:
+        return None
+    ref = gitops.state_ref(paths.tag)
+    fix = "" if "dit-ar recover" in broken.detail else (
+        f"; restore it with `dit-ar recover --force` (from {ref}), or start a new tag"
+        if gitops.ref_commit(root, ref) else f"; restore {paths.dir} or start a new tag")
+    return f"{broken.name} broken: {broken.detail}{fix}"
+
+
+def checks(sess: Any, sample: int = 3, rng: random.Random | None = None) -> Iterator[Check]:
+    from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
+    from pytest_ditar.store.snapshot import load_snapshot
+
+    yield from state_checks(sess.cfg.root, TagPaths(sess.state_dir))
+    try:
+        snap = load_snapshot(sess.baseline_dir, "baseline", verify=False)
+    except DitarError:
+        return  # already a failed check above
+    recorded = snap.manifest.get("fixed_paths", {})
+    changes = fixed_path_changes(recorded, hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths))
+    yield from _many("fixed paths", changes, f"{len(recorded)} files unchanged since the baseline")
+    if sample > 0:
+        yield from _regenerate(sess, snap, sample, rng or random.SystemRandom())
 
 
 def _anchor(ledger: Ledger, digest: str) -> Check:
-    rows = ledger.rows() if ledger.jsonl_path.exists() else []
+    from pytest_ditar.store.ledger import LedgerError
+
+    try:
+        rows = ledger.rows() if ledger.jsonl_path.exists() else []
+    except LedgerError as exc:
+        return Check("baseline anchor", False, f"the ledger cannot be read: {exc}")
     anchors = [ANCHOR.search(str(r.get("description", ""))) for r in rows if r.get("status") == "BASELINE"]
     anchors = [m.group(1) for m in anchors if m]
     if not anchors:

@@ -6,15 +6,22 @@ touching each other's files; each worktree has its own `.autoresearch/T/` (the s
 relative to the project root, which is the worktree), and `session.json` there binds the tag to
 cuda:N (a session of that tag uses it unless --ditar-device says otherwise). `dit-ar status
 --all` walks `git worktree list` and shows every tag.
+
+The champion's and the baseline's code are built from detached worktrees of their commits under
+the state directory (`DitarSession.build_at_commit`). The candidate runs beside them as the same
+user, so a run checks that such a worktree is its commit when first used and has not changed since
+(`pristine`, `changed`).
 """
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 from pytest_ditar.core.decision import kept_rows
-from pytest_ditar.core.errors import DitarError
+from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.store.atomic import write_json_atomic
@@ -104,3 +111,40 @@ def status_all(cfg: Any, as_json: bool = False) -> int:
         print(f"{r['tag']:<12} {str(r['branch']):<24} {gpu:<4} {champ:<9} {c['KEEP']:>4} {c['DISCARD']:>4} "
               f"{c['CRASH']:>5}  {r['worktree']}")
     return 0
+
+
+def pristine(root: Path, wt: Path, commit: str) -> dict[str, tuple[int, int]]:
+    """Make `wt` a checkout of exactly `commit` (checked out again when it is missing or an earlier
+    run left it changed: a planted file, a stale __pycache__) and return its file stamps."""
+    for attempt in range(2):
+        if attempt or not wt.is_dir():
+            shutil.rmtree(wt, ignore_errors=True)
+            wt.parent.mkdir(parents=True, exist_ok=True)
+            gitops.add_worktree(root, wt, commit)
+        # stamped before git looks: a change after git's look shows in the stamps, one before it in git's answer
+        stamps = file_stamps(wt)
+        if gitops.state(wt).head == commit and not gitops.worktree_changes(wt):
+            return stamps
+    raise CandidateError("exception", f"champion worktree {wt} differs from {commit[:7]} right after its checkout")
+
+
+def file_stamps(wt: Path) -> dict[str, tuple[int, int]]:
+    """Relative path -> (inode, ctime in ns) of every file and folder under `wt`. Any write, rename
+    or chmod moves ctime, and no unprivileged process can set it back, so an edit that is undone
+    before anyone looks still shows."""
+    out = {}
+    for folder, dirs, files in os.walk(wt):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # gone while walking: missing from the stamps, which is a change
+            out[os.path.relpath(path, wt)] = (st.st_ino, st.st_ctime_ns)
+    return out
+
+
+def changed(wt: Path, stamps: dict[str, tuple[int, int]]) -> list[str]:
+    """Paths under `wt` added, removed or written since `stamps` were taken."""
+    now = file_stamps(wt)
+    return sorted(p for p in now.keys() | stamps.keys() if now.get(p) != stamps.get(p))

@@ -8,7 +8,12 @@ import pytest
 from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.outputs import ItemOutput
-from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics, format_failure
+from pytest_ditar.core.quality import (
+    ContractResult,
+    check_contract,
+    compute_metrics,
+    format_failure,
+)
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.plugin.keys import get_gate, get_session
 
@@ -113,6 +118,7 @@ class PerfRunner:
         self._champion = None
         self._champion_error: str | None = None
         self._champion_tried = False
+        self._stream = None
 
     def champion(self):
         """The champion's own code from a git worktree, built in its worker; None if impossible.
@@ -142,6 +148,22 @@ class PerfRunner:
         live = bars(self.config)
         return lambda done: live.set(f"lane {lane.name}", done, lane.repeats, f"lane {lane.name} rounds")
 
+    def _requests(self):
+        """One stream of timed requests per run, keyed by the session's secret."""
+        if self._stream is None:
+            from pytest_ditar.runtime.lanes import new_stream
+
+            self._stream = new_stream(self.sess.suite, bytes.fromhex(self.sess.request_secret))
+        return self._stream
+
+    def _audit(self):
+        """Timed outputs are held to the candidate's own class claim (the cumulative class outside a gate)."""
+        from pytest_ditar.runtime.lanes import output_audit
+
+        gate = get_gate(self.config) if self.config is not None else None
+        cls = gate.meta.cls if gate is not None and gate.gated and gate.meta else self.sess.cls
+        return output_audit(cls, self.sess.cfg.thresholds_for(cls))
+
     def run(self, lane, benchmark=None):
         from pytest_ditar.loop import champion
         from pytest_ditar.runtime.lanes import judge_lane, measure_lane
@@ -168,22 +190,29 @@ class PerfRunner:
 
                     m = measure_group_lane(sess, lane)
                 else:
+                    objective = lane.name == sess.cfg.objective_lane
                     m = measure_lane(cand, sess.suite, lane, champion=champ,
                                      benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
-                                     progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu)
+                                     progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu,
+                                     stream=self._requests(), audit=self._audit(),
+                                     probe=objective and self._gated())
+                    sess.clock.note("perf.audit", m.audit_s)
+                    sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)
         sess.clock.timed_s += m.timed_s
         stored = champion.stored_lanes(sess)
+        stored_samples = list(stored.get(lane.name, {}).get("samples", []))
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples
         else:
-            source, champ_samples = "stored", list(stored.get(lane.name, {}).get("samples", []))
+            source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
         res = judge_lane(m, champ_samples, objective=lane.name == sess.cfg.objective_lane, source=source,
-                         noise=noise, perf_cfg=sess.cfg.perf)
+                         noise=noise, perf_cfg=sess.cfg.perf, stored_samples=stored_samples)
         champion.attach_flops(sess, lane, res)
+        sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID
         sess.lanes[lane.name] = res
         return res

@@ -1,26 +1,52 @@
 """Performance lanes: warm, repeated timing of candidate and champion workers, interleaved.
 
 Each side runs in a worker process of its own (runtime.worker); a round is timed on the judge's
-clock, and the side not being timed is paused (SIGSTOP) so nothing of it runs meanwhile.
+clock, and the side not being timed is paused (SIGSTOP) so nothing of it runs meanwhile. Every
+timed round sends both sides the same request drawn fresh from the run's secret-keyed stream
+(core.requests), and the candidate's timed outputs are audited against the champion's for that
+request (core.audit): what is timed is what is checked, and nothing timed can have been cached.
 """
 from __future__ import annotations
 
 import contextlib
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
+from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import no_gc
-from pytest_ditar.runtime.worker import CandidateWorker, only_running
+from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
+
+# An audit sees the candidate's and the champion's outputs (None without a champion) of one
+# request and returns (index in the batch, what is wrong) for the first bad image, or None.
+Audit = Callable[[Outputs, "Outputs | None"], "tuple[int, str] | None"]
+PROBE_CALLS = 4  # repeats and unique requests each, in the caching probe
+
+
+class AuditFailure(Exception):
+    """A timed output failed its audit: the lane stops, and its verdict names the round."""
 
 
 def lane_request(suite: Suite, lane: Lane) -> Request:
-    """The lane's fixed batch: the first `batch` corpus items, cycling if the corpus is short."""
+    """The lane's fixed batch: the first `batch` corpus items, cycling if the corpus is short.
+    Warm-up and FLOP counting use it; timed rounds never do."""
     items = [suite.corpus[i % len(suite.corpus)] for i in range(lane.batch)]
     return Request(labels=tuple(it.label for it in items), seeds=tuple(it.seed for it in items),
                    steps=lane.steps or suite.pipeline.steps)
+
+
+def fresh_request(stream: RequestStream, suite: Suite, lane: Lane, key: str) -> Request:
+    seeds, labels = stream.draw(f"{lane.name}/{key}", lane.batch)
+    return Request(labels=labels, seeds=seeds, steps=lane.steps or suite.pipeline.steps)
+
+
+def new_stream(suite: Suite, secret: bytes | None = None) -> RequestStream:
+    import secrets
+
+    return RequestStream(secret or secrets.token_bytes(32), (it.seed for it in suite.corpus))
 
 
 @dataclass
@@ -34,6 +60,10 @@ class LaneMeasurement:
     peak_reserved_gib: float | None = None
     wall_s: float = 0.0
     overhead_s: list[float] = field(default_factory=list)  # judge's time minus the worker's, per timed round
+    seeds: list[list[int]] = field(default_factory=list)  # each timed round's request (fresh every round)
+    audit_failure: str | None = None  # the first timed output that failed its audit, naming the round
+    audit_s: float = 0.0  # judge time spent auditing timed outputs
+    probe: dict[str, Any] = field(default_factory=dict)  # the caching probe's samples (objective lane)
 
     @property
     def timed_s(self) -> float:
@@ -45,13 +75,16 @@ class LaneMeasurement:
 
 
 def _timed(worker: CandidateWorker, others: list, req: Request, timeout_s: float | None,
-           overhead: list[float]) -> float:
-    """One call on the judge's clock with every other worker paused; the gap between the judge's
-    time and the worker's own account is the round trip's overhead, kept for the record."""
+           overhead: list[float]) -> Outputs:
+    """One call on the judge's clock with every other worker paused, the worker itself paused
+    again once it replied; the gap between the judge's time and the worker's own account is the
+    round trip's overhead, kept for the record."""
     with only_running(worker, others):
         out = worker.generate(req, timeout_s)
+    # Paused again at once: between its own calls a candidate gets no untimed time to work ahead in.
+    worker.pause()
     overhead.append(out.seconds - out.worker_s)
-    return out.seconds
+    return out
 
 
 @contextlib.contextmanager
@@ -73,30 +106,49 @@ def _steady(workers: list, pin_cpu: bool, on: bool):
 def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
                  benchmark: Any = None, timeout_s: float | None = None, repeats: int | None = None,
                  progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
-                 steady: bool = True) -> LaneMeasurement:
-    """Warm up, then time `repeats` rounds. With a champion, rounds alternate ABBA so drift
-    (clocks, thermals, page cache) lands on both sides equally."""
-    req = lane_request(suite, lane)
+                 steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
+                 probe: bool = False) -> LaneMeasurement:
+    """Warm up, then time `repeats` rounds, each on a fresh request. With a champion, rounds
+    alternate ABBA so drift (clocks, thermals, page cache) lands on both sides equally. `audit`
+    checks every timed output of the candidate (a failure stops the lane); `probe` adds the
+    caching probe after the rounds."""
+    stream = stream or new_stream(suite)
+    warm = lane_request(suite, lane)
     rounds = repeats or lane.repeats
     workers = [w for w in (candidate, champion) if w is not None]
     distinct = list({id(w): w for w in workers}.values())
+    judged = champion is not None and champion is not candidate  # an A/A run has nothing to audit against
     m = LaneMeasurement(lane.name, [], [])
-    run_cand = lambda: m.samples.append(_timed(candidate, workers, req, timeout_s, m.overhead_s))  # noqa: E731
-    run_champ = (lambda: m.champion_samples.append(_timed(champion, workers, req, timeout_s, m.overhead_s))) \
-        if champion is not None else None  # noqa: E731
+    state: dict[str, Any] = {"round": 0, "req": None, "cand": None, "champ": None}
+
+    def next_request() -> Request:
+        if state["req"] is None:
+            state["req"] = fresh_request(stream, suite, lane, f"round/{state['round']}")
+            m.seeds.append(list(state["req"].seeds))
+        return state["req"]
+
+    def run_cand() -> None:
+        out = _timed(candidate, workers, next_request(), timeout_s, m.overhead_s)
+        m.samples.append(out.seconds)
+        state["cand"] = out
+
+    def run_champ() -> None:
+        out = _timed(champion, workers, next_request(), timeout_s, m.overhead_s)
+        m.champion_samples.append(out.seconds)
+        state["champ"] = out
+
     t_wall = judge_clock()
     for w in distinct:
         w.memory(reset=True)
     with _steady(distinct, pin_cpu, steady):
         for _ in range(lane.warmup):
-            m.warmup_s.append(_timed(candidate, workers, req, timeout_s, []))
+            m.warmup_s.append(_timed(candidate, workers, warm, timeout_s, []).seconds)
             if champion is not None:
-                m.champion_warmup_s.append(_timed(champion, workers, req, timeout_s, []))
-        state = {"round": 0}
+                m.champion_warmup_s.append(_timed(champion, workers, warm, timeout_s, []).seconds)
 
         def champion_round(position: str) -> None:
             # ABBA: champion before the candidate on even rounds, after it on odd ones.
-            if run_champ and (state["round"] % 2 == 0) == (position == "before"):
+            if champion is not None and (state["round"] % 2 == 0) == (position == "before"):
                 run_champ()
 
         def setup():
@@ -104,26 +156,78 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
 
         def teardown(*_a, **_k):
             champion_round("after")
-            state["round"] += 1
+            if audit is not None:
+                _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
+            state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:
                 progress(state["round"])
 
-        if benchmark is not None and not getattr(benchmark, "disabled", False):
-            # pytest-benchmark's own timer (time.perf_counter) is right as it is: the worker has
-            # synchronized its device before it replies. Our samples come from the judge's clock.
-            benchmark.extra_info["lane"] = lane.name
-            benchmark.pedantic(run_cand, setup=setup, teardown=teardown, rounds=rounds, iterations=1,
-                               warmup_rounds=0)
-        else:
-            for _ in range(rounds):
-                setup()
-                run_cand()
-                teardown()
+        try:
+            if benchmark is not None and not getattr(benchmark, "disabled", False):
+                # pytest-benchmark's own timer (time.perf_counter) is right as it is: the worker has
+                # synchronized its device before it replies. Our samples come from the judge's clock.
+                benchmark.extra_info["lane"] = lane.name
+                benchmark.pedantic(run_cand, setup=setup, teardown=teardown, rounds=rounds, iterations=1,
+                                   warmup_rounds=0)
+            else:
+                for _ in range(rounds):
+                    setup()
+                    run_cand()
+                    teardown()
+            if probe:
+                m.probe = caching_probe(candidate, workers, stream, suite, lane, timeout_s, audit)
+        except AuditFailure as exc:
+            m.audit_failure = str(exc)
     for w in distinct:
         w.resume()
     m.peak_allocated_gib, m.peak_reserved_gib = candidate.memory()
     m.wall_s = judge_clock() - t_wall
     return m
+
+
+def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> None:
+    t0 = judge_clock()
+    try:
+        problem = audit(state["cand"], state["champ"])
+    finally:
+        m.audit_s += judge_clock() - t0
+    if problem:
+        req = state["req"]
+        i, what = problem
+        raise AuditFailure(f"audit: timed round {state['round'] + 1}, seed {req.seeds[i]} (label {req.labels[i]}): {what}")
+
+
+def output_audit(cls: str, thresholds: Any) -> Audit:
+    """The audit of a candidate claiming `cls` (core.audit: cheap checks, class-claim thresholds)."""
+    from pytest_ditar.core.audit import audit_batch
+
+    def check(cand: Outputs, ref: Outputs | None) -> tuple[int, str] | None:
+        return audit_batch(cls, thresholds, cand.latents, cand.images,
+                           None if ref is None else ref.latents, None if ref is None else ref.images)
+    return check
+
+
+def caching_probe(candidate: CandidateWorker, workers: list, stream: RequestStream, suite: Suite, lane: Lane,
+                  timeout_s: float | None, audit: Audit | None) -> dict[str, Any]:
+    """Time one request repeated against unique ones, alternating (MLPerf's TEST04, in spirit):
+    an honest pipeline takes as long for a request it has seen; a cache does not. The first call
+    of the repeated request only primes it and is not counted."""
+    t0 = judge_clock()
+    repeated = fresh_request(stream, suite, lane, "probe/repeat")
+    _timed(candidate, workers, repeated, timeout_s, [])
+    rep: list[float] = []
+    uniq: list[float] = []
+    for k in range(PROBE_CALLS):
+        out = _timed(candidate, workers, fresh_request(stream, suite, lane, f"probe/unique/{k}"), timeout_s, [])
+        uniq.append(out.seconds)
+        again = _timed(candidate, workers, repeated, timeout_s, [])
+        rep.append(again.seconds)
+        for o in (out, again):
+            problem = audit(o, None) if audit is not None else None
+            if problem:
+                raise AuditFailure(f"audit: caching probe call {k + 1}: {problem[1]}")
+    return {"repeat_s": rep, "unique_s": uniq, "seconds": judge_clock() - t0,
+            "ratio": statistics.median(uniq) / statistics.median(rep) if min(rep) > 0 else None}
 
 
 def count_flops(candidate: CandidateWorker, suite: Suite, lane: Lane) -> float | None:
@@ -151,11 +255,13 @@ class LaneResult:
 
 
 def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
-               noise: dict[str, Any] | None, perf_cfg: Any) -> LaneResult:
-    """Turn samples into a lane verdict with the statistics in stats.py."""
+               noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None) -> LaneResult:
+    """Turn samples into a lane verdict with the statistics in stats.py. A failed audit or a
+    caching candidate voids the timing (REJECTED); an interleaved champion that disagrees with its
+    own stored samples (`stored_samples`) makes the lane UNSTABLE."""
     from dataclasses import asdict as _asdict
 
-    from pytest_ditar.core import stats
+    from pytest_ditar.core import probes, stats
     from pytest_ditar.core.decision import LaneOutcome
 
     # Interleaved rounds are judged paired, against the paired A/A floor measured at baseline
@@ -166,9 +272,22 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
     floor = stats.NoiseFloor(**floor_fields) if floor_fields else None
     min_effect = stats.calibrated_min_effect(floor, perf_cfg.min_speedup, perf_cfg.noise_k)
     peak = m.peak_reserved_gib
+
+    def outcome(verdict: str, reason: str) -> LaneResult:
+        return LaneResult(m, LaneOutcome(m.lane, objective, verdict, None, None, None, reason, peak), source, min_effect)
+
+    if m.audit_failure:
+        return outcome("REJECTED", m.audit_failure)
+    cached = probes.caching(m.probe.get("repeat_s", ()), m.probe.get("unique_s", ()), min_effect) if m.probe else None
+    if cached:
+        return outcome("REJECTED", cached)
     if len(champion_samples) < 3 or len(m.samples) < 3:
-        oc = LaneOutcome(m.lane, objective, "MISSING", None, None, None, "no champion samples to compare with", peak)
-        return LaneResult(m, oc, source, min_effect)
+        return outcome("MISSING", "no champion samples to compare with")
+    if source == "interleaved" and stored_samples:
+        drift = probes.champion_drift(champion_samples, stored_samples, max(min_effect, perf_cfg.drift_tolerance),
+                                      perf_cfg.alpha)
+        if drift:
+            return outcome("UNSTABLE", drift)
     if objective:
         c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
                           max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)

@@ -6,7 +6,9 @@ with a fresh interpreter (no fork: no CUDA state, no judge memory shared), in a 
 its own so it can be paused and killed with everything it started.
 
 A call is timed here, on the judge's clock, from the request sent to the outputs received; the
-worker synchronizes its device before it replies. A worker that dies, hangs past the timeout or
+worker synchronizes its device before it replies. While one worker is timed, every other process
+the candidates started is stopped, detached ones included (`runtime.proctree`), and closing a
+worker ends everything it started. A worker that dies, hangs past the timeout or
 sends malformed data is killed and becomes a CandidateError (a CRASH), never a hung judge.
 """
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import zygote
+from pytest_ditar.runtime import proctree, zygote
 from pytest_ditar.runtime.clock import judge_clock
 
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
@@ -52,7 +54,8 @@ class CandidateWorker:
     """One candidate pipeline in a process of its own."""
 
     def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
-                 memory_budget_gib: float | None = None, cpu_threads: int = 1, cwd: Path | None = None):
+                 memory_budget_gib: float | None = None, cpu_threads: int = 1, cwd: Path | None = None,
+                 env: dict[str, str] | None = None):
         self.name = name
         self.candidate_dir = Path(candidate_dir).resolve()
         self.spec = spec
@@ -60,6 +63,7 @@ class CandidateWorker:
         self.memory_budget_gib = memory_budget_gib
         self.cpu_threads = cpu_threads
         self.cwd = cwd
+        self.env = env  # the worker's environment; None: the judge's
         self.proc: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.pending: list[str] = []  # ops sent whose replies are not read yet, in order
@@ -71,15 +75,19 @@ class CandidateWorker:
         self.buffer_path: Path | None = None  # shared-memory file the worker writes its arrays into
         self.buffer_file: Any = None
         self.view: mmap.mmap | None = None
+        self.strays: list[tuple[int, str]] = []  # (pid, command line) it started outside its process group
 
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, fingerprint: bool = False) -> "CandidateWorker":
         """Spawn the process and say hello; returns at once (the reply is read when needed)."""
         if self.proc is not None:
             return self
+        if not _SUBREAPER:  # orphans of the candidates come back to the judge, never to init
+            _SUBREAPER.append(proctree.become_subreaper())
         parent, child = socket.socketpair()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = _fork_from_zygote(child.fileno(), self.log_path, self.cwd) or self._spawn(child.fileno())
+        env = dict(os.environ) if self.env is None else self.env
+        self.proc = _fork_from_zygote(child.fileno(), self.log_path, self.cwd, env) or self._spawn(child.fileno(), env)
         child.close()
         self.conn = Connection(parent.detach())
         _LIVE.add(self)
@@ -90,13 +98,13 @@ class CandidateWorker:
                    buffer=name)
         return self
 
-    def _spawn(self, fd: int) -> subprocess.Popen:
-        """A fresh interpreter of its own, where the zygote cannot serve."""
+    def _spawn(self, fd: int, env: dict[str, str]) -> subprocess.Popen:
+        """A fresh interpreter of its own, where the zygote cannot serve; a session of its own
+        (so a process group of its own, and nothing it starts is in the judge's session)."""
         with open(self.log_path, "ab") as log:
-            kwargs: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-            return subprocess.Popen([sys.executable, "-m", "pytest_ditar.runtime.worker_main", str(fd)],
-                                    pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, cwd=self.cwd, **kwargs)
+            return subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, "-m", "pytest_ditar.runtime.worker_main",
+                                     str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, cwd=self.cwd, env=env, start_new_session=True)
 
     def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
         """The worker's pid, argv and (if asked at start) hardware fingerprint."""
@@ -121,7 +129,8 @@ class CandidateWorker:
         return self
 
     def close(self) -> None:
-        """Ask the worker to quit; kill its process group if it does not within a few seconds."""
+        """Ask the worker to quit, killing it if it does not within a few seconds; then end every
+        process it started."""
         if self.proc is None:
             return
         _LIVE.discard(self)
@@ -135,13 +144,17 @@ class CandidateWorker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.kill()
+        _end_candidate_processes(self)
         with contextlib.suppress(OSError):
             self.conn.close()
         self._drop_buffer()
 
     def kill(self) -> None:
+        """Kill the worker's process group, then every process of the candidates outside the other
+        live workers (what it detached included)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+        _end_candidate_processes(self)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
         self._drop_buffer()
@@ -159,16 +172,27 @@ class CandidateWorker:
 
     # ---- pausing: nothing of this worker runs while the other side is timed ------------------
     def pause(self) -> None:
+        """Stop the worker and everything it started, and every process of the candidates that no
+        running worker started (only the running workers' trees run on)."""
+        if self._stop_group():
+            _hold(keep=[pid for pid, w in _live_pids().items() if not w.paused])
+
+    def _stop_group(self) -> bool:
+        """SIGSTOP of the worker's process group, which also stops a fork under way (true if sent)."""
         if self.proc is not None and not self.paused and self.error is None:
             with contextlib.suppress(ProcessLookupError):  # gone: its next call says how
                 os.killpg(self.proc.pid, signal.SIGSTOP)
                 self.paused = True
+        return self.paused
 
     def resume(self) -> None:
         if self.proc is not None and self.paused:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGCONT)
             self.paused = False
+            if proctree.holding():  # only then: this also runs at the start of every call
+                # its own held processes; all of them once no worker is paused
+                proctree.release(self.proc.pid if any(o.paused for o in _LIVE) else None)
 
     # ---- requests ---------------------------------------------------------------------------
     def generate(self, request: Request, timeout_s: float | None = None) -> Outputs:
@@ -191,6 +215,11 @@ class CandidateWorker:
     def flops(self, request: Request, timeout_s: float | None = None) -> float | None:
         reply, _ = self._call("flops", timeout_s, request=_request_dict(request))
         return reply.get("flops")
+
+    def probe_flops(self, seconds: float = 0.5) -> float:
+        """The host's achievable float32 FLOP/s at this worker's thread count (a CPU worker)."""
+        reply, _ = self._call("probe_flops", 60.0 + seconds, seconds=seconds)
+        return float(reply["flops_per_s"])
 
     def dtypes(self, timeout_s: float | None = None) -> set[str]:
         reply, _ = self._call("dtypes", timeout_s)
@@ -285,6 +314,10 @@ class CandidateWorker:
         _LIVE.discard(self)
         return err
 
+    def add_stray(self, pid: int) -> None:
+        if all(p != pid for p, _ in self.strays):
+            self.strays.append((pid, proctree.cmdline(pid)))
+
     def log_tail(self, lines: int = 20) -> str:
         try:
             text = self.log_path.read_text(errors="replace").strip().splitlines()
@@ -295,20 +328,56 @@ class CandidateWorker:
 
 @contextlib.contextmanager
 def only_running(active: CandidateWorker, others: "list[CandidateWorker | None]") -> Iterator[None]:
-    """Pause every other worker while `active` is timed; they resume when asked again."""
+    """Pause every other worker, and stop every other process of the candidates, while `active` is
+    timed; they resume when asked again (held processes once no worker is paused)."""
     for w in others:
         if w is not None and w is not active:
-            w.pause()
+            w._stop_group()  # the rest below, with one scan for all of them
     active.resume()
+    if active.proc is not None:
+        _hold(keep=[active.proc.pid])
     yield
 
 
-def _fork_from_zygote(fd: int, log_path: Path, cwd: Path | None) -> Any:
+def background_processes(worker: CandidateWorker) -> list[str]:
+    """"pid N: command line" of each process that `worker` started outside its process group
+    (detached, or in a session of its own), found while pausing (`proctree.strays` says whose an
+    orphan is). Empty without /proc (macOS)."""
+    return [f"pid {pid}: {cmd}" for pid, cmd in worker.strays]
+
+
+# ---- the candidates' processes beyond the workers' groups (runtime.proctree) -----------------
+_SUBREAPER: list[bool] = []
+
+
+def _spared() -> set[int]:
+    pid = zygote.running_pid()  # the judge's, idle between forks: nothing of a candidate
+    return {pid} if pid else set()
+
+
+def _live_pids(but: CandidateWorker | None = None) -> dict[int, CandidateWorker]:
+    return {w.proc.pid: w for w in _LIVE if w.proc is not None and w is not but}
+
+
+def _hold(keep: list[int]) -> None:
+    paused = {pid for pid, w in _live_pids().items() if w.paused}
+    table = proctree.hold(keep, paused, _spared())
+    live = _live_pids()
+    for pid, strays in (proctree.strays(table, list(live), _spared()) if table else {}).items():
+        for p in strays:
+            live[pid].add_stray(p)
+
+
+def _end_candidate_processes(w: CandidateWorker) -> None:
+    proctree.end_all_but(list(_live_pids(but=w)), _spared(), known_children={w.proc.pid})
+
+
+def _fork_from_zygote(fd: int, log_path: Path, cwd: Path | None, env: dict[str, str]) -> Any:
     z = zygote.zygote()
     if z is None:
         return None
     try:
-        return z.spawn(fd, log_path, cwd)
+        return z.spawn(fd, log_path, cwd, env)
     except (OSError, ValueError, KeyError):
         return None  # a zygote that cannot fork (or refused to: CUDA touched): spawn directly
 

@@ -13,7 +13,6 @@ worker sends, so candidate code that writes to the socket can at worst send wron
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import mmap
@@ -43,6 +42,15 @@ def die_with_parent() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+
+
+def contain_orphans() -> None:
+    """Orphans of what the candidate starts come back to this worker, staying in its tree (paused
+    and ended with it) and counted as its own. Candidate code can undo this; then they land in the
+    zygote or the judge, subreapers too, and count as strays of every worker."""
+    from pytest_ditar.runtime.proctree import become_subreaper
+
+    become_subreaper()
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -83,6 +91,10 @@ class Worker:
         from pytest_ditar.runtime.harness import build_candidate
 
         self._bind_memory_budget(memory_budget_gib)
+        # No bytecode written next to the candidate: a champion's worktree must stay exactly its
+        # commit (loop.session checks), and `import mutable.x` finds this package's own parent.
+        sys.dont_write_bytecode = True
+        sys.path.insert(0, str(Path(candidate_dir).parent))
         spec_obj = PipelineSpec(**{**spec, "model_dir": Path(spec["model_dir"])})
         t0 = time.perf_counter()
         self.candidate = build_candidate(Path(candidate_dir), spec_obj)
@@ -104,6 +116,23 @@ class Worker:
         # place these stamps on its own timeline to see where a round trip's time goes.
         return {"worker_s": worker_s, "stamps": {"received": t_received, "generated": t0 + worker_s,
                                                 "converted": time.perf_counter()}}
+
+    def op_probe_flops(self, seconds: float) -> dict[str, Any]:
+        """The host's achievable FLOP/s: best of float32 square matmuls at this worker's thread
+        count, for at most about `seconds` (the CPU roofline's ceiling, loop.champion)."""
+        import torch
+
+        n = 1024  # 2.1 GFLOP: large enough for the BLAS kernels' best throughput, ~20-100 ms per call
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        out = torch.mm(a, b)  # warm: thread pool, page faults, kernel selection
+        best, deadline = float("inf"), time.perf_counter() + seconds
+        for _ in range(20):
+            t0 = time.perf_counter()
+            torch.mm(a, b, out=out)
+            best = min(best, time.perf_counter() - t0)
+            if time.perf_counter() > deadline:
+                break
+        return {"flops_per_s": 2.0 * n ** 3 / best}
 
     def op_flops(self, request: dict[str, Any]) -> dict[str, Any]:
         from torch.utils.flop_counter import FlopCounterMode
@@ -226,6 +255,7 @@ def _request(d: dict[str, Any]) -> Request:
 def main(argv: list[str]) -> int:
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the judge's to handle; it stops us
+    contain_orphans()
     if argv[1] == "--zygote":
         return zygote(int(argv[2]))
     Worker(Connection(int(argv[1]))).serve()
@@ -253,6 +283,7 @@ def zygote(fd: int) -> int:
     if not _fork_is_clean():
         return 3  # the judge sees the zygote gone and spawns every worker's interpreter itself
     sock = socket.socket(fileno=fd)
+    exited: dict[int, int | None] = {}  # worker pid -> exit code, None while it runs
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
@@ -260,12 +291,15 @@ def zygote(fd: int) -> int:
             return 0
         if not msg:
             return 0  # the judge is gone
+        _reap(exited)
         req = json.loads(msg)
         if req["op"] == "spawn":
-            reply = {"pid": _fork_worker(sock, fds[0], req)}
+            pid = _fork_worker(sock, fds[0], req)
+            exited[pid] = None
+            reply = {"pid": pid}
             os.close(fds[0])
         else:
-            reply = {"code": _exit_code(int(req["pid"]))}
+            reply = {"code": exited.get(int(req["pid"]), -9)}  # never ours, or reaped and reported: gone
         sock.send(json.dumps(reply).encode())
 
 
@@ -284,18 +318,25 @@ def _fork_is_clean() -> bool:
 def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid:
-        with contextlib.suppress(OSError):
-            os.setpgid(pid, pid)  # also here: the judge may signal the group before the child runs
+        os.close(ready_w)
+        os.read(ready_r, 1)  # its session exists before the judge hears of it: killpg finds the group
+        os.close(ready_r)
         return pid
     code = 1
     try:
         zygote_sock.close()
-        os.setpgid(0, 0)  # a process group of its own: paused and killed with whatever it starts
+        os.close(ready_r)
+        # A session of its own (so a process group of its own: paused and killed with whatever it
+        # starts), and nothing it starts can rejoin the judge's session (runtime.proctree).
+        os.setsid()
+        os.close(ready_w)
         die_with_parent()
+        contain_orphans()
         os.environ.clear()
-        os.environ.update(req["env"])  # the judge's environment now, not when the zygote started
+        os.environ.update(req["env"])  # what the judge chose for this worker, not the zygote's own
         if req.get("cwd"):
             os.chdir(req["cwd"])
         log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -316,12 +357,18 @@ def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
         os._exit(code)
 
 
-def _exit_code(pid: int) -> int | None:
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return -9  # reaped already or never ours: gone
-    return os.waitstatus_to_exitcode(status) if done else None
+def _reap(exited: dict[int, int | None]) -> None:
+    """Collect every child that has exited: a worker's exit code is kept for the judge to ask;
+    orphans re-parented here (this zygote is a subreaper) are just released."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        if pid in exited:
+            exited[pid] = os.waitstatus_to_exitcode(status)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ from typing import Any
 from pytest_ditar.core.vocabulary import ENV_ZYGOTE
 
 MAX_MESSAGE = 1 << 20
+# -P (3.11+): the interpreter's working directory is not put on sys.path, so nothing planted there
+# shadows a module; the worker puts the candidate package's parent there itself.
+PYTHON_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 
 
 class ZygoteChild:
@@ -51,10 +54,11 @@ class ZygoteChild:
 class Zygote:
     def __init__(self) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        kwargs: dict[str, Any] = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
-        self.proc = subprocess.Popen([sys.executable, "-m", "pytest_ditar.runtime.worker_main", "--zygote",
-                                      str(child.fileno())], pass_fds=[child.fileno()], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+        # a session of its own, like each worker: nothing it forks is in the judge's session
+        self.proc = subprocess.Popen([sys.executable, *PYTHON_FLAGS, "-m", "pytest_ditar.runtime.worker_main",
+                                      "--zygote", str(child.fileno())], pass_fds=[child.fileno()],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True)
         child.close()
         self.sock = parent
 
@@ -65,10 +69,10 @@ class Zygote:
             raise OSError("the zygote is gone")
         return json.loads(reply)
 
-    def spawn(self, fd: int, log_path: Path, cwd: Path | None) -> ZygoteChild:
-        """Fork a worker serving the socket `fd` (the first call waits for the zygote's imports)."""
-        reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None,
-                           "env": dict(os.environ)}, [fd])
+    def spawn(self, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str]) -> ZygoteChild:
+        """Fork a worker serving the socket `fd`, with `env` as its environment (the first call
+        waits for the zygote's imports)."""
+        reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None, "env": env}, [fd])
         return ZygoteChild(self, int(reply["pid"]))
 
     def status(self, pid: int) -> int | None:
@@ -102,6 +106,12 @@ def zygote() -> Zygote | None:
     if z is not None and z.proc.poll() is not None:
         _ZYGOTE[0] = z = None  # it died: spawn directly from now on
     return z
+
+
+def running_pid() -> int | None:
+    """The zygote's pid if this judge started one (never starts it)."""
+    z = _ZYGOTE[0] if _ZYGOTE else None
+    return z.proc.pid if z is not None else None
 
 
 def close() -> None:

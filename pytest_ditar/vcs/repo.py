@@ -1,14 +1,15 @@
 """Git operations, through GitPython. The only module of the package that runs git.
 
 Porcelain that GitPython has no object API for (status, diff --name-only, format-patch,
-worktree) goes through its command wrapper (`repo.git.execute`); a failure becomes a DitarError
-carrying git's own stderr, one line for the user.
+worktree, reset --keep) and the plumbing of the state's backup ref (hash-object, mktree,
+commit-tree, update-ref, cat-file) go through its command wrapper (`repo.git.execute`); a failure
+becomes a DitarError carrying git's own stderr, one line for the user.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from pytest_ditar.core.errors import DitarError
 
@@ -32,7 +33,8 @@ def _git(root: Path, *args: str, what: str | None = None, **kwargs: Any) -> str:
         raise DitarError(f"{what} failed: {root} is not a git repository")
     status, out, err = repo.git.execute(["git", *args], with_extended_output=True, with_exceptions=False, **kwargs)
     if status != 0:  # some refusals ("nothing to commit") are printed on stdout
-        raise DitarError(f"{what} failed: {(err or out).strip()}")
+        msg = err or out
+        raise DitarError(f"{what} failed: {(msg.decode(errors='replace') if isinstance(msg, bytes) else msg).strip()}")
     return out
 
 
@@ -44,6 +46,7 @@ class RepoState:
     parent: str | None
     dirty_paths: tuple[str, ...]  # tracked changes and untracked-not-ignored files
     toplevel: Path | None
+    untracked: tuple[str, ...] = ()  # the untracked-not-ignored part of dirty_paths
 
 
 def state(root: Path) -> RepoState:
@@ -56,13 +59,20 @@ def state(root: Path) -> RepoState:
         return RepoState(True, None, None, None, (), Path(repo.working_tree_dir))
     branch = None if repo.head.is_detached else repo.active_branch.name
     parent = head.parents[0].hexsha if head.parents else None
-    return RepoState(True, branch, head.hexsha, parent, tuple(dirty_paths(root)), Path(repo.working_tree_dir))
+    entries = _status(root)
+    return RepoState(True, branch, head.hexsha, parent, tuple(p for _, p in entries), Path(repo.working_tree_dir),
+                     tuple(p for code, p in entries if code == "??"))
+
+
+def _status(root: Path) -> list[tuple[str, str]]:
+    """Porcelain status as (two-letter code, path): tracked changes and untracked, not ignored files."""
+    out = _git(root, "status", "--porcelain", "--untracked-files=all")
+    return [(line[:2], line[3:]) for line in out.splitlines() if line.strip()]
 
 
 def dirty_paths(root: Path) -> list[str]:
     """Porcelain status: tracked modifications and untracked files that are not ignored."""
-    out = _git(root, "status", "--porcelain", "--untracked-files=all")
-    return [line[3:] for line in out.splitlines() if line.strip()]
+    return [p for _, p in _status(root)]
 
 
 def require_clean_repo(root: Path, ignore: Iterable[str]) -> RepoState:
@@ -110,10 +120,12 @@ def diff_patch(root: Path, base: str, head: str) -> str:
         return ""
 
 
-def reset_hard_to_parent(root: Path, expected_head: str) -> str:
-    """`git reset --hard HEAD^`, only if HEAD is still the candidate commit.
+def revert_to_parent(root: Path, expected_head: str) -> str:
+    """`git reset --keep HEAD^`, only if HEAD is still the candidate commit; returns the parent.
 
-    Untracked files are never touched (reset --hard leaves them alone; no clean)."""
+    --keep, never --hard: uncommitted changes and untracked files survive, and where a local
+    change sits in a file the candidate commit touches, git refuses and so does this (DitarError
+    saying how to finish by hand) instead of overwriting it."""
     repo = _repo(root)
     if repo is None:
         raise DitarError(f"{root}: not a git repository; nothing to revert")
@@ -122,8 +134,19 @@ def reset_hard_to_parent(root: Path, expected_head: str) -> str:
         raise DitarError(f"HEAD moved during the run ({expected_head[:7]} -> {head.hexsha[:7]}); not reverting")
     if not head.parents:
         raise DitarError("the candidate is the root commit; not reverting")
-    repo.git.reset("--hard", head.parents[0].hexsha)
-    return head.parents[0].hexsha
+    parent = head.parents[0].hexsha
+    status, out, err = repo.git.execute(["git", "reset", "-q", "--keep", parent], with_extended_output=True,
+                                        with_exceptions=False)
+    if status != 0:
+        touched = set(changed_files(root, parent, head.hexsha))
+        local = [p for p in dirty_paths(root) if p in touched]
+        if local:
+            raise DitarError(f"uncommitted changes in files the candidate commit touches ({', '.join(local[:3])}): "
+                             f"save them, then `git reset --keep {parent[:7]}` finishes the revert")
+        said = (err or out).strip().splitlines()
+        raise DitarError(f"git reset --keep {parent[:7]} refused ({said[0] if said else f'exit {status}'}): "
+                         "fix that, then run it to finish the revert")
+    return parent
 
 
 def create_branch(root: Path, name: str) -> None:
@@ -209,3 +232,110 @@ def ensure_ignored(root: Path, entries: Iterable[str]) -> bool:
     if changed:
         exclude.write_text(text)
     return changed
+
+
+# ---- the state directory's backup: a hidden ref of content-addressed objects ----------------
+# Plumbing only (hash-object, mktree, commit-tree, update-ref): no working tree, index or branch
+# is touched, so `git status` and the research branch never see it.
+
+_BACKUP_USER = ("pytest-ditar", "ditar@localhost")
+
+
+def state_ref(tag: str) -> str:
+    """The hidden ref that holds a tag's state directory."""
+    return f"refs/ditar/{tag}"
+
+
+def ref_commit(root: Path, ref: str) -> str | None:
+    """The commit `ref` points at; None when it does not exist (or there is no repository)."""
+    try:
+        return _git(root, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}").strip() or None
+    except DitarError:
+        return None
+
+
+def _git_in(root: Path, *args: str, data: bytes, what: str | None = None, **kwargs: Any) -> Any:
+    """`git <args>` with `data` on its stdin (GitPython hands stdin over as a file)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as fh:
+        fh.write(data)
+        fh.seek(0)
+        return _git(root, *args, what=what, istream=fh, **kwargs)
+
+
+def _mktree(root: Path, blobs: dict[str, str]) -> str:
+    """The tree of `blobs` (path -> blob id), built deepest folders first, one `mktree --batch` per depth."""
+    if not blobs:
+        return _git_in(root, "mktree", data=b"").strip()
+    dirs: dict[str, dict[str, str]] = {"": {}}  # folder -> {name: ls-tree line}
+    for path, sha in blobs.items():
+        parts = path.split("/")
+        if any(c in path for c in "\t\n") or "" in parts:
+            raise DitarError(f"cannot back up {path!r}: a name git's tree format cannot hold")
+        for i in range(1, len(parts)):
+            dirs.setdefault("/".join(parts[:i]), {})
+        dirs["/".join(parts[:-1])][parts[-1]] = f"100644 blob {sha}\t{parts[-1]}"
+    depth = {d: (d.count("/") + 1 if d else 0) for d in dirs}
+    for level in range(max(depth.values()), -1, -1):
+        batch = sorted(d for d in dirs if depth[d] == level)
+        data = "\n\n".join("\n".join(dirs[d].values()) for d in batch) + "\n"
+        shas = _git_in(root, "mktree", "--batch", data=data.encode()).split()
+        for d, sha in zip(batch, shas):
+            if d:
+                parent, _, name = d.rpartition("/")
+                dirs[parent][name] = f"040000 tree {sha}\t{name}"
+            else:
+                return sha
+    raise AssertionError("unreachable: the root folder is level 0")
+
+
+def save_tree(root: Path, ref: str, files: Mapping[str, Path], message: str, parent: str | None = None) -> str:
+    """Commit `files` (path in the tree -> file on disk) to `ref`; returns the ref's commit.
+
+    The previous commit (`parent`, else the ref's) is the new one's parent; when the tree is the
+    same as the parent's, nothing new is written and the parent is returned."""
+    names = sorted(files)
+    listing = "".join(f"{files[n]}\n" for n in names).encode()
+    shas = _git_in(root, "hash-object", "-w", "--no-filters", "--stdin-paths", data=listing,
+                   what="git hash-object (backing up the state)").split() if names else []
+    tree = _mktree(root, dict(zip(names, shas)))
+    old = parent or ref_commit(root, ref)
+    if old and _git(root, "rev-parse", f"{old}^{{tree}}").strip() == tree:
+        if ref_commit(root, ref) != old:  # the ref was moved or deleted: point it back
+            _git(root, "update-ref", "-m", message, ref, old)
+        return old
+    new = _git(root, "-c", f"user.name={_BACKUP_USER[0]}", "-c", f"user.email={_BACKUP_USER[1]}",
+               "commit-tree", tree, *(["-p", old] if old else []), "-m", message).strip()
+    _git(root, "update-ref", "-m", message, ref, new)
+    return new
+
+
+def read_tree(root: Path, rev: str) -> list[tuple[str, bytes]]:
+    """Every file of `rev`'s tree as (path, bytes), read with one `cat-file --batch`."""
+    listing = _git(root, "ls-tree", "-r", "-z", rev, what=f"git ls-tree {rev}")
+    entries = []
+    for rec in listing.split("\0"):
+        if rec:
+            meta, _, path = rec.partition("\t")
+            _mode, kind, sha = meta.split()
+            if kind == "blob":
+                entries.append((path, sha))
+    if not entries:
+        return []
+    raw = _git_in(root, "cat-file", "--batch", data="".join(f"{sha}\n" for _, sha in entries).encode(),
+                  stdout_as_string=False, strip_newline_in_stdout=False)
+    out, pos = [], 0
+    for path, sha in entries:
+        eol = raw.index(b"\n", pos)
+        size = int(raw[pos:eol].split()[2])
+        out.append((path, bytes(raw[eol + 1:eol + 1 + size])))
+        pos = eol + 1 + size + 1  # the content, then a newline
+    return out
+
+
+def worktree_changes(path: Path) -> list[str]:
+    """Every path where the checkout at `path` differs from its HEAD: modified, deleted, untracked
+    and git-ignored files alike (a planted __pycache__ included). Empty: exactly the commit."""
+    out = _git(path, "status", "--porcelain", "--ignored", "--untracked-files=all")
+    return [line[3:] for line in out.splitlines() if line.strip()]

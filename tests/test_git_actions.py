@@ -1,0 +1,134 @@
+"""What a gated run does to git: it reverts with `git reset --keep` (never losing uncommitted work),
+and it refuses a tree or history it cannot judge cleanly, before recording or reverting anything."""
+import pytest
+from candidates import ALTERS, STOCK
+
+BUILD = "def build(spec: PipelineSpec) -> StockDiT:\n"
+
+
+def _last(res) -> str:
+    return res.stdout.strip().splitlines()[-1]
+
+
+def _writes_during_build(source: str, rel: str, text: str) -> str:
+    """A candidate that edits `rel` while it builds: an edit the user made mid-run, deterministically."""
+    assert BUILD in source
+    # workers run in a scratch directory: the candidate finds the project from its own file
+    root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
+    return source.replace(BUILD, BUILD + f"    open({root} + '/' + {rel!r}, 'a').write({text!r})\n", 1)
+
+
+def test_revert_keeps_an_uncommitted_edit_to_a_tracked_file(research):
+    """The attack: an uncommitted edit to a tracked file, made while a run was in flight, was wiped
+    by the revert (`git reset --hard`)."""
+    proj = research
+    base = proj.head()
+    note = "# a note typed while the run was in flight\n"
+    sha, res, line = proj.experiment(_writes_during_build(ALTERS, ".gitignore", note), "exact", "Lower guidance")
+    assert res.returncode == 1 and line.startswith("DITAR VERDICT: DISCARD"), line
+    assert proj.head() == base and f"ditar: reverted {sha[:7]}" in res.stdout
+    assert (proj.root / ".gitignore").read_text().endswith(note)  # the edit survived the revert
+    assert proj.git("status", "--porcelain") == "M .gitignore"
+    assert proj.ledger()[-1]["commit"] == sha
+
+
+def test_revert_git_refuses_is_recorded_and_left_to_finish_by_hand(research):
+    """The candidate's own file was edited mid-run: reset --keep refuses, so the commit stays, the
+    verdict is still recorded, and one line says how to finish."""
+    proj = research
+    note = "# edited while the run was in flight\n"
+    sha, res, line = proj.experiment(_writes_during_build(ALTERS, "mutable/pipeline.py", note), "exact", "Lower guidance")
+    assert line.startswith("DITAR VERDICT: DISCARD"), line
+    assert proj.head() == sha and (proj.root / "mutable/pipeline.py").read_text().endswith(note)
+    assert proj.ledger()[-1]["status"] == "DISCARD" and proj.ledger()[-1]["commit"] == sha
+    (hint,) = [l for l in res.stdout.splitlines() if l.startswith("ditar: not reverted:")]
+    assert "uncommitted changes in files the candidate commit touches (mutable/pipeline.py)" in hint, hint
+    assert f"git reset --keep {proj.git('rev-parse', 'HEAD^')[:7]}" in hint, hint
+
+
+def test_untracked_file_refuses_the_run_and_the_commit_stays(research):
+    """The attack: an untracked file turned a good candidate into a DISCARD that never ran, and the
+    next run reverted it."""
+    proj = research
+    sha = proj.commit_candidate(STOCK + "\n# same code\n", "exact", "A comment")
+    proj.write("mutable/x.py", "x = 1\n")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "A comment")
+    assert res.returncode == 4, res.stdout[-2000:]
+    assert _last(res) == ("DITAR REFUSED: guard clean_tree: untracked file mutable/x.py: "
+                          "commit it, delete it or add it to .gitignore")
+    assert proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "again")
+    assert res.returncode == 4 and proj.head() == sha  # the next run does not revert it either
+    assert (proj.root / "mutable/x.py").is_file()
+
+
+def test_interrupted_revert_with_a_dirty_tree_is_refused_not_finished(research):
+    from pytest_ditar.store.ledger import Ledger
+
+    proj = research
+    base = proj.head()
+    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    Ledger(proj.root / ".autoresearch/t").append({"commit": sha, "parent": base, "class": "exact",
+                                                  "status": "DISCARD", "reason": "quality failed"})
+    proj.write("mutable/pipeline.py", ALTERS + "\n# more\n")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "again")
+    assert res.returncode == 4 and "guard clean_tree: uncommitted changes: mutable/pipeline.py" in _last(res)
+    assert proj.head() == sha and (proj.root / "mutable/pipeline.py").read_text().endswith("# more\n")
+
+
+# ---- vcs.repo, directly ---------------------------------------------------------------------
+
+@pytest.fixture
+def two_commits(tmp_path):
+    from pytest_ditar.vcs import repo as gitops
+
+    root, user = tmp_path / "r", ("t", "t@localhost")
+    root.mkdir()
+    (root / "a.txt").write_text("a\n")
+    (root / "b.txt").write_text("b\n")
+    first = gitops.init_repo(root, "first", user=user)
+    (root / "a.txt").write_text("a2\n")
+    second = gitops.commit_tracked(root, "second", user=user)
+    return root, first, second
+
+
+def test_revert_to_parent_keeps_unrelated_local_changes(two_commits):
+    from pytest_ditar.vcs import repo as gitops
+
+    root, first, second = two_commits
+    (root / "b.txt").write_text("b, edited\n")
+    (root / "new.txt").write_text("untracked\n")
+    assert gitops.revert_to_parent(root, second) == first
+    assert (root / "a.txt").read_text() == "a\n" and (root / "b.txt").read_text() == "b, edited\n"
+    assert (root / "new.txt").read_text() == "untracked\n"
+
+
+def test_revert_to_parent_refuses_to_lose_an_edit_of_the_candidates_file(two_commits):
+    from pytest_ditar.core.errors import DitarError
+    from pytest_ditar.vcs import repo as gitops
+
+    root, first, second = two_commits
+    (root / "a.txt").write_text("a2, edited\n")
+    with pytest.raises(DitarError, match=r"uncommitted changes in files the candidate commit touches \(a.txt\)"):
+        gitops.revert_to_parent(root, second)
+    assert gitops.state(root).head == second and (root / "a.txt").read_text() == "a2, edited\n"
+
+
+def test_state_ref_is_content_addressed_and_leaves_index_and_tree_alone(tmp_path, two_commits):
+    from pytest_ditar.vcs import repo as gitops
+
+    root, _, second = two_commits
+    files = tmp_path / "state"
+    (files / "sub").mkdir(parents=True)
+    (files / "x.txt").write_bytes(b"x\n")
+    (files / "sub" / "y.bin").write_bytes(bytes(range(256)))
+    index = (root / ".git/index").read_bytes()
+    c1 = gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"}, "one")
+    assert gitops.ref_commit(root, "refs/ditar/t") == c1
+    assert gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"}, "same") == c1
+    (files / "x.txt").write_bytes(b"x2\n")
+    c2 = gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt"}, "two")
+    assert c2 != c1 and dict(gitops.read_tree(root, c1)) == {"x.txt": b"x\n", "sub/y.bin": bytes(range(256))}
+    assert dict(gitops.read_tree(root, c2)) == {"x.txt": b"x2\n"}
+    assert (root / ".git/index").read_bytes() == index and gitops.state(root).dirty_paths == ()
+    assert gitops.state(root).head == second
