@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -64,7 +65,9 @@ class CandidateWorker:
         self.cpu_threads = cpu_threads
         self.cwd = cwd
         self.env = env  # the worker's environment; None: the judge's
-        self.proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | None = None
+        self._launcher: threading.Thread | None = None  # asks the zygote for the fork off the judge's thread
+        self._child: tuple[socket.socket, dict[str, str]] | None = None  # the worker's socket end until it runs
         self.conn: Connection | None = None
         self.pending: list[str] = []  # ops sent whose replies are not read yet, in order
         self.info: dict[str, Any] = {}  # hello's reply: pid, argv, fingerprint
@@ -80,15 +83,26 @@ class CandidateWorker:
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, fingerprint: bool = False) -> "CandidateWorker":
         """Spawn the process and say hello; returns at once (the reply is read when needed)."""
-        if self.proc is not None:
+        if self._launcher is not None or self._proc is not None:
             return self
         if not _SUBREAPER:  # orphans of the candidates come back to the judge, never to init
             _SUBREAPER.append(proctree.become_subreaper())
         parent, child = socket.socketpair()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ) if self.env is None else self.env
-        self.proc = _fork_from_zygote(child.fileno(), self.log_path, self.cwd, env) or self._spawn(child.fileno(), env)
-        child.close()
+        z = zygote.zygote()
+        if z is None:
+            self._proc = self._spawn(child.fileno(), env)
+            child.close()
+        else:
+            # The zygote answers a fork only once its imports are done: asking on a thread of its
+            # own keeps the judge's start-up (collection, guards) from waiting for that. Processes
+            # are only ever created on the judge's main thread: a worker dies with the thread that
+            # spawned it (PR_SET_PDEATHSIG), so a short-lived thread must never be its parent.
+            self._child = (child, env)
+            self._launcher = threading.Thread(target=self._launch, args=(z, child, env),
+                                              name=f"ditar-start-{self.name}", daemon=True)
+            self._launcher.start()
         self.conn = Connection(parent.detach())
         _LIVE.add(self)
         fd, name = tempfile.mkstemp(prefix=f"ditar-{self.name}-", suffix=".buf", dir=_shared_memory_dir())
@@ -97,6 +111,22 @@ class CandidateWorker:
         self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint,
                    buffer=name)
         return self
+
+    def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
+        self._proc = _fork_from_zygote(z, child.fileno(), self.log_path, self.cwd, env)
+
+    @property
+    def proc(self) -> Any:
+        """The worker's process (Popen or ZygoteChild), once launched; None before start()."""
+        if self._launcher is not None:
+            self._launcher.join()
+            self._launcher = None
+            child, env = self._child
+            if self._proc is None:  # the zygote refused or died: a fresh interpreter, from this thread
+                self._proc = self._spawn(child.fileno(), env)
+            child.close()
+            self._child = None
+        return self._proc
 
     def _spawn(self, fd: int, env: dict[str, str]) -> subprocess.Popen:
         """A fresh interpreter of its own, where the zygote cannot serve; a session of its own
@@ -372,10 +402,7 @@ def _end_candidate_processes(w: CandidateWorker) -> None:
     proctree.end_all_but(list(_live_pids(but=w)), _spared(), known_children={w.proc.pid})
 
 
-def _fork_from_zygote(fd: int, log_path: Path, cwd: Path | None, env: dict[str, str]) -> Any:
-    z = zygote.zygote()
-    if z is None:
-        return None
+def _fork_from_zygote(z: Any, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str]) -> Any:
     try:
         return z.spawn(fd, log_path, cwd, env)
     except (OSError, ValueError, KeyError):

@@ -17,6 +17,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,12 @@ class Zygote:
                                      start_new_session=True)
         child.close()
         self.sock = parent
+        self.lock = threading.Lock()
 
     def _ask(self, request: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
-        socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
-        reply = self.sock.recv(MAX_MESSAGE)
+        with self.lock:  # workers are launched on threads of their own: one request in flight at a time
+            socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
+            reply = self.sock.recv(MAX_MESSAGE)
         if not reply:
             raise OSError("the zygote is gone")
         return json.loads(reply)
@@ -92,20 +95,22 @@ class Zygote:
 
 
 _ZYGOTE: list[Zygote | None] = []
+_STARTING = threading.Lock()
 
 
 def zygote() -> Zygote | None:
     """This judge's zygote, started on first use; None where it cannot serve (then spawn directly)."""
-    if not _ZYGOTE:
-        z = None
-        if sys.platform.startswith("linux") and os.environ.get(ENV_ZYGOTE, "1") != "0":
-            with contextlib.suppress(OSError):
-                z = Zygote()
-        _ZYGOTE.append(z)
-    z = _ZYGOTE[0]
-    if z is not None and z.proc.poll() is not None:
-        _ZYGOTE[0] = z = None  # it died: spawn directly from now on
-    return z
+    with _STARTING:  # launcher threads may ask at the same time: one zygote per judge
+        if not _ZYGOTE:
+            z = None
+            if sys.platform.startswith("linux") and os.environ.get(ENV_ZYGOTE, "1") != "0":
+                with contextlib.suppress(OSError):
+                    z = Zygote()
+            _ZYGOTE.append(z)
+        z = _ZYGOTE[0]
+        if z is not None and z.proc.poll() is not None:
+            _ZYGOTE[0] = z = None  # it died: spawn directly from now on
+        return z
 
 
 def running_pid() -> int | None:
