@@ -14,8 +14,10 @@ SECRET = bytes(range(32))
 
 def test_stream_is_keyed_by_its_secret_and_never_repeats_a_seed():
     a, b = RequestStream(SECRET, avoid_seeds=[7]), RequestStream(SECRET, avoid_seeds=[7])
-    draws = [a.draw(f"lane/round/{r}", 4) for r in range(50)]
-    assert draws == [b.draw(f"lane/round/{r}", 4) for r in range(50)]  # reproducible from the record
+    draws = [a.draw(f"lane/round/{r}", 4, bytes([r])) for r in range(50)]
+    assert draws == [b.draw(f"lane/round/{r}", 4, bytes([r])) for r in range(50)]  # reproducible from the record
+    # the round's nonce (fresh entropy at send time) changes the draw: nothing is known ahead of it
+    assert RequestStream(SECRET).draw("lane/round/0", 4, b"\x01") != RequestStream(SECRET).draw("lane/round/0", 4, b"\x02")
     seeds = [s for d in draws for s in d[0]]
     assert len(set(seeds)) == len(seeds) == 200 and 7 not in seeds
     assert all(0 <= lab < NUM_LABELS for d in draws for lab in d[1])
@@ -104,7 +106,8 @@ def _recording(log: str, source: str) -> str:
 def test_timed_rounds_are_fresh_requests_reproducible_from_the_recorded_secret(pytester, model_cache,
                                                                                tmp_path_factory, tmp_path):
     """Every timed round asks for seeds the candidate never saw (no corpus seed, no earlier round's),
-    drawn from the secret the summary records afterwards; the caching probe repeats one request."""
+    drawn from the secret the summary records afterwards and the round's own nonce; the caching
+    probe repeats one request."""
     import json
 
     from candidates import REDUNDANT, STOCK
@@ -125,7 +128,8 @@ def test_timed_rounds_are_fresh_requests_reproducible_from_the_recorded_secret(p
         timed = [tuple(s) for s in m["seeds"]]
         assert len(timed) == len(m["samples"]) and len(set(timed)) == len(timed)
         assert not {s for t in timed for s in t} & corpus
-        assert timed == [stream.draw(f"{lane}/round/{r}", len(timed[0]))[0] for r in range(len(timed))]
+        assert timed == [stream.draw(f"{lane}/round/{r}", len(timed[0]), bytes.fromhex(n))[0]
+                         for r, n in enumerate(m["nonces"])]
         assert all(t in seen for t in timed)  # the candidate was asked for exactly these
     probe = summary["lanes"]["latency_b1"]["measurement"]["probe"]
     assert len(probe["repeat_s"]) == len(probe["unique_s"]) == 4 and probe["ratio"] > 0

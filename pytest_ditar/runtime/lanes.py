@@ -9,6 +9,7 @@ request (core.audit): what is timed is what is checked, and nothing timed can ha
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -38,8 +39,13 @@ def lane_request(suite: Suite, lane: Lane) -> Request:
                    steps=lane.steps or suite.pipeline.steps)
 
 
-def fresh_request(stream: RequestStream, suite: Suite, lane: Lane, key: str) -> Request:
-    seeds, labels = stream.draw(f"{lane.name}/{key}", lane.batch)
+def fresh_request(stream: RequestStream, suite: Suite, lane: Lane, key: str,
+                  nonces: list[str] | None = None) -> Request:
+    """A request drawn now, with entropy taken now (kept in `nonces`, hex, for the record)."""
+    nonce = os.urandom(16)
+    if nonces is not None:
+        nonces.append(nonce.hex())
+    seeds, labels = stream.draw(f"{lane.name}/{key}", lane.batch, nonce)
     return Request(labels=labels, seeds=seeds, steps=lane.steps or suite.pipeline.steps)
 
 
@@ -61,6 +67,7 @@ class LaneMeasurement:
     wall_s: float = 0.0
     overhead_s: list[float] = field(default_factory=list)  # judge's time minus the worker's, per timed round
     seeds: list[list[int]] = field(default_factory=list)  # each timed round's request (fresh every round)
+    nonces: list[str] = field(default_factory=list)  # each timed round's fresh entropy (core.requests)
     audit_failure: str | None = None  # the first timed output that failed its audit, naming the round
     audit_s: float = 0.0  # judge time spent auditing timed outputs
     probe: dict[str, Any] = field(default_factory=dict)  # the caching probe's samples (objective lane)
@@ -123,7 +130,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
 
     def next_request() -> Request:
         if state["req"] is None:
-            state["req"] = fresh_request(stream, suite, lane, f"round/{state['round']}")
+            state["req"] = fresh_request(stream, suite, lane, f"round/{state['round']}", m.nonces)
             m.seeds.append(list(state["req"].seeds))
         return state["req"]
 
