@@ -17,6 +17,16 @@ REPO = Path(__file__).resolve().parent.parent
 for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
     os.environ.pop(_var)
 pytest_plugins = ["pytester"]
+ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The adversarial battery is CI's second step (`pytest tests/adversarial -n 2`), not part of
+    `pytest tests`, which keeps the main suite inside its time budget: it runs only when named."""
+    if collection_path.resolve() != ADVERSARIAL:
+        return None
+    named = [Path(a.split("::")[0]).resolve() for a in config.args]
+    return not any(a == ADVERSARIAL or ADVERSARIAL in a.parents for a in named)
 
 
 @pytest.fixture(scope="session")

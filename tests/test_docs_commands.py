@@ -11,7 +11,7 @@ Convention (the docs rely on it; keep them in step):
   `<!-- docs-test: setup -->`: the `&&` segments that create or activate the venv or run
   `pip install` are not run here (they install packages); they must agree with `.ci/run`, and the
   rest of the line runs. `<!-- docs-test: ci -->`: the line is CI's own test command; it must be
-  the last line of `.ci/run` verbatim and is not run here (it would run this test again).
+  `.ci/run`'s venv + test line verbatim and is not run here (it would run this test again).
 - Placeholders (`<tag>`, `<class>`, `"<...>"`) are replaced through PLACEHOLDERS; any `<...>` left
   over fails the test. The prose step "# edit mutable/ ..." is performed by the test (EDIT):
   the scratch baseline does a redundant full pass, and the edit removes it, a real exact 2x
@@ -138,8 +138,11 @@ def substitute(cmd: str) -> str:
 
 
 def ci_command() -> str:
-    lines = [l for l in (REPO / ".ci/run").read_text().splitlines() if l.strip()]
-    return lines[-1].strip()
+    """.ci/run's main command: the one that makes the venv and runs `pytest tests` (the
+    adversarial battery follows it as a step of its own)."""
+    lines = [l.strip() for l in (REPO / ".ci/run").read_text().splitlines() if l.startswith("python3 -m venv")]
+    assert len(lines) == 1, ".ci/run must have exactly one venv + test line"
+    return lines[0]
 
 
 def setup_runnable(cmd: Command) -> str | None:
@@ -171,7 +174,7 @@ def test_docs_conventions():
     assert len(program.splitlines()) < 250, "program.md must stay short enough to keep in context"
     readme_cmds = extract("README.md", (REPO / "README.md").read_text())
     ci = [c for c in readme_cmds if c.marker == "ci"]
-    assert [c.text for c in ci] == [ci_command()], "the README's test command must be .ci/run's last line verbatim"
+    assert [c.text for c in ci] == [ci_command()], "the README's test command must be .ci/run's test line verbatim"
     assert any(c.marker == "setup" for c in readme_cmds), "README's set-up line lost its docs-test marker"
     try:
         import tomllib
