@@ -1,0 +1,44 @@
+"""A two-step attack on the champion itself: the first commit is a real speedup that also
+sandbags (runs slower) whenever it runs as the champion, i.e. from a worktree rather than the
+project; once it is kept, every later candidate that drops the sandbag beats a slowed champion.
+Champion drift is the defence: the champion's in-run rounds are slower than its own stored
+samples (those of its KEEP run), so the lane is UNSTABLE and nothing is kept."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_project
+
+from .attacks import GEN_RETURN, GEN_SIG, STOCK
+from .conftest import KEYS, assert_not_kept, experiment
+
+pytestmark = pytest.mark.adversarial
+
+# Sandbag in the champion's role: the project root has the state directory beside mutable/, a
+# worktree built for the champion does not. Sleeps 80% of the call's own time there.
+SANDBAG = STOCK.replace(GEN_SIG, GEN_SIG + "        import time as _t; _t0 = _t.perf_counter()\n").replace(
+    GEN_RETURN,
+    "        from pathlib import Path as _P\n"
+    "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
+    "            _t.sleep(0.8 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
+assert SANDBAG.count("_t.sleep") == 1
+TWIN = SANDBAG + "\n# the same code: only the champion's role differs\n"
+
+
+def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache):
+    from candidates import REDUNDANT
+
+    proj = make_project(pytester, mutable_source=REDUNDANT)
+    # this project checks drift as a user's default does (the shared test config turns it off for load)
+    proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 0.25})
+    proj.git("commit", "-qam", "drift check at 25%")
+    for args in (("init", "--tag", "t"), ("baseline",)):
+        res = proj.ditar(*args)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    first = experiment(proj, SANDBAG, "Drop the redundant pass")
+    assert first.status == "KEEP", first.show()  # a real 2x: as the candidate it never sandbags
+    kept = proj.head()
+    second = experiment(proj, TWIN, "Same code, a new commit")
+    assert_not_kept(second, KEYS["interference"], None, ("DISCARD",))
+    assert "champion drift" in second.reason
+    assert proj.head() == kept  # reverted to the (sandbagging) champion; nothing new kept
