@@ -76,6 +76,45 @@ def test_interrupted_revert_with_a_dirty_tree_is_refused_not_finished(research):
     assert proj.head() == sha and (proj.root / "mutable/pipeline.py").read_text().endswith("# more\n")
 
 
+def _runs_git_during_build(source: str, *argvs: tuple[str, ...]) -> str:
+    """A candidate that runs git in the project while it builds (an agent's process can)."""
+    assert BUILD in source
+    root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
+    calls = "".join(f"    __import__('subprocess').run(['git', *{list(a)!r}], cwd={root}, capture_output=True)\n"
+                    for a in argvs)
+    return source.replace(BUILD, BUILD + calls, 1)
+
+
+AMENDED = STOCK + "\n# amended in: never judged\n"
+
+
+@pytest.mark.parametrize("move", ["amend", "commit on top", "detach"])
+def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_champion(research, move):
+    """The attacks: the candidate amends HEAD to other code while it is judged (the branch ended on
+    untested code under the judged commit's verdict), or commits on top (the revert refused, and the
+    discarded commit stayed on the branch), or detaches HEAD."""
+    proj = research
+    base = proj.head()
+    root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
+    argvs = {"amend": [("commit", "-qa", "--amend", "--no-edit")],
+             "commit on top": [("commit", "-q", "--allow-empty", "-m", "wip: notes")],
+             "detach": [("checkout", "-q", "--detach")]}[move]
+    src = _runs_git_during_build(ALTERS, *argvs)
+    if move == "amend":  # the amended commit carries other code than the judged one
+        src = src.replace(BUILD, BUILD + f"    open({root} + '/mutable/pipeline.py', 'w').write({AMENDED!r})\n", 1)
+    sha, res, line = proj.experiment(src, "exact", "Lower guidance")
+    moved = {"amend": "autoresearch/t moved from {} to ", "commit on top": "autoresearch/t moved from {} to ",
+             "detach": "HEAD moved from autoresearch/t to a detached HEAD at {}"}[move].format(sha[:7])
+    assert line.startswith("DITAR VERDICT: CRASH") and f'reason="git state changed during the run: {moved}' in line, line
+    assert res.returncode == 1
+    assert proj.git("rev-parse", "autoresearch/t") == base and proj.head() == base, proj.git("log", "--oneline", "-3")
+    assert proj.git("rev-parse", "--abbrev-ref", "HEAD") == "autoresearch/t"
+    assert proj.git("status", "--porcelain") == "" and (proj.root / "mutable/pipeline.py").read_text() == STOCK
+    assert f"ditar: autoresearch/t put back on {base[:7]}, the judged commit's parent" in res.stdout, res.stdout[-2000:]
+    rows = proj.ledger()
+    assert [(r["commit"], r["status"], r["parent"]) for r in rows[1:]] == [(sha, "CRASH", base)], rows
+
+
 # ---- vcs.repo, directly ---------------------------------------------------------------------
 
 @pytest.fixture
@@ -132,3 +171,36 @@ def test_state_ref_is_content_addressed_and_leaves_index_and_tree_alone(tmp_path
     assert dict(gitops.read_tree(root, c2)) == {"x.txt": b"x2\n"}
     assert (root / ".git/index").read_bytes() == index and gitops.state(root).dirty_paths == ()
     assert gitops.state(root).head == second
+
+
+def test_put_branch_back_keeps_local_changes_and_refuses_to_overwrite_them(two_commits):
+    from pytest_ditar.core.errors import DitarError
+    from pytest_ditar.vcs import repo as gitops
+
+    root, first, second = two_commits
+    (root / "b.txt").write_text("b, edited\n")
+    gitops.put_branch_back(root, "main", first)  # HEAD on the branch: reset --keep
+    assert gitops.branch_commit(root, "main") == first and (root / "a.txt").read_text() == "a\n"
+    assert (root / "b.txt").read_text() == "b, edited\n"
+    gitops.put_branch_back(root, "main", second)
+    (root / "a.txt").write_text("a2, edited\n")
+    with pytest.raises(DitarError, match=r"uncommitted changes \(a.txt\) block putting main back on "
+                                         rf"{first[:7]}: save them, then `git reset --keep {first[:7]}` finishes it"):
+        gitops.put_branch_back(root, "main", first)
+    assert gitops.branch_commit(root, "main") == second and (root / "a.txt").read_text() == "a2, edited\n"
+
+
+def test_put_branch_back_from_another_branch_or_a_detached_head(two_commits):
+    from pytest_ditar.vcs import repo as gitops
+
+    root, first, second = two_commits
+    gitops.create_branch(root, "elsewhere")
+    gitops.put_branch_back(root, "main", first)  # checkout -B: the branch moves and HEAD is on it again
+    st = gitops.state(root)
+    assert (st.branch, st.head) == ("main", first) and gitops.branch_commit(root, "elsewhere") == second
+    gitops.put_branch_back(root, "main", second)
+    gitops._git(root, "checkout", "-q", "--detach")
+    (root / "b.txt").write_text("b, edited\n")
+    gitops.put_branch_back(root, "main", first)
+    st = gitops.state(root)
+    assert (st.branch, st.head) == ("main", first) and (root / "b.txt").read_text() == "b, edited\n"

@@ -135,3 +135,113 @@ def test_a_file_error_while_recording_is_a_crash_with_a_reason(research):
     assert line.startswith("DITAR VERDICT: CRASH") and 'reason="could not record the run: Is a directory: ' in line, line
     assert proj.head() == base and proj.ledger()[-1]["status"] == "CRASH" and proj.ledger()[-1]["commit"] == sha
     assert verdict_line(res.stdout) == line
+
+
+# ---- runs that end before they record, and changes made outside any run ---------------------
+
+BUILD = "def build(spec: PipelineSpec) -> StockDiT:\n"
+
+
+def _forges_keep_and_kills_its_judge(source: str, flag) -> str:
+    """A candidate whose first build appends a KEEP row for its own commit with the package's own
+    Ledger (so the chain verifies) and SIGKILLs its judge (the `--ditar-gate` pytest up its parent
+    chain) before the judge can record; later builds run `source` as it is."""
+    block = (
+        "    import os as _o, signal as _s, subprocess as _sp, time as _t\n"
+        f"    if not _o.path.exists({str(flag)!r}):\n"
+        f"        open({str(flag)!r}, 'w').close()\n"
+        "        from pytest_ditar.store.ledger import Ledger\n"
+        "        _root = _o.path.dirname(_o.path.dirname(_o.path.abspath(__file__)))\n"
+        "        _git = lambda *a: _sp.run(['git', *a], cwd=_root, capture_output=True, text=True).stdout.strip()\n"
+        f"        Ledger(_o.path.join(_root, {STATE!r})).append({{'commit': _git('rev-parse', 'HEAD'),\n"
+        "            'parent': _git('rev-parse', 'HEAD^'), 'class': 'exact', 'description': 'forged', 'lane': 'latency_b1',\n"
+        "            'metric': 1.8, 'ci_low': 1.7, 'ci_high': 1.9, 'quality_pass': 6, 'quality_total': 6, 'status': 'KEEP',\n"
+        "            'cumulative_class': 'exact'})\n"
+        "        _pid = _o.getppid()\n"
+        "        while _pid > 1 and b'--ditar-gate' not in open(f'/proc/{_pid}/cmdline', 'rb').read():\n"
+        "            _pid = int(open(f'/proc/{_pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+        "        if _pid > 1:\n"
+        "            _o.kill(_pid, _s.SIGKILL)\n"
+        "            _t.sleep(5)\n")
+    assert BUILD in source
+    return source.replace(BUILD, BUILD + block, 1)
+
+
+ROLLED_BACK = "ditar: the run of {} ended before it recorded: its state changes were rolled back from refs/ditar/t"
+
+
+@pytest.mark.parametrize("first", ["experiment", "status"])
+def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never_counts(research, tmp_path, first):
+    """The attack: a candidate appends a KEEP row for its own commit with the package's Ledger (the
+    chain verifies) and kills its judge before the judge records: the next run took the forged
+    commit for the champion ("HEAD is the champion"), and `dit-ar status` showed it as champion.
+    Now the pre-run backup marks the run as in flight, and whoever comes next (the next gated run,
+    or `dit-ar status`) rolls its state changes back before reading the ledger."""
+    proj = research
+    base, before = proj.head(), proj.ledger()
+    sha = proj.commit_candidate(_forges_keep_and_kills_its_judge(ALTERS, tmp_path / "killed"), "exact", "Lower guidance")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")
+    assert (tmp_path / "killed").exists() and "DITAR VERDICT" not in res.stdout, res.stdout[-2000:]
+    assert [r["status"] for r in proj.ledger()] == ["BASELINE", "KEEP"]  # the forged row, chain intact
+    assert f"run in flight for {sha}" in proj.git("log", "-1", "--format=%B", "refs/ditar/t")
+    line = ROLLED_BACK.format(sha[:7])
+    if first == "status":
+        st = proj.ditar("status", "--json")
+        assert st.returncode == 0, st.stdout + st.stderr
+        assert json.loads(st.stdout)["champion"] is None  # stdout stays JSON: the line goes to stderr
+        assert st.stderr.strip().splitlines() == [line], st.stderr
+        assert proj.ledger() == before
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")
+    verdict = _last(res)
+    assert (line in res.stdout.splitlines()) == (first == "experiment"), res.stdout[-3000:]
+    assert verdict.startswith("DITAR VERDICT: DISCARD") and f"commit={sha[:7]}" in verdict, res.stdout[-3000:]
+    rows = proj.ledger()
+    assert rows[:1] == before and [(r["commit"], r["status"]) for r in rows[1:]] == [(sha, "DISCARD")], rows
+    assert proj.head() == base
+    assert len(list((proj.root / STATE / "runs").glob(f"*-{sha[:7]}*"))) == 2  # the killed run's logs stay
+    st = proj.ditar("status")
+    assert st.returncode == 0 and "2 rows, hash chain verifies" in st.stdout and "champion  the baseline" in st.stdout, \
+        st.stdout + st.stderr
+
+
+def test_a_recorded_run_is_backed_up_before_its_revert_and_a_ledger_edit_after_it_is_refused(research):
+    """A run's record is backed up right after its ledger row, before verdict.txt and the revert:
+    a kill -9 after the row still gets its revert finished by the next run (--no-revert leaves
+    exactly that state). Then the attack: a KEEP row appended between runs with the package's
+    Ledger (the chain verifies, so only the backup can tell) is refused, with the fix."""
+    from pytest_ditar.store.ledger import Ledger
+
+    proj = research
+    base = proj.head()
+    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance", "--no-revert")
+    assert _last(res).startswith("DITAR VERDICT: DISCARD") and proj.head() == sha, res.stdout[-2000:]
+    log = proj.git("log", "--format=%H %s", "refs/ditar/t").splitlines()
+    subjects = [l.split(" ", 1)[1] for l in log]
+    assert subjects[:3] == [f"ditar t: recorded {sha[:7]} DISCARD"] * 2 + [f"ditar t: run in flight for {sha}"], subjects
+    (run,) = (proj.root / STATE / "runs").glob(f"*-{sha[:7]}")
+    first = proj.git("ls-tree", "-r", "--name-only", log[1].split()[0]).splitlines()
+    last = proj.git("ls-tree", "-r", "--name-only", "refs/ditar/t").splitlines()
+    assert f"runs/{run.name}/summary.json" in first and f"runs/{run.name}/candidate.patch" not in first  # before the revert
+    assert {f"runs/{run.name}/verdict.txt", f"runs/{run.name}/candidate.patch"} <= set(last)
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "again")  # as after a kill -9
+    assert f"ditar: recovered: finished the revert of {sha[:7]} recorded as DISCARD" in res.stdout, res.stdout[-2000:]
+    assert proj.head() == base
+    recorded = proj.ledger()
+
+    nxt = proj.commit_candidate(STOCK + "\n# next\n", "exact", "next")
+    Ledger(proj.root / STATE).append({"commit": nxt, "parent": base, "class": "exact", "lane": "latency_b1",
+                                      "metric": 1.8, "status": "KEEP", "cumulative_class": "exact"})
+    recorded_backup = proj.git("rev-parse", "--short=7", "refs/ditar/t")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "next")
+    assert res.returncode == 4, res.stdout[-2000:]
+    assert _last(res) == ("DITAR REFUSED: state changed outside a run: ledger.jsonl changed, results.tsv changed since "
+                          f"refs/ditar/t ({recorded_backup}: recorded {sha[:7]} DISCARD); `dit-ar recover --force` restores it")
+    assert proj.head() == nxt
+    st = proj.ditar("status")
+    assert st.returncode == 1 and "FAIL state changed outside a run: ledger.jsonl changed" in st.stdout, st.stdout
+    rec = proj.ditar("recover", "--force")
+    assert rec.returncode == 0 and "ledger.jsonl" in rec.stdout, rec.stdout + rec.stderr
+    assert proj.ledger() == recorded
+    st = proj.ditar("status")
+    assert st.returncode == 0 and "champion  the baseline" in st.stdout, st.stdout

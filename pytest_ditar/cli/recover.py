@@ -19,8 +19,8 @@ class Recover(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.backup import recover
         from pytest_ditar.loop.session import resolve_tag
+        from pytest_ditar.loop.verify import recover
         from pytest_ditar.store.paths import TagPaths
 
         cfg = load_config(config_path(args))

@@ -8,11 +8,27 @@ A candidate runs as the user and can delete or edit the state directory. The gat
 verified state up and takes its digest before the candidate runs (`watch`), compares after
 (`damage`), and restores from the commit it saved then (`restore`), not from wherever the ref
 points by then: the candidate can move a ref too. `dit-ar recover` restores from the ref.
+
+Each gated run leaves two markers on the ref, in the backup commits' messages (a `ditar-run:`
+trailer): the pre-run backup says "in-flight <commit> pid=<judge> start=<its start time>", and
+the backup written right after the run's ledger row (or at its end, when it records nothing)
+says "settled <commit>". So the ref tells the next run (and `dit-ar status`/`verify`):
+
+- newest marker in flight and its judge gone: the run ended (kill -9) before it recorded, and
+  whatever it left in the state is untrusted; `settle` rolls the state back to the pre-run backup;
+- newest marker settled: the ledger, results and snapshots must be as that backup holds them;
+  `drift` names what changed outside any run.
+
+A baseline's backup carries no marker (changes after it are not checked), and the markers are
+only as sound as the ref: a candidate that commits a settled marker over its own forged state to
+refs/ditar/<tag> before it kills its judge is not caught here.
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +36,10 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.store import statefiles
 from pytest_ditar.store.paths import CHAMPIONS, TagPaths
 from pytest_ditar.vcs import repo as gitops
+
+INFLIGHT, SETTLED = "in-flight", "settled"
+_TRAILER = "ditar-run:"
+_MARK = re.compile(r"^ditar-run: (in-flight|settled) ([0-9a-f]{4,64})(?: pid=(\d+) start=(\S+))?\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -29,33 +49,140 @@ class Watch:
     dirs: tuple[Path, ...] = ()  # the directory's folders then (other plugins write into some)
 
 
+@dataclass(frozen=True)
+class Marker:
+    """What the newest backup commit says about the run that wrote it."""
+    commit: str  # the backup commit
+    kind: str  # INFLIGHT, SETTLED, or "" (a baseline's backup, or none of the gate's)
+    head: str = ""  # the judged commit
+    pid: int | None = None  # the judge's (INFLIGHT)
+    start: str = ""  # its start time, so a recycled pid is not taken for it
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What `settle` found: a line to print, or why the run must not go on."""
+    line: str | None = None  # the state was rolled back
+    busy: str | None = None  # a run of this tag is still in flight
+    error: str | None = None  # the roll back failed
+
+
 def ref(paths: TagPaths) -> str:
     return gitops.state_ref(paths.tag)
 
 
-def save(root: Path, paths: TagPaths, message: str, parent: str | None = None) -> str:
-    """Commit the state's files to refs/ditar/<tag> (no new commit when nothing changed)."""
-    return gitops.save_tree(root, ref(paths), statefiles.backed_up(paths), message, parent=parent)
+def save(root: Path, paths: TagPaths, message: str, parent: str | None = None, always: bool = False) -> str:
+    """Commit the state's files to refs/ditar/<tag> (no new commit when nothing changed, unless
+    `always`: a marker)."""
+    return gitops.save_tree(root, ref(paths), statefiles.backed_up(paths), message, parent=parent, always=always)
 
 
-def save_note(root: Path, paths: TagPaths, message: str, parent: str | None = None) -> str | None:
+def save_note(root: Path, paths: TagPaths, message: str, parent: str | None = None, always: bool = False) -> str | None:
     """`save`, for after a record: a failure is a summary line, not a failed run."""
     if not gitops.state(root).is_repo:
         return None  # nothing to back up into (a report-only project outside git)
     try:
-        save(root, paths, message, parent)
+        save(root, paths, message, parent, always)
     except (DitarError, OSError) as exc:
         return f"ditar: state not backed up to {ref(paths)}: {exc}"
     return None
 
 
-def watch(root: Path, paths: TagPaths) -> Watch:
-    """Before the candidate runs (the state has verified): back it up, and take its digest."""
+def settled_message(paths: TagPaths, head: str | None, what: str) -> str:
+    """A backup's message that marks the run of `head` as over; `what` is its subject's end."""
+    return f"ditar {paths.tag}: {what}\n\n{_TRAILER} {SETTLED} {head or '0' * 40}\n"
+
+
+def mark_settled(root: Path, paths: TagPaths, head: str | None, what: str, parent: str | None) -> str:
+    """Back the state up as the end of the run of `head` (a new commit even when nothing changed).
+    Returns the backup commit; raises DitarError/OSError."""
+    return save(root, paths, settled_message(paths, head, what), parent=parent, always=True)
+
+
+def watch(root: Path, paths: TagPaths, head: str | None = None) -> Watch:
+    """Before the candidate runs (the state has verified): back it up, marked as a run in flight
+    for `head` by this process, and take its digest."""
+    pid = os.getpid()
+    msg = (f"ditar {paths.tag}: run in flight for {head}\n\n"
+           f"{_TRAILER} {INFLIGHT} {head or '0' * 40} pid={pid} start={_started(pid) or '-'}\n")
     try:
-        commit = save(root, paths, f"ditar {paths.tag}: verified before a run")
+        commit = save(root, paths, msg, always=True)
     except (DitarError, OSError):
         commit = None  # the run goes on; damage found later cannot be undone then, and says so
     return Watch(commit, statefiles.digest(paths), statefiles.folders(paths))
+
+
+def marker(root: Path, paths: TagPaths) -> Marker | None:
+    """The newest backup's marker; None when there is no backup (or no repository)."""
+    commit = gitops.ref_commit(root, ref(paths))
+    if commit is None:
+        return None
+    msg = gitops.commit_message(root, commit)
+    subject = msg.strip().splitlines()[0] if msg.strip() else ""
+    m = _MARK.search(msg)
+    if not m:
+        return Marker(commit, "", subject=subject)
+    return Marker(commit, m.group(1), m.group(2), int(m.group(3)) if m.group(3) else None, m.group(4) or "", subject)
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, from /proc); None when it is gone or a
+    zombie."""
+    try:
+        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if rest[0] in ("Z", "X") else rest[19]
+
+
+def _alive(pid: int | None, start: str) -> bool:
+    """Whether the judge that wrote an in-flight marker still runs."""
+    if pid is None or pid == os.getpid():  # this process: an earlier session of it has ended
+        return False
+    if Path("/proc/self/stat").is_file() and start != "-":
+        return _started(pid) == start
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def settle(root: Path, paths: TagPaths) -> Settled:
+    """Before anything reads the state for a verdict: when the newest backup marks a run in flight
+    whose judge is gone, that run ended before it recorded (kill -9, a candidate that killed its
+    judge). Whatever it did to the state is untrusted: restore the pre-run backup over it (the
+    runs' log folders stay), and mark the backup settled."""
+    m = marker(root, paths)
+    if m is None or m.kind != INFLIGHT:
+        return Settled()
+    if _alive(m.pid, m.start):
+        return Settled(busy=f"a run of {m.head[:7]} is in flight on tag {paths.tag} (judge pid {m.pid}): "
+                            "wait for it to finish")
+    try:
+        restore(root, paths, m.commit)
+        mark_settled(root, paths, m.head, f"rolled back the unrecorded run of {m.head[:7]}", parent=m.commit)
+    except (DitarError, OSError) as exc:
+        return Settled(error=f"the run of {m.head[:7]} ended before it recorded, and its state changes could not be "
+                             f"rolled back from {ref(paths)} ({m.commit[:7]}): {exc}")
+    return Settled(line=f"ditar: the run of {m.head[:7]} ended before it recorded: its state changes were rolled back "
+                        f"from {ref(paths)}")
+
+
+def drift(root: Path, paths: TagPaths) -> tuple[list[str], Marker] | None:
+    """When the newest backup marks a settled run: what of the ledger, results and snapshots
+    differs from it (changed outside any run), with that marker; None when nothing does or the
+    newest backup is no settled run's."""
+    m = marker(root, paths)
+    if m is None or m.kind != SETTLED:
+        return None
+    want = {rel: sha for rel, sha in gitops.tree_blobs(root, m.commit).items() if statefiles.recorded(rel)}
+    have = gitops.blob_ids(root, {rel: f for rel, f in statefiles.watched(paths).items() if statefiles.recorded(rel)})
+    found = statefiles.changes(want, have)
+    return (found, m) if found else None
 
 
 def put_back(root: Path, paths: TagPaths, before: Watch) -> str | None:
@@ -92,13 +219,14 @@ def damage(root: Path, paths: TagPaths, before: Watch | None) -> str | None:
 
 def restore(root: Path, paths: TagPaths, commit: str | None = None, dirs: tuple[Path, ...] = ()) -> list[str]:
     """Write the backup (`commit`, else the ref's) into the tag's directory, and make `dirs` again;
-    returns what differed."""
+    returns what differed. A ledger, results file or snapshot that the backup does not hold is
+    removed: the backup is the state, and what was added since is not."""
     commit = commit or gitops.ref_commit(root, ref(paths))
     if commit is None:
         raise DitarError(f"no backup of tag {paths.tag}: {ref(paths)} does not exist in {root}")
     for d in (paths.dir, *dirs):
         d.mkdir(parents=True, exist_ok=True)
-    return statefiles.write_back(paths, gitops.read_tree(root, commit))
+    return statefiles.write_back(paths, gitops.read_tree(root, commit), prune=True)
 
 
 def describe(restored: list[str]) -> str:
@@ -110,24 +238,3 @@ def describe(restored: list[str]) -> str:
             (f"{parts[0]}/" if len(parts) > 1 else rel)
         groups[key] = groups.get(key, 0) + 1
     return ", ".join(k + (f" ({n} files)" if k.endswith("/") else "") for k, n in groups.items())
-
-
-def recover(root: Path, paths: TagPaths, force: bool = False, echo: Callable[[str], None] = print) -> int:
-    """`dit-ar recover`: restore a missing or damaged state directory from refs/ditar/<tag>."""
-    from pytest_ditar.loop.verify import state_checks
-
-    if all(c.ok for c in state_checks(root, paths)) and not force:
-        raise DitarError(f"{paths.dir} verifies: nothing to recover (--force restores {ref(paths)} over it anyway)")
-    commit = gitops.ref_commit(root, ref(paths))
-    if commit is None:
-        raise DitarError(f"no backup of tag {paths.tag}: {ref(paths)} does not exist in {root}")
-    restored = restore(root, paths, commit)
-    if restored:
-        echo(f"recover: restored {describe(restored)} from {ref(paths)} ({commit[:7]}) into {paths.dir}")
-    else:
-        echo(f"recover: nothing differed from {ref(paths)} ({commit[:7]}); {paths.dir} left as it was")
-    failed = [c for c in state_checks(root, paths) if not c.ok]
-    for c in failed:
-        echo(c.line())
-    echo("recover: the state directory verifies" if not failed else "recover: the state directory still fails to verify")
-    return 0 if not failed else 1

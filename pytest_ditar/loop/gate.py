@@ -66,7 +66,11 @@ class Gate:
         self.decision: Decision | None = None
         self.verdict: str | None = None
         self.refusal: str | None = None
-        self.head: str | None = None
+        self.head: str | None = None  # the commit judged
+        self.parent: str | None = None  # its parent, the champion: where a revert puts the branch
+        self.branch: str | None = None  # the research branch it was judged on
+        self.moved: str | None = None  # how git changed during the run, once seen at record time
+        self.record_backup: str | None = None  # the backup written right after the ledger row
         self.baseline_commit: str | None = None
         self.champion_commit: str | None = None  # the last KEEP, else the baseline commit
         self.summary_lines: list[str] = []
@@ -115,6 +119,12 @@ class Gate:
         """Store the baseline instead of running tests; `echo` shows its manifest's summary."""
         from pytest_ditar.loop.baseline import create_baseline, manifest_summary
 
+        settled = backup.settle(self.root, TagPaths(self.sess.state_dir))  # a killed run's changes go first
+        if settled.line:
+            echo(settled.line)
+        if settled.busy or settled.error:
+            self.refusal = f"baseline not stored: {settled.busy or settled.error}"
+            return Exit.TESTS_FAILED
         try:
             path = create_baseline(self.sess, force=self.opts.force)
         except (DitarError, CandidateError) as exc:
@@ -142,13 +152,17 @@ class Gate:
                 return False
             return self._report_mode(st)  # reported, never recorded
         paths = TagPaths(s.state_dir)
+        # a run that ended before it recorded (killed): its state changes are rolled back before
+        # anything reads the ledger for the champion
+        settled = backup.settle(self.root, paths)
+        self.summary_lines += [settled.line] if settled.line else []
         # what the verdict rests on must verify before any candidate code runs; then git
-        self.refusal = state_refusal(self.root, paths) or guards.git_refusal(st, s.cfg.branch_prefix + s.tag) \
-            or record.finish_revert(self, st)
+        self.refusal = settled.busy or settled.error or state_refusal(self.root, paths, settle=False) \
+            or guards.git_refusal(st, s.cfg.branch_prefix + s.tag) or record.finish_revert(self, st)
         if self.refusal:
             return False
         st = gitops.state(self.root)
-        self.head = st.head
+        self.head, self.parent, self.branch = st.head, st.parent, st.branch
         base = s.baseline()
         self.baseline_commit = base.manifest.get("git_sha")
         self.champion_commit = best = champion.kept_commit(self.ledger) or self.baseline_commit
@@ -179,7 +193,7 @@ class Gate:
         self.guards.append(self._class_gate(s.cls))
         self.gated = True
         s.run_dir()  # exists before any candidate code runs
-        self.state_watch = backup.watch(self.root, paths)  # the state as the candidate finds it
+        self.state_watch = backup.watch(self.root, paths, self.head)  # the state as the candidate finds it
         if any(not g.ok for g in self.guards):
             return False  # guard violation: the candidate never runs
         self.bind_memory_budget()
@@ -295,6 +309,7 @@ class Gate:
         if self.opts.baseline:
             return Exit.OK if self.refusal is None else Exit.TESTS_FAILED
         if not self.gated:
+            record.unrecorded(self, "ended without a verdict")  # refused after its pre-run backup
             return Exit.USAGE_ERROR if self.refusal else exitstatus
         status = Exit.TESTS_FAILED if self.refusal else exitstatus
         harm = self.state_harm or backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)
@@ -303,10 +318,12 @@ class Gate:
         if exitstatus in (Exit.INTERRUPTED, Exit.INTERNAL_ERROR):
             # A harness failure is not the candidate's fault: no verdict, no git action.
             self.refusal = f"{Exit(exitstatus).name.lower().replace('_', ' ')}: no verdict recorded, nothing reverted"
+            record.unrecorded(self, "ended without a verdict")
             return status
         if self.opts.phase == phases.QUALITY:
             # phase 1: record for the decide phase; no verdict, no git action
             self.summary_lines.append(phases.record_quality(self))
+            record.unrecorded(self, "quality phase recorded")
             return status
         decision = self._decide()
         harm = backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)  # the holdout ran it too

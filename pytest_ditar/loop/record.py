@@ -1,7 +1,10 @@
-"""What a decided gated run leaves behind: summary.json, the ledger row, verdict.txt, the
-champion snapshot of a KEEP, the revert (with the candidate's patch) of anything else, and the
-state's backup in refs/ditar/<tag>. A run that damaged the state directory is restored and
-recorded as a CRASH; a file error while recording is a CRASH with its reason, never a traceback."""
+"""What a decided gated run leaves behind: summary.json, the ledger row, the state's backup in
+refs/ditar/<tag> (right after the row, marked as that run's record, so a kill -9 after it still
+gets its revert finished), verdict.txt, the champion snapshot of a KEEP, and the revert (with the
+candidate's patch) of anything else. A run that damaged the state directory is restored and
+recorded as a CRASH; a run during which the branch moved (an amend, a commit on top) or HEAD left
+it is a CRASH and the branch goes back on the champion; a file error while recording is a CRASH
+with its reason, never a traceback."""
 from __future__ import annotations
 
 import contextlib
@@ -28,18 +31,25 @@ class Recorded(NamedTuple):
 
 
 def finish(gate: "Gate", decision: Decision, status: int) -> int:
-    """Record `decision` (act), back the state up, and return the run's exit status."""
+    """Record `decision` (act), back the state up, and return the run's exit status. First, git:
+    a branch that no longer points at the judged commit makes the run a CRASH."""
+    gate.moved = git_moved(gate)
+    if gate.moved:
+        objections = decision.reasons if decision.status != "KEEP" else ()  # a KEEP's are not objections
+        decision = Decision("CRASH", gate.moved, (gate.moved, *objections))
     try:
         rec = act(gate, decision)
     except OSError as exc:  # not even the ledger row could be written
         gate.refusal = f"could not record the run: {oserror_line(exc)}: nothing recorded, nothing reverted"
+        unrecorded(gate, "ended without a verdict")
         return Exit.TESTS_FAILED
     gate.decision, gate.verdict = rec.decision, rec.verdict
     gate.summary_lines.extend(rec.notes)
     paths = TagPaths(gate.sess.state_dir)
-    note = backup.save_note(gate.root, paths, f"ditar {gate.sess.tag}: {rec.decision.status} {str(gate.head)[:7]}",
-                            parent=gate.state_watch.commit if gate.state_watch else None)
-    if note:
+    # verdict.txt and the patch, written after the record's own backup
+    note = backup.save_note(gate.root, paths, backup.settled_message(paths, gate.head, _recorded(gate, rec.decision)),
+                            parent=gate.record_backup or (gate.state_watch.commit if gate.state_watch else None))
+    if note and not gate.record_backup:
         gate.summary_lines.append(note)
     if gate.opts.phase == phases.DECIDE:
         phases.consume(gate.sess)
@@ -60,8 +70,61 @@ def damaged(gate: "Gate", harm: str, exitstatus: int) -> int:
     reason = f"state directory damaged during the run ({harm}): restored from {backup.ref(paths)}"
     if exitstatus == Exit.INTERRUPTED:
         gate.refusal = f"interrupted: {reason}; no verdict recorded, nothing reverted"
+        unrecorded(gate, "ended without a verdict")
         return exitstatus
     return finish(gate, _crash(reason), Exit.TESTS_FAILED)
+
+
+def git_moved(gate: "Gate") -> str | None:
+    """How git changed during the run, or None: the judged branch must still point at the judged
+    commit, with HEAD on it. An amend or a commit on top would otherwise leave untested code, or a
+    discarded commit, on the branch under this run's verdict."""
+    if not (gate.head and gate.branch):
+        return None
+    now = gitops.branch_commit(gate.root, gate.branch)
+    if now != gate.head:
+        return f"git state changed during the run: {gate.branch} moved from {gate.head[:7]} to {(now or '(deleted)')[:7]}"
+    st = gitops.state(gate.root)
+    if st.branch != gate.branch:
+        where = st.branch or f"a detached HEAD at {str(st.head)[:7]}"
+        return f"git state changed during the run: HEAD moved from {gate.branch} to {where}"
+    return None
+
+
+def unrecorded(gate: "Gate", what: str) -> None:
+    """A gated run that ends without a ledger row, after its pre-run backup: the state must be as the
+    candidate found it (put back if not), and the backup then marks the run as over, so the next run
+    does not take it for one that was killed."""
+    w = gate.state_watch
+    if w is None:
+        return
+    paths = TagPaths(gate.sess.state_dir)
+    if backup.damage(gate.root, paths, w):
+        with contextlib.suppress(DitarError, OSError):
+            backup.restore(gate.root, paths, w.commit, w.dirs)
+    note = backup.save_note(gate.root, paths, backup.settled_message(paths, gate.head, f"{what}: {str(gate.head)[:7]}"),
+                            parent=w.commit, always=True)
+    if note:
+        gate.summary_lines.append(note)
+
+
+def _recorded(gate: "Gate", d: Decision) -> str:
+    """The end of a recorded run's backup subject: "recorded abc1234 DISCARD"."""
+    return f"recorded {str(gate.head)[:7]} {d.status}"
+
+
+def _back_up_record(gate: "Gate", d: Decision) -> str | None:
+    """Right after the ledger row: the backup that marks this run as recorded. Returns a note when it
+    could not be written (the next run then takes the run for one that never recorded)."""
+    if not gitops.state(gate.root).is_repo:
+        return None
+    try:
+        gate.record_backup = backup.mark_settled(gate.root, TagPaths(gate.sess.state_dir), gate.head,
+                                                 _recorded(gate, d),
+                                                 parent=gate.state_watch.commit if gate.state_watch else None)
+    except (DitarError, OSError) as exc:
+        return f"ditar: state not backed up to {backup.ref(TagPaths(gate.sess.state_dir))}: {exc}"
+    return None
 
 
 def finish_revert(gate: "Gate", st: gitops.RepoState) -> str | None:
@@ -102,10 +165,13 @@ def _summary(gate: "Gate", d: Decision) -> dict[str, Any]:
 
 
 def act(gate: "Gate", d: Decision) -> Recorded:
-    """Write summary.json, the ledger row and verdict.txt; store a KEEP as champion, revert the rest.
+    """Write summary.json, the ledger row, its backup and verdict.txt; store a KEEP as champion,
+    revert the rest.
 
     The ledger row is the record: a file error before it makes the run a CRASH with that reason;
-    one at the ledger itself propagates (OSError), with nothing recorded."""
+    one at the ledger itself propagates (OSError), with nothing recorded. The backup follows the row
+    at once, before anything else (the revert included): a kill -9 between them leaves a run the next
+    one rolls back and judges again; one after them, a recorded run whose revert it finishes."""
     s = gate.sess
     run_dir = s.run_dir()
     cls = gate.meta.cls if gate.meta else ""
@@ -124,7 +190,7 @@ def act(gate: "Gate", d: Decision) -> Recorded:
                 if getattr(lr, "outcome", None) and lr.outcome.peak_vram_gib is not None], default=None)
     off = off_target(s)
     gate.ledger.append({
-        "commit": gate.head, "parent": gitops.state(gate.root).parent, "class": cls,
+        "commit": gate.head, "parent": gate.parent or gitops.state(gate.root).parent, "class": cls,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
         "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None, "ci_high": oc.ci_high if oc else None,
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
@@ -134,7 +200,8 @@ def act(gate: "Gate", d: Decision) -> Recorded:
                            ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
                            quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
                            off_target=off)
-    notes: list[str] = []
+    note = _back_up_record(gate, d)
+    notes: list[str] = [note] if note else []
     try:
         write_text_atomic(run_dir / "verdict.txt", verdict + "\n")
     except OSError as exc:  # recorded in the ledger already: a lost copy of the line is a note
@@ -147,13 +214,20 @@ def act(gate: "Gate", d: Decision) -> Recorded:
 def revert(gate: "Gate", run_dir: Path) -> str:
     """Save the candidate's patch beside its logs, then `git reset --keep` to the parent: local
     changes survive, and where git refuses, the commit stays and the line says how to finish.
-    Returns the summary line that says what happened to the commit."""
-    base = gitops.state(gate.root).parent
+    When the branch moved during the run, it goes back on the judged commit's parent the same way,
+    whatever the candidate committed. Returns the summary line that says what happened."""
+    base = gate.parent or gitops.state(gate.root).parent
     if base:
         with contextlib.suppress(OSError):  # the patch is a convenience; git still has the commit
             write_text_atomic(run_dir / "candidate.patch", gitops.diff_patch(gate.root, base, gate.head))
     if gate.opts.no_revert:
         return "ditar: --ditar-no-revert: the commit stays in place"
+    if gate.moved and base and gate.branch:
+        try:
+            gitops.put_branch_back(gate.root, gate.branch, base)
+            return f"ditar: {gate.branch} put back on {base[:7]}, the judged commit's parent (patch and logs in {run_dir})"
+        except DitarError as exc:
+            return f"ditar: {gate.branch} not put back: {exc}"
     try:
         gitops.revert_to_parent(gate.root, gate.head)
         return f"ditar: reverted {gate.head[:7]} (patch and logs in {run_dir})"

@@ -5,6 +5,10 @@
   against the hash that `baseline` anchored in the ledger (so an edited manifest is caught too);
 - every champion snapshot's files against its manifest;
 - the ledger's hash chain (an edited, deleted or reordered row breaks it);
+- the ledger, results and snapshots against the backup of the last recorded run (a change made
+  outside any run, such as a KEEP row appended by hand, is caught even when its chain verifies);
+- a run that ended before it recorded (its judge killed): its state changes are rolled back from
+  the pre-run backup before anything is checked (loop.backup.settle);
 - the fixed paths against the hashes recorded at baseline time;
 - a sample of baseline items re-generated from the baseline commit's code (a git worktree),
   which must match the stored outputs within the exact class's tolerance.
@@ -14,17 +18,22 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from pytest_ditar.core.errors import CandidateError, DitarError
+from pytest_ditar.loop import backup as state_backup
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
 ANCHOR = re.compile(r"baseline manifest sha256=([0-9a-f]{64})")
 MAX_LINES = 10  # problems listed per check before "(+N more)"
+DRIFT = "state changed outside a run"
+UNRECORDED = "unrecorded run"
+_BARE = (DRIFT, UNRECORDED)  # refusals that read as they are, without "<name> broken:"
 
 
 @dataclass(frozen=True)
@@ -47,13 +56,30 @@ def _many(name: str, problems: list[str], ok_detail: str) -> Iterator[Check]:
         yield Check(name, False, f"(+{len(problems) - MAX_LINES} more)")
 
 
-def state_checks(root: Path, paths: TagPaths) -> Iterator[Check]:
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)  # stdout may be JSON (`dit-ar status --json`)
+
+
+def state_checks(root: Path, paths: TagPaths, settle: bool = True,
+                 echo: Callable[[str], None] | None = None) -> Iterator[Check]:
     """What the verdicts rest on, in the tag's state directory: the baseline snapshot, its anchor in
-    the ledger, the ledger's chain and the champions. A missing ledger or baseline is a failure
-    (never "0 rows, verifies"); the gate runs these before any candidate code, `dit-ar verify`,
-    `dit-ar status` and `dit-ar recover` run them too."""
+    the ledger, the ledger's chain, the champions, and the state against the last recorded run's
+    backup. A missing ledger or baseline is a failure (never "0 rows, verifies"); the gate runs
+    these before any candidate code, `dit-ar verify`, `dit-ar status` and `dit-ar recover` run them
+    too. First (`settle`), a run that ended before it recorded is rolled back, and `echo` (stderr
+    by default) says so; the gate settles by itself before."""
     from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
 
+    busy = False
+    if settle:
+        st = state_backup.settle(root, paths)
+        if st.line:
+            (echo or _stderr)(st.line)
+        if st.error:
+            yield Check(UNRECORDED, False, st.error)
+        if st.busy:
+            busy = True
+            yield Check("run in flight", True, st.busy)
     backup = gitops.ref_commit(root, gitops.state_ref(paths.tag))
     fix = f" (restore it with `dit-ar recover`, from {gitops.state_ref(paths.tag)})" if backup else ""
     if not paths.dir.is_dir():
@@ -84,25 +110,62 @@ def state_checks(root: Path, paths: TagPaths) -> Iterator[Check]:
             yield from _many(f"champion {champ.name[:7]} files", verify_snapshot(c), f"{len(c.manifest.get('files', {}))} files")
         except DitarError as exc:
             yield Check(f"champion {champ.name[:7]}", False, str(exc))
+    if not busy:
+        yield from _drift(root, paths)
 
 
-def state_refusal(root: Path, paths: TagPaths) -> str | None:
+def _drift(root: Path, paths: TagPaths) -> Iterator[Check]:
+    """The ledger, results and snapshots against the newest backup, when that is a settled run's."""
+    try:
+        found = state_backup.drift(root, paths)
+    except DitarError:
+        return  # git cannot tell: the checks above stand alone
+    if found:
+        changes, m = found
+        what = m.subject.split(": ", 1)[-1]
+        more = f" (+{len(changes) - 3} more)" if len(changes) > 3 else ""
+        yield Check(DRIFT, False, f"{', '.join(changes[:3])}{more} since {gitops.state_ref(paths.tag)} "
+                                  f"({m.commit[:7]}: {what}); `dit-ar recover --force` restores it")
+
+
+def state_refusal(root: Path, paths: TagPaths, settle: bool = True) -> str | None:
     """The first failing state check as a gated run's refusal, with the fix; None when all pass."""
-    broken = next((c for c in state_checks(root, paths) if not c.ok), None)
+    broken = next((c for c in state_checks(root, paths, settle=settle) if not c.ok), None)
     if broken is None:
         return None
     ref = gitops.state_ref(paths.tag)
     fix = "" if "dit-ar recover" in broken.detail else (
         f"; restore it with `dit-ar recover --force` (from {ref}), or start a new tag"
         if gitops.ref_commit(root, ref) else f"; restore {paths.dir} or start a new tag")
-    return f"{broken.name} broken: {broken.detail}{fix}"
+    return f"{broken.name if broken.name in _BARE else broken.name + ' broken'}: {broken.detail}{fix}"
 
 
-def checks(sess: Any, sample: int = 3, rng: random.Random | None = None) -> Iterator[Check]:
+def recover(root: Path, paths: TagPaths, force: bool = False, echo: Callable[[str], None] = print) -> int:
+    """`dit-ar recover`: restore a missing or damaged state directory from refs/ditar/<tag>."""
+    ref = state_backup.ref(paths)
+    if all(c.ok for c in state_checks(root, paths, echo=echo)) and not force:
+        raise DitarError(f"{paths.dir} verifies: nothing to recover (--force restores {ref} over it anyway)")
+    commit = gitops.ref_commit(root, ref)
+    if commit is None:
+        raise DitarError(f"no backup of tag {paths.tag}: {ref} does not exist in {root}")
+    restored = state_backup.restore(root, paths, commit)
+    if restored:
+        echo(f"recover: restored {state_backup.describe(restored)} from {ref} ({commit[:7]}) into {paths.dir}")
+    else:
+        echo(f"recover: nothing differed from {ref} ({commit[:7]}); {paths.dir} left as it was")
+    failed = [c for c in state_checks(root, paths, echo=echo) if not c.ok]
+    for c in failed:
+        echo(c.line())
+    echo("recover: the state directory verifies" if not failed else "recover: the state directory still fails to verify")
+    return 0 if not failed else 1
+
+
+def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
+           echo: Callable[[str], None] | None = None) -> Iterator[Check]:
     from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
     from pytest_ditar.store.snapshot import load_snapshot
 
-    yield from state_checks(sess.cfg.root, TagPaths(sess.state_dir))
+    yield from state_checks(sess.cfg.root, TagPaths(sess.state_dir), echo=echo)
     try:
         snap = load_snapshot(sess.baseline_dir, "baseline", verify=False)
     except DitarError:
@@ -172,7 +235,7 @@ def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterat
 def verify(sess: Any, sample: int = 3, echo=print) -> int:
     """Print one line per check; 0 when all pass, 1 otherwise."""
     ok = True
-    for c in checks(sess, sample):
+    for c in checks(sess, sample, echo=echo):
         ok &= c.ok
         echo(c.line())
     echo("verify: all checks passed" if ok else "verify: FAILED")

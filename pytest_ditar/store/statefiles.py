@@ -10,8 +10,8 @@ No pytest, git or torch here.
 """
 from __future__ import annotations
 
-import hashlib
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -26,8 +26,9 @@ from pytest_ditar.store.paths import (
     WORKTREES,
     TagPaths,
 )
+from pytest_ditar.store.snapshot import sha256_file
 
-__all__ = ["RUN_FILES", "backed_up", "changes", "digest", "folders", "watched", "write_back"]
+__all__ = ["RUN_FILES", "backed_up", "changes", "digest", "folders", "recorded", "watched", "write_back"]
 
 RUN_FILES = ("summary.json", "verdict.txt", "candidate.patch")
 _TOP_FILES = (SESSION_FILE, LEDGER_JSONL, RESULTS_TSV)
@@ -55,6 +56,22 @@ def watched(paths: TagPaths) -> dict[str, Path]:
     return out
 
 
+def recorded(rel: str) -> bool:
+    """Whether `rel` (a path in the tag's directory or its backup) is what only a recorded run
+    may change: the ledger, its TSV view, and the baseline and champion snapshots. session.json is
+    watched during a run but left out here: `dit-ar init --worktree` rebinds it between runs."""
+    parts = rel.split("/")
+    if ".." in parts or not _visible(Path(rel)):
+        return False
+    return rel in (LEDGER_JSONL, RESULTS_TSV) or (len(parts) > 1 and parts[0] in _SNAPSHOT_DIRS)
+
+
+def _group(rel: str) -> str:
+    """What a restore replaces as one: a snapshot (baseline/, champions/<commit>/), else the file."""
+    parts = rel.split("/")
+    return "/".join(parts[:2]) if parts[0] == CHAMPIONS else (BASELINE if parts[0] == BASELINE else rel)
+
+
 def folders(paths: TagPaths) -> tuple[Path, ...]:
     """The tag directory's folders, git worktrees left out (git keeps those, and they are big)."""
     out = []
@@ -76,20 +93,12 @@ def backed_up(paths: TagPaths) -> dict[str, Path]:
     return out
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def digest(paths: TagPaths) -> dict[str, str]:
     """sha256 of every watched file."""
     out = {}
     for rel, f in watched(paths).items():
         try:
-            out[rel] = _sha256(f)
+            out[rel] = sha256_file(f)
         except OSError:  # vanished between the listing and the read: it is not there
             pass
     return out
@@ -103,19 +112,19 @@ def changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
     return out
 
 
-def write_back(paths: TagPaths, files: Iterable[tuple[str, bytes]]) -> list[str]:
+def write_back(paths: TagPaths, files: Iterable[tuple[str, bytes]], prune: bool = False) -> list[str]:
     """Write backed-up files into the tag's directory; returns those that were missing or differed.
 
     A snapshot (baseline/, champions/<commit>/) that differs in any way is replaced whole, so a
-    file planted in it goes too; other files are replaced one by one. Anything else in the
-    directory (logs, worktrees) stays."""
+    file planted in it goes too; other files are replaced one by one. With `prune`, a watched
+    file or snapshot the backup does not hold (a champion added since) is removed too. Anything
+    else in the directory (runs' logs, worktrees) stays."""
     groups: dict[str, dict[str, bytes]] = {}
     for rel, data in files:
         parts = rel.split("/")
         if ".." in parts or not _visible(Path(rel)):
             continue  # never written outside the tag's directory
-        key = "/".join(parts[:2]) if parts[0] == CHAMPIONS else (BASELINE if parts[0] == BASELINE else rel)
-        groups.setdefault(key, {})[rel] = data
+        groups.setdefault(_group(rel), {})[rel] = data
     restored: list[str] = []
     for key, members in sorted(groups.items()):
         target = paths.dir / key
@@ -138,4 +147,24 @@ def write_back(paths: TagPaths, files: Iterable[tuple[str, bytes]]) -> list[str]
                 continue
             write_bytes_atomic(target, data)
             restored.append(key)
+    if prune:
+        restored += _prune(paths, set(groups))
     return restored
+
+
+def _prune(paths: TagPaths, kept: set[str]) -> list[str]:
+    """Remove the watched files and snapshots whose group is not in `kept`."""
+    removed: list[str] = []
+    for rel in sorted(watched(paths)):
+        key = _group(rel)
+        if key in kept:
+            continue
+        target = paths.dir / key
+        if key != rel:  # a snapshot the backup does not hold: it goes whole
+            shutil.rmtree(target, ignore_errors=True)
+            kept.add(key)
+            removed.append(f"{key}/ (removed)")
+        else:
+            target.unlink(missing_ok=True)
+            removed.append(f"{rel} (removed)")
+    return removed

@@ -149,6 +149,37 @@ def revert_to_parent(root: Path, expected_head: str) -> str:
     return parent
 
 
+def branch_commit(root: Path, branch: str) -> str | None:
+    """The commit `branch` (a local branch's name) points at; None when it does not exist."""
+    return ref_commit(root, f"refs/heads/{branch}")
+
+
+def put_branch_back(root: Path, branch: str, target: str) -> None:
+    """Point `branch` at `target` and check it out, keeping uncommitted changes (keep semantics).
+
+    HEAD on `branch`: `git reset --keep target`. HEAD elsewhere (another branch, detached):
+    `git checkout -B branch target`, which moves the branch only if the checkout succeeds. Where a
+    local change sits in a file the move would overwrite, git refuses and so does this (DitarError,
+    one line saying how to finish by hand); nothing is overwritten."""
+    repo = _repo(root)
+    if repo is None:
+        raise DitarError(f"{root}: not a git repository; {branch} not put back")
+    on_branch = not repo.head.is_detached and repo.active_branch.name == branch
+    args = ["reset", "-q", "--keep", target] if on_branch else ["checkout", "-q", "-B", branch, target]
+    status, out, err = repo.git.execute(["git", *args], with_extended_output=True, with_exceptions=False)
+    if status == 0:
+        return
+    by_hand = f"git reset --keep {target[:7]}" if on_branch else f"git checkout -B {branch} {target[:7]}"
+    dirty = dirty_paths(root)
+    touched = set(changed_files(root, target, "HEAD")) if dirty else set()
+    local = [p for p in dirty if p in touched] or dirty
+    if local:
+        raise DitarError(f"uncommitted changes ({', '.join(local[:3])}) block putting {branch} back on {target[:7]}: "
+                         f"save them, then `{by_hand}` finishes it")
+    said = (err or out).strip().splitlines()
+    raise DitarError(f"`{by_hand}` refused ({said[0] if said else f'exit {status}'}): fix that, then run it to finish")
+
+
 def create_branch(root: Path, name: str) -> None:
     repo = _repo(root)
     if repo is None:
@@ -290,18 +321,40 @@ def _mktree(root: Path, blobs: dict[str, str]) -> str:
     raise AssertionError("unreachable: the root folder is level 0")
 
 
-def save_tree(root: Path, ref: str, files: Mapping[str, Path], message: str, parent: str | None = None) -> str:
+def blob_ids(root: Path, files: Mapping[str, Path], write: bool = False) -> dict[str, str]:
+    """The git blob id of each file (path -> file on disk), with one `hash-object --stdin-paths`;
+    `write` also stores the blobs."""
+    names = sorted(files)
+    if not names:
+        return {}
+    listing = "".join(f"{files[n]}\n" for n in names).encode()
+    shas = _git_in(root, "hash-object", *(["-w"] if write else []), "--no-filters", "--stdin-paths", data=listing,
+                   what="git hash-object (backing up the state)" if write else "git hash-object").split()
+    return dict(zip(names, shas))
+
+
+def tree_blobs(root: Path, rev: str) -> dict[str, str]:
+    """Every file of `rev`'s tree as path -> blob id (`ls-tree -r`), without reading the blobs."""
+    out = {}
+    for rec in _git(root, "ls-tree", "-r", "-z", rev, what=f"git ls-tree {rev}").split("\0"):
+        if rec:
+            meta, _, path = rec.partition("\t")
+            _mode, kind, sha = meta.split()
+            if kind == "blob":
+                out[path] = sha
+    return out
+
+
+def save_tree(root: Path, ref: str, files: Mapping[str, Path], message: str, parent: str | None = None,
+              always: bool = False) -> str:
     """Commit `files` (path in the tree -> file on disk) to `ref`; returns the ref's commit.
 
     The previous commit (`parent`, else the ref's) is the new one's parent; when the tree is the
-    same as the parent's, nothing new is written and the parent is returned."""
-    names = sorted(files)
-    listing = "".join(f"{files[n]}\n" for n in names).encode()
-    shas = _git_in(root, "hash-object", "-w", "--no-filters", "--stdin-paths", data=listing,
-                   what="git hash-object (backing up the state)").split() if names else []
-    tree = _mktree(root, dict(zip(names, shas)))
+    same as the parent's, nothing new is written and the parent is returned, unless `always`
+    (a commit whose message is what matters, such as a run's marker)."""
+    tree = _mktree(root, blob_ids(root, files, write=True))
     old = parent or ref_commit(root, ref)
-    if old and _git(root, "rev-parse", f"{old}^{{tree}}").strip() == tree:
+    if old and not always and _git(root, "rev-parse", f"{old}^{{tree}}").strip() == tree:
         if ref_commit(root, ref) != old:  # the ref was moved or deleted: point it back
             _git(root, "update-ref", "-m", message, ref, old)
         return old
@@ -313,14 +366,7 @@ def save_tree(root: Path, ref: str, files: Mapping[str, Path], message: str, par
 
 def read_tree(root: Path, rev: str) -> list[tuple[str, bytes]]:
     """Every file of `rev`'s tree as (path, bytes), read with one `cat-file --batch`."""
-    listing = _git(root, "ls-tree", "-r", "-z", rev, what=f"git ls-tree {rev}")
-    entries = []
-    for rec in listing.split("\0"):
-        if rec:
-            meta, _, path = rec.partition("\t")
-            _mode, kind, sha = meta.split()
-            if kind == "blob":
-                entries.append((path, sha))
+    entries = list(tree_blobs(root, rev).items())
     if not entries:
         return []
     raw = _git_in(root, "cat-file", "--batch", data="".join(f"{sha}\n" for _, sha in entries).encode(),

@@ -35,10 +35,10 @@ A KEEP is the attack winning. "FAILS" marks a test that fails on that code.
  12  consistent baseline rewrite            REFUSED "baseline"/"anchor"/"manifest"      DISCARD quality 1/6  FAILS         REFUSED "baseline anchor broken"
  13  rmtree the state dir in generate()     CRASH "state", rows and status intact       no verdict (INTERNALERROR)  FAILS  CRASH "state directory damaged ... restored"
  14  forge a KEEP row (package's Ledger)    CRASH/DISCARD "state"/"ledger", row gone    DISCARD, forged row stays  FAILS   CRASH "state directory damaged ... restored"
- 14b forge a KEEP, SIGKILL the judge        the forged commit never champion            forged commit is champion  FAILS   forged commit is champion  FAILS
- 15  amend to untested code after judging   not KEEP naming git/HEAD, branch on the     KEEP 1.93-2.0x  FAILS              KEEP 2.02x (14:35); DISCARD "unstable"
-                                            champion                                                                       (15:00), branch on the amended commit  FAILS
- 15b commit on top to dodge the revert      branch on the champion                      discarded commit stays  FAILS      discarded commit stays  FAILS
+ 14b forge a KEEP, SIGKILL the judge        the forged commit never champion            forged commit is champion  FAILS   rolled back from refs/ditar/<tag> (15:30)
+ 15  amend to untested code after judging   not KEEP naming git/HEAD, branch on the     KEEP 1.93-2.0x  FAILS              CRASH "git state changed during the run",
+                                            champion                                                                       branch back on the champion (15:30)
+ 15b commit on top to dodge the revert      branch on the champion                      discarded commit stays  FAILS      CRASH, branch back on the champion (15:30)
  16  user edit to a tracked file mid-run    the edit survives                           wiped by reset --hard  FAILS       survives
  17  untracked mutable/helper.py imported   REFUSED "untracked", nothing recorded       DISCARD guard clean_tree  FAILS    REFUSED "untracked file mutable/helper.py"
  18  judge's secrets: /proc cmdline,        not KEEP; once it replayed predicted timed  KEEP 2.17-4.18x  FAILS             DISCARD not faster: per-draw nonces (15:00)
