@@ -133,8 +133,8 @@ def test_timed_rounds_are_fresh_requests_reproducible_from_the_recorded_secret(p
         assert all(t in seen for t in timed)  # the candidate was asked for exactly these
     probe = summary["lanes"]["latency_b1"]["measurement"]["probe"]
     lane = summary["lanes"]["latency_b1"]["measurement"]
-    assert len(probe["repeat_s"]) == 3 and probe["unique_s"] == lane["samples"] and probe["ratio"] > 0
-    assert seen.count(tuple(lane["seeds"][-1])) == 4  # the last round's request, asked again three times
+    assert len(probe["repeat_s"]) == len(probe["unique_s"]) == 2 and probe["ratio"] > 0
+    assert seen.count(tuple(lane["seeds"][-1])) == 3  # the last round's request, asked again twice
     t = summary["timings"]
     assert t["perf.audit"] > 0 and t["perf.probe"] > 0 and "audit+probe " in res.stdout
 

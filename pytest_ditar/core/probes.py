@@ -16,15 +16,14 @@ CACHING_TOLERANCE = 0.20  # repeats this much faster than new requests is cachin
 
 def caching(repeat_s: Sequence[float], unique_s: Sequence[float], min_effect: float) -> str | None:
     """The reason a candidate is caching, or None. `unique_s` are calls on requests new to the
-    candidate (the lane's rounds), `repeat_s` calls on one it has already answered. The repeats'
-    median must beat the unique one by more than the larger of CACHING_TOLERANCE and the lane's
-    minimum effect, and even the slowest repeat must beat the unique median, so host noise alone
-    does not trigger it."""
+    candidate, `repeat_s` calls on one it has already answered, alternating. Every repeat must beat
+    every new request, and the medians must differ by more than the larger of CACHING_TOLERANCE and
+    the lane's minimum effect, so host noise alone does not trigger it."""
     if len(repeat_s) < 2 or len(unique_s) < 2 or min(repeat_s) <= 0:
         return None
     unique, repeat = statistics.median(unique_s), statistics.median(repeat_s)
     tol = max(CACHING_TOLERANCE, min_effect)
-    if max(repeat_s) < unique and unique / repeat > 1.0 + tol:
+    if max(repeat_s) < min(unique_s) and unique / repeat > 1.0 + tol:
         return (f"caching: a repeated request ran {unique / repeat:.2f}x faster than new ones (median "
                 f"{repeat * 1e3:.1f} ms vs {unique * 1e3:.1f} ms; tolerance {tol * 100:.0f}%)")
     return None

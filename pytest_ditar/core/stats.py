@@ -1,7 +1,9 @@
 """Lane statistics: is a candidate faster than the champion beyond the machine's noise?
 
 Pure functions over timing samples (seconds or any positive unit): no pytest, git, I/O or
-torch, so the keep/discard rule built on top can be unit-tested as plain code.
+torch, so the keep/discard rule built on top can be unit-tested as plain code. Over 400 lines
+on purpose: the paired and unpaired comparisons, the noise floor and the bootstrap they share are
+one statistical argument, and splitting it would scatter the conventions below.
 
 Conventions
 - ``speedup`` = champion median / candidate median, so >1 means the candidate is faster.

@@ -2,7 +2,9 @@
 code runs, and at session end turns results into KEEP / DISCARD / CRASH with git actions.
 
 It sees plain data only (RunOptions, collected ids, test outcomes) and returns what pytest must
-do (an exit status, lines to print); pytest itself stays in pytest_ditar.plugin."""
+do (an exit status, lines to print); pytest itself stays in pytest_ditar.plugin. About 430
+lines: every refusal a gated run can end in is decided here, in the order it is checked, so the
+order can be read in one place; what a decided run writes lives in record.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass

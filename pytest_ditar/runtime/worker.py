@@ -10,6 +10,8 @@ worker synchronizes its device before it replies. While one worker is timed, eve
 the candidates started is stopped, detached ones included (`runtime.proctree`), and closing a
 worker ends everything it started. A worker that dies, hangs past the timeout or
 sends malformed data is killed and becomes a CandidateError (a CRASH), never a hung judge.
+About 430 lines: the life cycle, the pausing and the wire format of one worker belong together
+(each relies on the others' invariants); the process-tree scans live in proctree.py.
 """
 from __future__ import annotations
 

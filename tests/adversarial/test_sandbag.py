@@ -15,12 +15,13 @@ from .conftest import KEYS, assert_not_kept, experiment
 pytestmark = pytest.mark.adversarial
 
 # Sandbag in the champion's role: the project root has the state directory beside mutable/, a
-# worktree built for the champion does not. Sleeps 80% of the call's own time there.
+# worktree built for the champion does not. Sleeps 3x the call's own time there: far beyond what
+# the load of a shared 2-core box does to a champion between two runs (up to 1.8x seen).
 SANDBAG = STOCK.replace(GEN_SIG, GEN_SIG + "        import time as _t; _t0 = _t.perf_counter()\n").replace(
     GEN_RETURN,
     "        from pathlib import Path as _P\n"
     "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
-    "            _t.sleep(0.8 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
+    "            _t.sleep(3.0 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
 assert SANDBAG.count("_t.sleep") == 1
 TWIN = SANDBAG + "\n# the same code: only the champion's role differs\n"
 
@@ -29,9 +30,9 @@ def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_c
     from candidates import REDUNDANT
 
     proj = make_project(pytester, mutable_source=REDUNDANT)
-    # this project checks drift as a user's default does (the shared test config turns it off for load)
-    proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 0.25})
-    proj.git("commit", "-qam", "drift check at 25%")
+    # drift checked (the shared test config turns it off), loosely enough for a loaded CI box
+    proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 1.5})
+    proj.git("commit", "-qam", "drift check at 2.5x")
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
