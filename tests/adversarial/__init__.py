@@ -1,8 +1,10 @@
 """Adversarial battery: candidates written by an agent that is rewarded for a KEEP, not for a faster
 pipeline. attacks.py holds the attacks (one constant each, with what it does), conftest.py the
 reason keywords the defences must use (KEYS) and the helpers; the tests are grouped by theme:
-test_timing.py, test_state.py, test_git.py, test_config.py, and test_honest.py for the controls
-(an honest faster candidate is KEPT, unchanged computations never are).
+test_timing.py, test_state.py, test_git.py, test_config.py, test_sandbag.py, and test_honest.py
+for the controls (an honest faster candidate is KEPT, unchanged computations never are). The
+test_defence_*.py files are the defences' own attack-first tests (exact reasons, recover, the
+backup ref's markers), kept here so that `pytest tests` stays inside its time budget.
 
 A package, so that its conftest is `adversarial.conftest` and never shadows tests/conftest.py,
 which every test module (these included) imports as `conftest`.

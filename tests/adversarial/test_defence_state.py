@@ -9,6 +9,9 @@ from candidates import ALTERS, STOCK, _patch
 
 from conftest import verdict_line
 
+# The defences' own attack-first tests: they run with the battery (CI's second step).
+pytestmark = pytest.mark.adversarial
+
 GEN = "    def generate(self, request: Request) -> Generated:\n"
 STATE = ".autoresearch/t"
 

@@ -2,9 +2,13 @@
 import hashlib
 import json
 
+import pytest
 from candidates import STOCK, _patch
 
 from conftest import verdict_line
+
+# The defences' own attack-first tests: they run with the battery (CI's second step).
+pytestmark = pytest.mark.adversarial
 
 # Half the denoising steps: about twice as fast, and far from the baseline's outputs.
 HALF_STEPS = _patch("num_inference_steps=request.steps,", "num_inference_steps=max(1, request.steps // 2),")

@@ -3,6 +3,9 @@ and it refuses a tree or history it cannot judge cleanly, before recording or re
 import pytest
 from candidates import ALTERS, STOCK
 
+# The defences' own attack-first tests: they run with the battery (CI's second step).
+pytestmark = pytest.mark.adversarial
+
 BUILD = "def build(spec: PipelineSpec) -> StockDiT:\n"
 
 
