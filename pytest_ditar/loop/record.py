@@ -161,7 +161,7 @@ def _summary(gate: "Gate", d: Decision) -> dict[str, Any]:
                         for k, r in s.quality.items()},
             "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
             "timings": s.clock.as_dict(),
-            "request_secret": getattr(s, "request_secret", None)}  # what keyed the run's timed requests
+            "request_secret": s.request_secret}  # what keyed the run's timed requests
 
 
 def act(gate: "Gate", d: Decision) -> Recorded:

@@ -180,6 +180,7 @@ class PerfRunner:
         except CandidateError as exc:
             _fail_candidate(exc)
         group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
+        objective = lane.name == sess.cfg.objective_lane
         champ = None if group else self.champion()
         from pytest_ditar.hardware import exclusivity
 
@@ -190,7 +191,6 @@ class PerfRunner:
 
                     m = measure_group_lane(sess, lane)
                 else:
-                    objective = lane.name == sess.cfg.objective_lane
                     m = measure_lane(cand, sess.suite, lane, champion=champ,
                                      benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
                                      progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu,
@@ -209,7 +209,7 @@ class PerfRunner:
         else:
             source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
-        res = judge_lane(m, champ_samples, objective=lane.name == sess.cfg.objective_lane, source=source,
+        res = judge_lane(m, champ_samples, objective=objective, source=source,
                          noise=noise, perf_cfg=sess.cfg.perf, stored_samples=stored_samples)
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
