@@ -1,7 +1,8 @@
 """Two checks on the timing itself, pure functions of samples:
 
 - the caching probe (one request repeated against unique ones): an honest pipeline is no faster
-  on a request it has already seen; a memoizing one is;
+  on a request it has already seen; a memoizing one is. A cheap screen, then a confirmation on
+  fresh calls only when the screen trips;
 - champion drift: the champion's in-run samples must not be slower than its stored ones, else
   something slowed the champion's rounds: interference, a changed host, or a candidate that found
   a way to reach the champion.
@@ -12,21 +13,41 @@ import statistics
 from collections.abc import Sequence
 
 CACHING_TOLERANCE = 0.20  # repeats this much faster than new requests is caching
+CACHING_ALPHA = 0.01  # the confirmation's one-sided Mann-Whitney level
 
 
-def caching(repeat_s: Sequence[float], unique_s: Sequence[float], min_effect: float) -> str | None:
-    """The reason a candidate is caching, or None. `unique_s` are calls on requests new to the
-    candidate, `repeat_s` calls on one it has already answered, alternating. Every repeat must beat
-    every new request, and the medians must differ by more than the larger of CACHING_TOLERANCE and
-    the lane's minimum effect, so host noise alone does not trigger it."""
+def caching_suspected(repeat_s: Sequence[float], unique_s: Sequence[float], min_effect: float) -> bool:
+    """The probe's cheap screen: every repeat beat every new request and the medians are more than
+    the larger of CACHING_TOLERANCE and the lane's minimum effect apart. With two calls a side an
+    honest pipeline on a noisy host passes it about one time in ten, so it only decides whether to
+    ask for confirmation, never the verdict."""
     if len(repeat_s) < 2 or len(unique_s) < 2 or min(repeat_s) <= 0:
+        return False
+    ratio = statistics.median(unique_s) / statistics.median(repeat_s)
+    return max(repeat_s) < min(unique_s) and ratio > 1.0 + max(CACHING_TOLERANCE, min_effect)
+
+
+def caching(repeat_s: Sequence[float], unique_s: Sequence[float], min_effect: float,
+            alpha: float = CACHING_ALPHA) -> str | None:
+    """The reason a candidate is caching, or None, judged on the confirmation samples (fresh calls
+    taken after the screen tripped, so the screen's luck does not count twice): the repeated
+    request's median is faster than the new ones' by more than the larger of CACHING_TOLERANCE and
+    the lane's minimum effect AND a one-sided Mann-Whitney test at `alpha` says repeats are faster.
+    A real cache answers a seen request in a fraction of the time and clears both easily."""
+    if len(repeat_s) < 3 or len(unique_s) < 3 or min(repeat_s) <= 0:
         return None
     unique, repeat = statistics.median(unique_s), statistics.median(repeat_s)
     tol = max(CACHING_TOLERANCE, min_effect)
-    if max(repeat_s) < min(unique_s) and unique / repeat > 1.0 + tol:
-        return (f"caching: a repeated request ran {unique / repeat:.2f}x faster than new ones (median "
-                f"{repeat * 1e3:.1f} ms vs {unique * 1e3:.1f} ms; tolerance {tol * 100:.0f}%)")
-    return None
+    if unique / repeat <= 1.0 + tol:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    p = float(mannwhitneyu(list(repeat_s), list(unique_s), alternative="less").pvalue)
+    if p >= alpha:
+        return None
+    return (f"caching: a repeated request ran {unique / repeat:.2f}x faster than new ones (median "
+            f"{repeat * 1e3:.1f} ms vs {unique * 1e3:.1f} ms over {len(repeat_s)}+{len(unique_s)} confirming "
+            f"calls, p={p:.2g}; tolerance {tol * 100:.0f}%)")
 
 
 def champion_drift(in_run: Sequence[float], stored: Sequence[float], tolerance: float,

@@ -24,7 +24,8 @@ from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
 # An audit sees the candidate's and the champion's outputs (None without a champion) of one
 # request and returns (index in the batch, what is wrong) for the first bad image, or None.
 Audit = Callable[[Outputs, "Outputs | None"], "tuple[int, str] | None"]
-PROBE_PAIRS = 2  # (new request, repeated request) pairs in the caching probe
+PROBE_PAIRS = 2  # (new request, repeated request) pairs in the caching probe's screen
+CONFIRM_PAIRS = 6  # more pairs, only when the screen trips: 6+6 can reach p ~ 0.001
 
 
 class AuditFailure(Exception):
@@ -221,19 +222,29 @@ def caching_probe(candidate: CandidateWorker, workers: list, stream: RequestStre
     Both kinds run back to back on the candidate alone, so caches and clocks treat them alike
     (against the interleaved rounds, consecutive calls ran up to 1.3x faster on a busy CPU host)."""
     t0 = judge_clock()
-    rep: list[float] = []
-    uniq: list[float] = []
-    for k in range(PROBE_PAIRS):
-        new = _timed(candidate, workers, fresh_request(stream, suite, lane, f"probe/{k}"), timeout_s, [])
-        again = _timed(candidate, workers, repeated, timeout_s, [])
-        uniq.append(new.seconds)
-        rep.append(again.seconds)
-        for out in (new, again):
-            problem = audit(out, None) if audit is not None else None
-            if problem:
-                raise AuditFailure(f"audit: caching probe call {k + 1}: {problem[1]}")
-    return {"repeat_s": rep, "unique_s": uniq, "seconds": judge_clock() - t0,
-            "ratio": statistics.median(uniq) / statistics.median(rep) if min(rep) > 0 else None}
+
+    def pairs(n: int, label: str) -> dict[str, list[float]]:
+        rep: list[float] = []
+        uniq: list[float] = []
+        for k in range(n):
+            new = _timed(candidate, workers, fresh_request(stream, suite, lane, f"{label}/{k}"), timeout_s, [])
+            again = _timed(candidate, workers, repeated, timeout_s, [])
+            uniq.append(new.seconds)
+            rep.append(again.seconds)
+            for out in (new, again):
+                problem = audit(out, None) if audit is not None else None
+                if problem:
+                    raise AuditFailure(f"audit: caching probe call {k + 1}: {problem[1]}")
+        return {"repeat_s": rep, "unique_s": uniq}
+
+    from pytest_ditar.core.probes import caching_suspected
+
+    screen = pairs(PROBE_PAIRS, "probe")
+    out: dict[str, Any] = dict(screen)
+    if caching_suspected(screen["repeat_s"], screen["unique_s"], 0.0):
+        out["confirm"] = pairs(CONFIRM_PAIRS, "probe-confirm")
+    out["seconds"] = judge_clock() - t0
+    return out
 
 
 def count_flops(candidate: CandidateWorker, suite: Suite, lane: Lane) -> float | None:
@@ -284,7 +295,8 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
 
     if m.audit_failure:
         return outcome("REJECTED", m.audit_failure)
-    cached = probes.caching(m.probe.get("repeat_s", ()), m.probe.get("unique_s", ()), min_effect) if m.probe else None
+    confirm = (m.probe or {}).get("confirm") or {}
+    cached = probes.caching(confirm.get("repeat_s", ()), confirm.get("unique_s", ()), min_effect) if confirm else None
     if cached:
         return outcome("REJECTED", cached)
     if len(champion_samples) < 3 or len(m.samples) < 3:
