@@ -23,9 +23,9 @@ from pytest_ditar.core.vocabulary import CLASSES, DEFAULT_CONFIG
 
 @dataclass(frozen=True)
 class PerfConfig:
-    min_speedup: float = 0.02  # configured floor of the effect to KEEP (2%)
-    noise_k: float = 2.0  # min effect is at least k x the A/A noise measured at baseline
-    alpha: float = 0.05
+    min_speedup: float = 0.01  # the user's "worth keeping": a KEEP must beat 1 + this (and the seat bias)
+    noise_k: float = 2.0  # lanes judged on stored samples: min effect is k x the baseline's A/A noise
+    alpha: float = 0.05  # false-KEEP rate of the objective lane, spent over its sequential looks
     max_cv: float = 0.20  # robust CV above this -> UNSTABLE (H200 eager A/A showed 6-12%)
     guard_tolerance: float = 0.05  # non-objective lanes may not regress beyond this
     n_boot: int = 2000
@@ -34,6 +34,23 @@ class PerfConfig:
     # The in-run champion may differ from its stored samples by at most max(this, min effect)
     # before the lane is UNSTABLE (champion drift: interference, or a changed host).
     drift_tolerance: float = 0.05
+    # Sequential objective lane (core.sequential): the suite's rounds first, then doubling up to
+    # max_rounds while undecided, for at most lane_budget_s seconds of the lane.
+    max_rounds: int = 384
+    lane_budget_s: float = 60.0
+    # Measure each champion against a second build of itself once (loop.champion.seat_bias) and
+    # hold a KEEP to that bias too; off, the threshold is min_speedup alone.
+    seat_bias: bool = True
+
+    def __post_init__(self) -> None:
+        checks = {"min_speedup": 0.0 <= self.min_speedup < 1.0, "alpha": 0.0 < self.alpha < 0.5,
+                  "max_rounds": self.max_rounds >= 3, "lane_budget_s": self.lane_budget_s > 0.0,
+                  "noise_k": self.noise_k >= 0.0, "max_cv": self.max_cv > 0.0,
+                  "guard_tolerance": 0.0 <= self.guard_tolerance < 1.0, "drift_tolerance": self.drift_tolerance >= 0.0}
+        for key, ok in checks.items():
+            if not ok:
+                raise ConfigError(f"key 'perf.{key}' is out of range: {getattr(self, key)!r} "
+                                  "(see README, configuration)")
 
 
 @dataclass(frozen=True)
@@ -156,7 +173,10 @@ def build_dataclass(cls: type, raw: Any, where: str, prefix: str = "", **extra: 
             known = ", ".join(sorted(fields))
             raise ConfigError(f"{where}: unknown key '{prefix}{key}' (known: {known})")
         kwargs[key] = _typecheck(where, prefix + key, value, str(fields[key].type))
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:  # a range check in __post_init__: name the file too
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def load_config(path: str | Path) -> Config:

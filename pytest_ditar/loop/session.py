@@ -48,7 +48,7 @@ class DitarSession:
     _baseline: Any = None
     _run_dir: Path | None = None
     _fingerprint: Any = None
-    _workers: dict = field(default_factory=dict)  # candidate dir -> CandidateWorker (one process each)
+    _workers: dict = field(default_factory=dict)  # (candidate dir, name) -> CandidateWorker (one process each)
     _worker_logs: Path | None = None
     _scratch: Path | None = None  # the workers' working directories: private, outside the project
     _worktrees: dict = field(default_factory=dict)  # worktree -> its file stamps when checked against its commit
@@ -128,10 +128,11 @@ class DitarSession:
         return self._baseline
 
     def worker(self, candidate_dir: Path, name: str) -> CandidateWorker:
-        """The (started) worker process for the pipeline in `candidate_dir`; one per directory per session."""
-        key = Path(candidate_dir).resolve()
+        """The (started) worker process for the pipeline in `candidate_dir`, one per directory and
+        name per session (a second name on one directory is a second build: the champion's twin)."""
+        key = (Path(candidate_dir).resolve(), name)
         if key not in self._workers:
-            require_pipeline(key)  # a missing package is a usage error, before any process starts
+            require_pipeline(key[0])  # a missing package is a usage error, before any process starts
             import tempfile
 
             if self._worker_logs is None:
@@ -139,7 +140,7 @@ class DitarSession:
                 self._scratch = Path(tempfile.mkdtemp(prefix="ditar-scratch-"))
             cwd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
-            w = CandidateWorker(name, key, spec, log_path=self._worker_logs / f"{name}.log",
+            w = CandidateWorker(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
                                 memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
                                 cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")))
             self._workers[key] = w.start(fingerprint=True)
@@ -235,6 +236,14 @@ class DitarSession:
 
         The candidate runs beside it and could edit that worktree before its worker imports it, so
         the worktree is checked to be its commit first, and unchanged once the build is done."""
+        return self._build_in_worktree(commit, f"commit-{commit[:7]}", phase, start_only)
+
+    def build_twin(self, commit: str, phase: str = "perf.build_twin", start_only: bool = False) -> CandidateWorker:
+        """A second, independent build of `commit`'s worktree (a process of its own), for measuring
+        what the candidate's seat alone is worth (loop.champion.seat_bias)."""
+        return self._build_in_worktree(commit, f"twin-{commit[:7]}", phase, start_only)
+
+    def _build_in_worktree(self, commit: str, name: str, phase: str, start_only: bool) -> CandidateWorker:
         from pytest_ditar.loop import worktrees
 
         wt = self.state_dir / "worktrees" / commit[:12]
@@ -245,7 +254,7 @@ class DitarSession:
                 except CandidateError as exc:  # changed again as it was checked out afresh: a CRASH
                     self.errors.append(exc)
                     raise
-            w = self.worker(wt / self.cfg.candidate_dir, f"commit-{commit[:7]}")
+            w = self.worker(wt / self.cfg.candidate_dir, name)
             w.memory_budget_gib = self.memory_budget_gib
             if start_only:
                 w.request_build()
@@ -255,6 +264,13 @@ class DitarSession:
             if err is not None:
                 raise err
             return w
+
+    def retire(self, worker: CandidateWorker) -> None:
+        """Stop one worker now (the twin, once measured: its device memory is the candidate's)."""
+        for key, w in list(self._workers.items()):
+            if w is worker:
+                del self._workers[key]
+                w.close()
 
     def check_worktrees(self) -> CandidateError | None:
         """A CRASH error, recorded once in `errors`, when a file of a worktree this run builds from

@@ -146,7 +146,34 @@ class PerfRunner:
         from pytest_ditar.plugin.console import bars
 
         live = bars(self.config)
-        return lambda done: live.set(f"lane {lane.name}", done, lane.repeats, f"lane {lane.name} rounds")
+        # a sequential lane may grow past its first look: the bar's total follows it
+        return lambda done: live.set(f"lane {lane.name}", done, max(done, lane.repeats), f"lane {lane.name} rounds")
+
+    def _sequential(self, lane, champ):
+        """The objective lane's sequential plan against an interleaved champion, its threshold the
+        larger of min_speedup and the champion's seat bias (measured once per champion, in a gated
+        run; a report-only run uses what is stored); with the bias, or None."""
+        from pytest_ditar.core import sequential as seq
+        from pytest_ditar.loop import champion
+        from pytest_ditar.runtime.lanes import Sequential, measure_lane
+
+        sess, perf = self.sess, self.sess.cfg.perf
+        the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
+        commit = champion.commit(sess)
+
+        def aa(twin, champ_worker):  # the champion against its twin, as the gate times a candidate
+            if sess.candidate is not None:
+                sess.candidate.pause()  # the candidate sits this out, frozen with all it started
+            m = measure_lane(twin, sess.suite, lane, champion=champ_worker, timeout_s=sess.cfg.item_timeout_s,
+                             repeats=the_plan.looks[min(1, len(the_plan.looks) - 1)], pin_cpu=perf.pin_cpu,
+                             stream=self._requests())
+            return m.champion_samples, m.samples
+
+        if self._gated() and perf.seat_bias:
+            seat = champion.seat_bias(sess, commit, lane, champ, aa)
+        else:
+            seat = champion.stored_seat_bias(sess, commit, lane.name)
+        return Sequential(the_plan, seq.threshold(perf.min_speedup, seat), perf.lane_budget_s), seat
 
     def _requests(self):
         """One stream of timed requests per run, keyed by the session's secret."""
@@ -182,6 +209,13 @@ class PerfRunner:
         group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
         objective = lane.name == sess.cfg.objective_lane
         champ = None if group else self.champion()
+        sequential = seat = None
+        if objective and champ is not None:
+            try:
+                sequential, seat = self._sequential(lane, champ)
+            except CandidateError as exc:  # the twin's build failed, or the champion's worktree moved
+                sess.errors.append(exc)
+                _fail_candidate(exc)
         from pytest_ditar.hardware import exclusivity
 
         try:  # the watch: no other process may use this GPU while it is timed
@@ -195,7 +229,7 @@ class PerfRunner:
                                      benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
                                      progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu,
                                      stream=self._requests(), audit=self._audit(),
-                                     probe=objective and self._gated())
+                                     probe=objective and self._gated(), sequential=sequential)
                     sess.clock.note("perf.audit", m.audit_s)
                     sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
         except CandidateError as exc:
@@ -210,7 +244,8 @@ class PerfRunner:
             source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
         res = judge_lane(m, champ_samples, objective=objective, source=source,
-                         noise=noise, perf_cfg=sess.cfg.perf, stored_samples=stored_samples)
+                         noise=noise, perf_cfg=sess.cfg.perf, stored_samples=stored_samples,
+                         sequential=sequential, seat=seat)
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core.requests import RequestStream
+from pytest_ditar.core.sequential import CONTINUE, Plan, look
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import no_gc
@@ -26,6 +27,16 @@ from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
 Audit = Callable[[Outputs, "Outputs | None"], "tuple[int, str] | None"]
 PROBE_PAIRS = 2  # (new request, repeated request) pairs in the caching probe's screen
 CONFIRM_PAIRS = 6  # more pairs, only when the screen trips: 6+6 can reach p ~ 0.001
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """How an objective lane grows (core.sequential): the plan's looks, the threshold a KEEP must
+    clear, and the seconds the lane's timed rounds may take before it stops undecided."""
+
+    plan: Plan
+    threshold: float
+    budget_s: float
 
 
 class AuditFailure(Exception):
@@ -72,6 +83,8 @@ class LaneMeasurement:
     audit_failure: str | None = None  # the first timed output that failed its audit, naming the round
     audit_s: float = 0.0  # judge time spent auditing timed outputs
     probe: dict[str, Any] = field(default_factory=dict)  # the caching probe's samples (objective lane)
+    looks: list[dict[str, Any]] = field(default_factory=list)  # a sequential lane's looks (core.sequential.Look)
+    undecided: str | None = None  # why a sequential lane stopped without a decision (budget)
 
     @property
     def timed_s(self) -> float:
@@ -115,11 +128,12 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                  benchmark: Any = None, timeout_s: float | None = None, repeats: int | None = None,
                  progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
                  steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
-                 probe: bool = False) -> LaneMeasurement:
+                 probe: bool = False, sequential: Sequential | None = None) -> LaneMeasurement:
     """Warm up, then time `repeats` rounds, each on a fresh request. With a champion, rounds
     alternate ABBA so drift (clocks, thermals, page cache) lands on both sides equally. `audit`
     checks every timed output of the candidate (a failure stops the lane); `probe` adds the
-    caching probe after the rounds."""
+    caching probe after the rounds. `sequential` (with a champion) keeps adding rounds until a
+    look decides, the plan ends or the budget is spent (core.sequential)."""
     stream = stream or new_stream(suite)
     warm = lane_request(suite, lane)
     rounds = repeats or lane.repeats
@@ -182,6 +196,12 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                     setup()
                     run_cand()
                     teardown()
+            if sequential is not None and champion is not None:
+                def one_round() -> None:
+                    setup()
+                    run_cand()
+                    teardown()
+                _grow(m, sequential, one_round, t_wall)
             if probe and state["last"] is not None:
                 m.probe = caching_probe(candidate, workers, stream, suite, lane, state["last"], timeout_s, audit)
         except AuditFailure as exc:
@@ -191,6 +211,31 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     m.peak_allocated_gib, m.peak_reserved_gib = candidate.memory()
     m.wall_s = judge_clock() - t_wall
     return m
+
+
+def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0: float) -> None:
+    """Look, and while undecided add rounds up to the next look; a look the budget cannot reach is
+    taken where the budget ends, and is the last. An undecided end says why in `m.undecided`."""
+    k, cut = 0, None
+    while True:
+        lk = look(m.champion_samples, m.samples, sq.threshold, sq.plan, k)
+        m.looks.append(asdict(lk))
+        if lk.decision != CONTINUE:
+            return
+        if cut or k + 1 >= len(sq.plan.looks):
+            m.undecided = cut or f"the plan's last look ({sq.plan.looks[-1]} rounds)"
+            return
+        k += 1
+        spent = judge_clock() - t0
+        affordable = len(m.samples) + int(max(0.0, sq.budget_s - spent) / (spent / max(1, len(m.samples))))
+        target = min(sq.plan.looks[k], affordable)
+        if target <= len(m.samples):
+            m.undecided = f"the lane's budget of {sq.budget_s:g}s, spent after {len(m.samples)} rounds"
+            return
+        if target < sq.plan.looks[k]:
+            cut = f"the lane's budget of {sq.budget_s:g}s, reached at {target} rounds"
+        while len(m.samples) < target:
+            one_round()
 
 
 def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> None:
@@ -272,10 +317,13 @@ class LaneResult:
 
 
 def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
-               noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None) -> LaneResult:
+               noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
+               sequential: Sequential | None = None, seat: Any = None) -> LaneResult:
     """Turn samples into a lane verdict with the statistics in stats.py. A failed audit or a
     caching candidate voids the timing (REJECTED); an interleaved champion that disagrees with its
-    own stored samples (`stored_samples`) makes the lane UNSTABLE."""
+    own stored samples (`stored_samples`) makes the lane UNSTABLE. A lane grown by `sequential`
+    is decided by its looks (core.sequential), against the larger of min_speedup and the
+    champion's `seat` bias; other lanes by core.stats against the baseline's A/A floor."""
     from dataclasses import asdict as _asdict
 
     from pytest_ditar.core import probes, stats
@@ -287,7 +335,11 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
     raw = (noise or {}).get("paired") if paired else None
     floor_fields = {k: v for k, v in (raw or noise or {}).items() if k != "paired"}
     floor = stats.NoiseFloor(**floor_fields) if floor_fields else None
-    min_effect = stats.calibrated_min_effect(floor, perf_cfg.min_speedup, perf_cfg.noise_k)
+    grown = paired and sequential is not None and bool(m.looks)
+    if grown:
+        min_effect = sequential.threshold
+    else:
+        min_effect = stats.calibrated_min_effect(floor, perf_cfg.min_speedup, perf_cfg.noise_k)
     peak = m.peak_reserved_gib
 
     def outcome(verdict: str, reason: str) -> LaneResult:
@@ -306,6 +358,17 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
                                       perf_cfg.alpha)
         if drift:
             return outcome("UNSTABLE", drift)
+    if grown:
+        from pytest_ditar.core import sequential as seq
+
+        looks = [seq.Look(**lk) for lk in m.looks]
+        c = seq.verdict(champion_samples, m.samples, min_effect, looks, sequential.plan, undecided=m.undecided,
+                        max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
+        bias = f"seat bias {seat.floor * 100:.1f}%" if seat is not None else "seat bias not measured"
+        reason = (f"{c.why} [{source} paired champion, threshold {min_effect * 100:.1f}% = the larger of "
+                  f"min_speedup {perf_cfg.min_speedup * 100:.1f}% and {bias}]")
+        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+        return LaneResult(m, oc, source, min_effect, comparison=_asdict(c))
     if objective:
         c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
                           max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
