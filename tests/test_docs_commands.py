@@ -171,7 +171,11 @@ def setup_runnable(cmd: Command) -> str | None:
 def test_docs_conventions():
     """Static checks: program.md's length, the CI command, the flags the docs name."""
     program = (REPO / "program.md").read_text()
-    assert len(program.splitlines()) < 250, "program.md must stay short enough to keep in context"
+    assert len(program.splitlines()) <= 200, "program.md must stay short enough to keep in context"
+    head = program.split("## 1.", 1)[0]
+    assert "**You CAN**" in head and "**You CANNOT**" in head, "program.md opens with its CAN/CANNOT lists"
+    assert "results.tsv" not in "".join(c.text for c in extract("program.md", program)), \
+        "the agent reads the ledger through `dit-ar status -n 5`, not by tailing results.tsv"
     readme_cmds = extract("README.md", (REPO / "README.md").read_text())
     ci = [c for c in readme_cmds if c.marker == "ci"]
     assert [c.text for c in ci] == [ci_command()], "the README's test command must be .ci/run's test line verbatim"
@@ -212,9 +216,28 @@ def _env(cache: Path) -> dict[str, str]:
     return env
 
 
+def doctor_rows_named(program: str) -> list[str]:
+    """The rows program.md says `doctor` prints (it gives no count: the rows are what it prints)."""
+    listed = re.search(r"`doctor` prints a pass/FAIL/warn row per check \(([^)]*)\)", program)
+    assert listed, "program.md no longer lists doctor's rows where this test looks for them"
+    from pytest_ditar.core.vocabulary import CLASSES
+
+    names = [n.strip() for n in re.sub(r"\s+", " ", listed.group(1)).split(",")]
+    return [f"class {c}" for c in CLASSES if "`class` row per class" in listed.group(1)] + \
+        [n for n in names if "`class`" not in n]
+
+
 def _checks(doc: str, cmd: str, out: str, root: Path) -> None:
+    if re.search(r" doctor$", cmd) and doc == "program.md":
+        printed = {m.group(1).strip() for m in re.finditer(r"^(\S.*?)\s+(pass|FAIL|warn)  ", out, flags=re.M)}
+        missing = [n for n in doctor_rows_named((REPO / doc).read_text()) if n not in printed]
+        assert not missing, f"program.md names doctor rows it does not print: {missing}\n{out}"
+        assert re.search(r"^doctor: \d+/\d+ checks pass", out, flags=re.M), out
     if re.search(r"dit-ar .*experiment ", cmd):
-        last = out.strip().splitlines()[-1]
+        lines = out.strip().splitlines()
+        nxt = [i for i, l in enumerate(lines) if l.startswith("ditar: next: ")]
+        assert nxt and nxt[-1] < len(lines) - 1, out[-3000:]  # the next step, above the verdict line
+        last = lines[-1]
         m = re.match(r"DITAR VERDICT: (KEEP|DISCARD) lane=latency_b1 speedup=\S+ ci95=\S+ quality=6/6 class=exact "
                      r"commit=[0-9a-f]{7}( reason=\"(lane latency_b1 (unstable|not faster)|guard lane \w+ regressed)[^\"]*\")?( off_target=1)?$", last)
         assert m, out[-3000:]
@@ -227,6 +250,12 @@ def _checks(doc: str, cmd: str, out: str, root: Path) -> None:
         assert re.search(r"^1\. \S+\.md :: ", out, flags=re.M), out
     elif re.search(r" status$", cmd):
         assert "hash chain verifies" in out, out
+    elif cmd.endswith(" suite"):
+        assert "PipelineSpec(" in out and "Request(labels, seeds, steps)" in out and "resolves" in out, out
+    elif "--ditar-class" in cmd:  # the smoke check before the commit: the claimed class's next step
+        assert "ditar: next: commit with the trailer `Ditar-Class: exact`" in out, out[-3000:]
+    elif "--max-experiments" in cmd:
+        assert re.search(r"^bound: 0 of 40 experiments run, until 2099-01-01T06:00", out, flags=re.M), out
 
 
 @pytest.mark.parametrize("doc", DOCS)

@@ -1,6 +1,14 @@
-"""Ten experiments in a row, as a scripted agent runs them overnight."""
+"""The loop as a scripted agent runs it: ten experiments in a row overnight; the documented start-up
+and a smoke check per class, told the truth about what the session and the suite can judge; a
+session a person bounded."""
+import re
+import subprocess
+from pathlib import Path
+
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
-from conftest import REPO, research_project
+from test_docs_commands import _env, extract, substitute
+
+from conftest import REPO, make_project, research_project
 
 FAST = (REPO / "pytest_ditar/demo/candidates/faster_exact.py").read_text()
 
@@ -26,3 +34,138 @@ def test_ten_experiments_leave_kept_commits_equal_to_the_branch(pytester, model_
     assert verdicts[2] == "CRASH" and verdicts[6] == "CRASH" and verdicts[0] == "DISCARD"
     st = proj.ditar("status")
     assert st.returncode == 0 and "hash chain verifies" in st.stdout
+
+
+# A numerical change (the transformer in bf16, the rest fp32) and an approximate one (one step
+# fewer): `dit-ar suite` says the tiny suite passes the first as exact and the second as numerical.
+BF16 = STOCK.replace("        self.pipe = pipe.to(spec.device)\n", """        self.pipe = pipe.to(spec.device)
+        tf, fwd = pipe.transformer, pipe.transformer.forward
+        tf.to(torch.bfloat16)
+
+        def bf16(hidden_states, timestep=None, class_labels=None, **kw):
+            out = fwd(hidden_states.to(torch.bfloat16), timestep=timestep, class_labels=class_labels, **kw)
+            return type(out)(sample=out.sample.float())
+
+        tf.forward = bf16
+""")
+ONE_STEP_FEWER = STOCK.replace("num_inference_steps=request.steps,", "num_inference_steps=request.steps - 1,")
+assert BF16 != STOCK and ONE_STEP_FEWER != STOCK
+
+# An instruction to change a fixed path: a verb of editing, then a fixed path, in one line. The
+# class gate's reason once read "set semantic.clip_model ... in <root>/config/autoresearch.json".
+EDIT_A_FIXED_PATH = re.compile(r"\b(set|edit|change|modify|update|add|write|fix)\b[^\n]*"
+                               r"(config/|suites/|pytest_ditar/|conftest\.py|pyproject\.toml|knowledge/handbook/)",
+                               re.IGNORECASE)
+assert EDIT_A_FIXED_PATH.search("class 'approximate' needs the semantic evaluators: set semantic.clip_model, "
+                                "semantic.clip_weights and semantic.lpips_weights in /p/config/autoresearch.json")
+
+
+def next_step(stdout: str) -> str:
+    """A gated run's next-step line: the last of the `ditar:` lines, above the verdict (the last line)."""
+    lines = stdout.strip().splitlines()
+    ours = [i for i, l in enumerate(lines) if l.startswith("ditar: ")]
+    assert ours and lines[ours[-1]].startswith("ditar: next: ") and ours[-1] < len(lines) - 1, stdout[-3000:]
+    assert lines[-1].startswith(("DITAR VERDICT: ", "DITAR REFUSED: ")), stdout[-3000:]
+    return lines[ours[-1]]
+
+
+def _sh(root: Path, cmd: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", cmd], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _start_up() -> list[str]:
+    """program.md section 1's commands, placeholders filled as the docs test fills them."""
+    program = (REPO / "program.md").read_text()
+    section = program.split("## 1.", 1)[1].split("\n## 2.", 1)[0]
+    return [substitute(c.text) for c in extract("program.md", section) if not c.text.startswith("cat ")]
+
+
+def test_agent_start_up_smoke_checks_each_class_and_is_told_the_truth(pytester, model_cache):
+    proj = make_project(pytester)
+    env = _env(model_cache)
+    seen: list[str] = []  # every line the agent reads
+
+    def sh(cmd: str, expect: int) -> str:
+        res = _sh(proj.root, cmd, env)
+        out = res.stdout + res.stderr
+        seen.append(out)
+        assert res.returncode == expect, f"`{cmd}` exited {res.returncode}, expected {expect}\n{out[-3000:]}"
+        return res.stdout
+
+    outs = {}
+    for i, cmd in enumerate(_start_up()):  # doctor fails before init and baseline, as program.md says
+        outs.setdefault(cmd.split()[-1], []).append(sh(cmd, 1 if i == 0 else 0))
+    doctor = outs["doctor"][-1]
+    assert re.search(r"^class exact +pass  available", doctor, flags=re.M), doctor
+    assert re.search(r"^class approximate +warn  unavailable: no CLIP/LPIPS evaluators configured; the project owner "
+                     r"sets `semantic\.\*` before the baseline", doctor, flags=re.M), doctor
+    suite = outs["suite"][0]
+    assert "Request(labels, seeds, steps)" in suite and "10 steps, guidance 4" in suite, suite
+    assert "a bf16 transformer (numerical;" in suite and "passes as 'exact'" in suite, suite
+    assert "one step fewer (approximate;" in suite and "passes as 'numerical'" in suite, suite
+    status = outs["status"][0]
+    assert "classes   can judge: exact, numerical\n" in status, status
+    assert re.search(r"^ +approximate, quantization: unavailable, no CLIP/LPIPS", status, flags=re.M), status
+
+    smoke = "python -m pytest -m quality -q -p no:cacheprovider --ditar-class {}"
+    proj.write("mutable/pipeline.py", BF16)  # the edit, uncommitted: what the smoke check is for
+    for cls in ("exact", "numerical"):  # the tiny suite cannot tell bf16 from exact, as `suite` says
+        out = sh(smoke.format(cls), 0)
+        assert f"ditar: quality 6/6 passed (class {cls})" in out, out[-3000:]
+        assert f"ditar: next: commit with the trailer `Ditar-Class: {cls}`" in out, out[-3000:]
+    refusals = {}
+    for cls in ("approximate", "quantization"):
+        out = sh(smoke.format(cls), 4)
+        last = out.strip().splitlines()[-1]
+        assert last.startswith(f"DITAR REFUSED: class '{cls}' cannot be judged in this session"), out[-3000:]
+        assert "choose a class this session can judge (exact, numerical) or stop" in last, last
+        assert "passed" not in out and "ditar: next: nothing was judged; pick a class" in out, out[-3000:]
+        refusals[cls] = last.removeprefix("DITAR REFUSED: ")
+    proj.write("mutable/pipeline.py", ONE_STEP_FEWER)
+    out = sh(smoke.format("exact"), 1)  # caught as exact ...
+    assert "ditar: next: 6 item(s) fail the 'exact' contract against the baseline" in out, out[-3000:]
+    sh(smoke.format("numerical"), 0)  # ... but not as numerical, as `suite` says
+    assert proj.git("status", "--porcelain") == "M mutable/pipeline.py"  # the smoke check recorded nothing
+    assert [r["status"] for r in proj.ledger("docs")] == ["BASELINE"]
+    assert not list((proj.root / ".autoresearch/docs").rglob("summary.json"))
+
+    # The gate refuses the class with the same words, before the candidate runs, and keeps tests.log.
+    proj.git("commit", "-qam", "One step fewer\n\nDitar-Class: approximate")
+    res = _sh(proj.root, "dit-ar --config config/autoresearch.json experiment --classification approximate "
+                         "--description 'One step fewer'", env)
+    seen.append(res.stdout + res.stderr)
+    lines = res.stdout.strip().splitlines()
+    assert res.returncode == 1 and lines[-1].startswith("DITAR VERDICT: DISCARD"), res.stdout[-3000:]
+    assert f'reason="guard class_gate: {refusals["approximate"]}"' in lines[-1], (lines[-1], refusals)
+    nxt = next_step(res.stdout)
+    assert nxt.startswith("ditar: next: reverted to") and "cannot judge that class" in nxt, nxt
+    logs = list((proj.root / ".autoresearch/docs/runs").glob("*/tests.log"))
+    assert len(logs) == 1 and "guard class_gate: class 'approximate' cannot be judged" in logs[0].read_text()
+    seen.append(sh("dit-ar --config config/autoresearch.json status -n 5", 0))
+
+    told = [m.group(0) for out in seen for m in EDIT_A_FIXED_PATH.finditer(out)]
+    assert not told, f"an output tells the agent to edit a fixed path: {told}"
+
+
+def test_a_bounded_session_stops_with_a_refusal_and_says_so(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
+    res = proj.ditar("init", "--tag", "t", "--until", "2001-01-01T00:00")
+    assert res.returncode == 2 and "--until 2001-01-01T00:00" in res.stderr and "already passed" in res.stderr
+    res = proj.ditar("init", "--tag", "t", "--max-experiments", "1")
+    assert res.returncode == 0 and "bound: 0 of 1 experiments run" in res.stdout, res.stdout + res.stderr
+    assert "next: dit-ar --config config/autoresearch.json status" in res.stdout  # the baseline exists already
+
+    _, run, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
+    assert next_step(run.stdout) == ("ditar: next: session bound reached: 1 of 1 experiments run (set by the person who started "
+                         "the session, in session.json): stop; report with `dit-ar status` and `dit-ar report`")
+    head, rows = proj.head(), len(proj.ledger())
+    proj.commit_candidate(STOCK + "\n# once more\n", "exact", "Once more")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Once more")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout.strip().splitlines()[-1].startswith("DITAR REFUSED: session bound reached: 1 of 1"), res.stdout
+    assert len(proj.ledger()) == rows and proj.git("rev-parse", "HEAD^") == head  # nothing ran, nothing reverted
+    st = proj.ditar("status")
+    assert "bound     1 of 1 experiments run; REACHED: stop\n" in st.stdout, st.stdout
+    if line.startswith("DITAR VERDICT: KEEP"):  # a real 2x: the direct comparison stands beside the product
+        m = re.search(r"product of kept runs' ratios (\S+)x; stored medians vs the baseline's (\S+)x", st.stdout)
+        assert m and float(m.group(2)) > 1.3, st.stdout

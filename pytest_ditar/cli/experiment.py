@@ -45,7 +45,10 @@ class Experiment(Command):
             cmd.append(f"--ditar-device={args.device}")
         if args.no_revert:
             cmd.append("--ditar-no-revert")
-        root = _root_of(cfg)
+        root, refusal = _bound_check(cfg, args.tag)
+        if refusal:  # a person bounded the session (`dit-ar init --max-experiments/--until`)
+            print(f"DITAR REFUSED: {refusal}")
+            return 2
         if args.workers:
             from pytest_ditar.loop.phases import run_two_phase
 
@@ -62,7 +65,12 @@ def plugin_flag() -> list[str]:
     return ["-p", "pytest_ditar.plugin.hooks"]
 
 
-def _root_of(cfg: Path) -> Path:
+def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:
+    """The project root, and the refusal once the session's bound is reached (else None)."""
     from pytest_ditar.config.project import load_config
+    from pytest_ditar.loop.bound import bound_refusal
+    from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.store.paths import TagPaths
 
-    return load_config(cfg).root
+    cfg = load_config(path)
+    return cfg.root, bound_refusal(TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, tag)).dir)

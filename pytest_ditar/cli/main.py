@@ -19,13 +19,14 @@ from pytest_ditar.cli.recover import Recover
 from pytest_ditar.cli.report import Report
 from pytest_ditar.cli.search import Search
 from pytest_ditar.cli.status import Status
+from pytest_ditar.cli.suite import Suite
 from pytest_ditar.cli.verify import Verify
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
 
 # In the order `dit-ar --help` lists them.
-COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Experiment, Status, Demo, Verify, Recover, Report,
-                                       Search)
+COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Suite, Experiment, Status, Demo, Verify, Recover,
+                                       Report, Search)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -58,8 +58,19 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     out["ledger"] = {"rows": len(rows), "exists": ledger.jsonl_path.is_file(), "verifies": report.ok,
                      "problems": list(report.problems[:5]), "repairable": list(getattr(report, "repairable", ()))}
     out["cumulative_class"] = cumulative_class([str(r["class"]) for r in kept])
+    # Each KEEP's ratio is against the champion before it, measured in its own run: their product is
+    # an estimate, so the direct comparison of the stored samples stands beside it.
     out["champion"] = ({"commit": kept[-1]["commit"], "lane": kept[-1]["lane"], "speedup_vs_previous": kept[-1]["metric"],
-                        "cumulative_speedup": _product([r["metric"] for r in kept])} if kept else None)
+                        "product_of_kept_ratios": _product([r["metric"] for r in kept]),
+                        "stored_vs_baseline": _stored_ratio(paths, str(kept[-1]["commit"]), cfg.objective_lane)}
+                       if kept else None)
+    from pytest_ditar.config.semantic import availability
+    from pytest_ditar.loop.bound import experiments_run, read_bound
+
+    out["classes"] = {c: {"available": why is None, "why": why} for c, why in availability(cfg)}
+    bound = read_bound(state)
+    out["bound"] = {**bound.__dict__, "now": bound.describe(experiments_run(state)),
+                    "reached": bound.reached(experiments_run(state))}
     out["counts"] = {s: sum(1 for r in exps if r["status"] == s) for s in STATUSES}
     out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
                                             "quality_pass", "quality_total", "description", "reason")} for r in exps[-n:]]
@@ -91,6 +102,21 @@ def _baseline(base_dir) -> dict[str, Any] | None:
                       for k, v in lanes.items()}}
 
 
+def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
+    """Baseline median / champion median on `lane`, from the samples each stored when it was measured
+    (different runs: the host's load between them counts too). None when either is missing."""
+    from pytest_ditar.store.snapshot import load_snapshot
+
+    try:
+        base = load_snapshot(paths.baseline, verify=False).read_json("lanes.json")[lane]["samples"]
+        champ = load_snapshot(paths.champion(commit), "champion", verify=False).read_json("lanes.json")[lane]
+        champ = champ["measurement"]["samples"]
+        b, c = statistics.median(base), statistics.median(champ)
+    except Exception:  # noqa: BLE001 - an older or damaged snapshot: nothing to compare, said as n/a
+        return None
+    return {"lane": lane, "baseline_median_s": b, "champion_median_s": c, "ratio": b / c if c else None}
+
+
 def _product(xs: list[Any]) -> float | None:
     p = 1.0
     for x in xs:
@@ -102,6 +128,8 @@ def _product(xs: list[Any]) -> float | None:
 
 
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
+    from pytest_ditar.config.semantic import OWNER
+
     cfg, suite, tag = light
     st = collect_status(cfg, suite, tag, n)
     healthy = st["initialised"] and not st["problems"] and st["ledger"]["verifies"] \
@@ -123,12 +151,27 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         print("baseline  missing")
     c = st["champion"]
     if c:
-        cum = f"{c['cumulative_speedup']:.3f}x" if c["cumulative_speedup"] else "n/a"
-        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  cumulative speedup {cum} over the baseline")
+        prod = f"{c['product_of_kept_ratios']:.3f}x" if c["product_of_kept_ratios"] else "n/a"
+        d = c["stored_vs_baseline"]
+        direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
+                  if d and d["ratio"] else "n/a")
+        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  product of kept runs' ratios {prod}; "
+              f"stored medians vs the baseline's {direct}")
     else:
         print("champion  the baseline (nothing kept yet)")
     cnt = st["counts"]
     print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}")
+    bound = st["bound"]
+    if bound["max_experiments"] is not None or bound["until"]:
+        print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
+    classes = st["classes"]
+    print("classes   can judge: " + (", ".join(k for k, v in classes.items() if v["available"]) or "none"))
+    whys: dict[str, list[str]] = {}
+    for k, v in classes.items():
+        if not v["available"]:
+            whys.setdefault(v["why"], []).append(k)
+    for why, names in whys.items():
+        print(f"          {', '.join(names)}: unavailable, {why}; {OWNER}")
     for r in st["recent"]:
         metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
         why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""

@@ -9,8 +9,12 @@ from pathlib import Path
 
 from pytest_ditar.config.project import Config, Thresholds
 from pytest_ditar.core.errors import ConfigError
+from pytest_ditar.core.vocabulary import CLASSES
 
 LPIPS_NETS = ("alex", "vgg", "squeeze")
+# The agent may not touch the config during a session (it is a fixed path), so a refusal names who
+# can, and when, and never tells the agent to do it.
+OWNER = "the project owner sets `semantic.*` before the baseline, never during a session"
 
 
 def needed(t: Thresholds) -> bool:
@@ -21,6 +25,36 @@ def needed(t: Thresholds) -> bool:
 def configured(cfg: Config) -> bool:
     sem = cfg.semantic
     return bool(sem.clip_model and sem.clip_weights and sem.lpips_weights)
+
+
+def unavailable(cfg: Config, cls: str) -> str | None:
+    """Why this session cannot judge `cls`, in a few words, or None when it can."""
+    if not needed(cfg.thresholds_for(cls)):
+        return None
+    if not configured(cfg):
+        return "no CLIP/LPIPS evaluators configured"
+    try:
+        check_config(cfg)  # a configured file that is not there fails before any candidate runs
+    except ConfigError as exc:
+        return f"its CLIP/LPIPS evaluators do not load ({exc})"
+    return None
+
+
+def class_refusal(cfg: Config, cls: str) -> str | None:
+    """The class gate's reason, or None: word for word the same in a gated run and in a smoke check
+    (`pytest -m quality --ditar-class CLASS`). It names who fixes it, never the agent."""
+    why = unavailable(cfg, cls)
+    if why is None:
+        return None
+    usable = [c for c in CLASSES if unavailable(cfg, c) is None]
+    other = f"choose a class this session can judge ({', '.join(usable)})" if usable else "choose another class"
+    return (f"class '{cls}' cannot be judged in this session: {why} (semantic.clip_model, semantic.clip_weights and "
+            f"semantic.lpips_weights); {OWNER}: {other} or stop")
+
+
+def availability(cfg: Config) -> list[tuple[str, str | None]]:
+    """Every class, tightest first, with why this session cannot judge it (None: it can)."""
+    return [(cls, unavailable(cfg, cls)) for cls in CLASSES]
 
 
 def resolve(cfg: Config, key: str, value: str) -> Path:

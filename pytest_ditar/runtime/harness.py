@@ -144,6 +144,46 @@ def pin_to_current_cpu() -> set[int] | None:
         return None
 
 
+def pin_to_cpu(cpu: int) -> set[int] | None:
+    """Fix this thread to `cpu`; returns the old mask to restore, or None where it cannot."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        old = os.sched_getaffinity(0)
+        if cpu not in old:
+            return None
+        os.sched_setaffinity(0, {cpu})
+        return old
+    except OSError:
+        return None
+
+
+def quietest_cpu(sample_s: float = 0.05) -> int | None:
+    """The core of this process's affinity set that was idle the most over a short sample of
+    /proc/stat: where a CPU lane puts both of its sides, so neither gets a core of its own that
+    a neighbour's load happens to share (on a busy 2-core box that placement alone ran one side
+    2x slower for runs of rounds)."""
+    import time
+
+    def idle() -> dict[int, int]:
+        out = {}
+        for line in Path("/proc/stat").read_text().splitlines():
+            name, *vals = line.split()
+            if name.startswith("cpu") and name[3:].isdigit():
+                out[int(name[3:])] = int(vals[3]) + int(vals[4])  # idle + iowait
+        return out
+
+    try:
+        allowed = os.sched_getaffinity(0)
+        a = idle()
+        time.sleep(sample_s)
+        b = idle()
+    except (OSError, AttributeError, ValueError, IndexError):
+        return None
+    cands = [c for c in allowed if c in a and c in b]
+    return max(cands, key=lambda c: (b[c] - a[c], -c)) if cands else None
+
+
 def _current_cpu() -> int | None:
     try:  # field 39 of /proc/thread-self/stat: the CPU this thread last ran on
         return int(Path("/proc/thread-self/stat").read_text().rsplit(")", 1)[1].split()[36])

@@ -19,7 +19,7 @@ from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, Plan, look
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
-from pytest_ditar.runtime.harness import no_gc
+from pytest_ditar.runtime.harness import no_gc, quietest_cpu
 from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
 
 # An audit sees the candidate's and the champion's outputs (None without a champion) of one
@@ -113,8 +113,10 @@ def _steady(workers: list, pin_cpu: bool, on: bool):
     if not on:  # steady=False: benchmarks' control arm
         yield
         return
+    # A CPU lane's sides share one core, the quietest: a neighbour's load then slows both alike.
+    cpu = quietest_cpu() if workers and workers[0].spec.device == "cpu" and len(workers) > 1 else None
     for w in workers:
-        w.steady(True, pin_cpu)
+        w.steady(True, pin_cpu, cpu)
     try:
         with no_gc():
             yield

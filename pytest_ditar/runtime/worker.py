@@ -261,8 +261,8 @@ class CandidateWorker:
         reply, _ = self._call("memory", 60.0, reset=reset)
         return reply.get("allocated_gib"), reply.get("reserved_gib")
 
-    def steady(self, on: bool, pin_cpu: bool = False) -> None:
-        self._call("steady", 60.0, on=on, pin_cpu=pin_cpu)
+    def steady(self, on: bool, pin_cpu: bool = False, cpu: int | None = None) -> None:
+        self._call("steady", 60.0, on=on, pin_cpu=pin_cpu, **({"cpu": cpu} if cpu is not None else {}))
 
     # ---- plumbing ---------------------------------------------------------------------------
     def _call(self, op: str, timeout_s: float | None, **args: Any) -> tuple[dict[str, Any], list[np.ndarray]]:

@@ -157,15 +157,16 @@ class Worker:
         return {"allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30,
                 "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30}
 
-    def op_steady(self, on: bool, pin_cpu: bool) -> dict[str, Any]:
-        """No garbage-collector pause inside a timed round; with pin_cpu, no migration between launches."""
-        from pytest_ditar.runtime.harness import pin_to_current_cpu
+    def op_steady(self, on: bool, pin_cpu: bool, cpu: int | None = None) -> dict[str, Any]:
+        """No garbage-collector pause inside a timed round; with pin_cpu, no migration between
+        launches; with `cpu`, on that core (every worker of a CPU lane on the same one)."""
+        from pytest_ditar.runtime.harness import pin_to_cpu, pin_to_current_cpu
 
         if on:
             self.gc_was_enabled = gc.isenabled()
             gc.collect()
             gc.disable()
-            self.old_mask = pin_to_current_cpu() if pin_cpu else None
+            self.old_mask = pin_to_cpu(cpu) if cpu is not None else pin_to_current_cpu() if pin_cpu else None
         else:
             if getattr(self, "old_mask", None) is not None:
                 os.sched_setaffinity(0, self.old_mask)

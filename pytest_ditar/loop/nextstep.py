@@ -1,0 +1,67 @@
+"""The last line of a run's summary block: what to do next, in one line, as `dit-ar init` ends.
+
+It sits just above the verdict (or DITAR REFUSED) line, which stays the run's very last line, and
+follows program.md section 2: the agent reads one line, not a manual, after every run."""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from pytest_ditar.core.quality import aggregate
+from pytest_ditar.loop import phases
+from pytest_ditar.loop.bound import bound_refusal
+
+if TYPE_CHECKING:
+    from pytest_ditar.loop.gate import Gate
+
+PREFIX = "ditar: next: "
+
+
+def next_step(gate: Gate) -> str | None:
+    """The next-step line for this run, or None where the run is one step of another (a baseline,
+    phase 1 of a two-phase gate, a run that collected nothing of ours)."""
+    if gate.opts.baseline or gate.opts.phase == phases.QUALITY:
+        return None
+    if gate.gated and gate.decision is not None:
+        return PREFIX + _after_verdict(gate)
+    if gate.refusal:
+        if gate.refusal.startswith("class '"):  # the class gate: nothing to fix, only to choose
+            return PREFIX + "nothing was judged; pick a class this session can judge (`dit-ar doctor` lists them) or stop"
+        return PREFIX + "nothing was judged or recorded; fix what the DITAR REFUSED line names, then run it again"
+    return _after_smoke(gate)
+
+
+def _after_verdict(gate: Gate) -> str:
+    d = gate.decision
+    bound = bound_refusal(gate.sess.state_dir)
+    if bound:
+        return bound
+    head = str(gate.head or "")[:7]
+    run = os.path.relpath(gate.sess.run_dir(), gate.root)  # the summary's lines above give it in full
+    left = "the commit stays (--ditar-no-revert)" if gate.opts.no_revert else f"reverted to {str(gate.parent)[:7]}"
+    if d.status == "KEEP":
+        return f"{head} is the champion; commit the next hypothesis on top of it (program.md section 2, step 1)"
+    if d.status == "CRASH":
+        return (f"{left}; plainly wrong code (a typo, a shape)? `git apply {run}/candidate.patch`, fix, commit, "
+                "run again; else the next hypothesis")
+    if any(g.name == "class_gate" and not g.ok for g in gate.guards):
+        return f"{left}; this session cannot judge that class: a hypothesis of a class it can judge, or stop"
+    return f"{left}; every reason is in {run}/summary.json; next, a different hypothesis (not this one again)"
+
+
+def _after_smoke(gate: Gate) -> str | None:
+    """A report-only run (the smoke check `pytest -m quality --ditar-class CLASS`)."""
+    s = gate.sess
+    if s.errors and not s.quality:
+        return PREFIX + "the candidate did not run (errors above): fix it before you commit"
+    if not s.quality:
+        return None
+    passed, total, _ = aggregate(list(s.quality.values()))
+    cls = gate.opts.cls
+    if passed < total:
+        return (PREFIX + f"{total - passed} item(s) fail the '{s.cls}' contract against the baseline: fix the edit, "
+                "or smoke-check the looser class it belongs to")
+    if not cls:
+        return PREFIX + f"judged as '{s.cls}' (the branch's class); smoke-check your claim: `pytest -m quality --ditar-class CLASS`"
+    return (PREFIX + f"commit with the trailer `Ditar-Class: {cls}`, then "
+            f"`dit-ar experiment --classification {cls} --description \"...\"`")
