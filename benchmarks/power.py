@@ -196,16 +196,20 @@ def lanes_mode(args) -> dict:
                                     "rounds": len(m.samples), "seconds": m.wall_s})
                     print(f"[power] {lane.name} trial {t + 1} effect {e:.0%}: {res.outcome.verdict} "
                           f"{res.outcome.speedup:.3f}x in {len(m.samples)} rounds, {m.wall_s:.1f}s", flush=True)
-            out["lanes"][lane.name] = {
-                f"{e:g}": {"trials": len(r), "kept": sum(x["verdict"] == "FASTER" for x in r),
-                           "median_rounds": statistics.median(x["rounds"] for x in r),
-                           "median_seconds": statistics.median(x["seconds"] for x in r),
-                           "median_speedup": statistics.median(x["speedup"] for x in r), "rows": r}
-                for e, r in rows.items()}
+                out["lanes"][lane.name] = _tally(rows)
+                Path(args.out).write_text(json.dumps(out, indent=1, default=str))  # a cut run keeps its trials
     finally:
         for w in (champ, *cands.values()):
             w.close()
     return out
+
+
+def _tally(rows: dict) -> dict:
+    return {f"{e:g}": {"trials": len(r), "kept": sum(x["verdict"] == "FASTER" for x in r),
+                       "median_rounds": statistics.median(x["rounds"] for x in r),
+                       "median_seconds": statistics.median(x["seconds"] for x in r),
+                       "median_speedup": statistics.median(x["speedup"] for x in r), "rows": r}
+            for e, r in rows.items() if r}
 
 
 def print_table(out: dict) -> None:

@@ -20,6 +20,11 @@ pytest_plugins = ["pytester"]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # the lower-bound smoke set: .ci/run runs it again in an environment of the oldest releases
+    config.addinivalue_line("markers", "lowerbound: gated runs that .ci/run repeats at the dependencies' lower bounds")
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """The adversarial battery is CI's second step (`pytest tests/adversarial -n 2`), not part of
     `pytest tests`, which keeps the main suite inside its time budget: it runs only when named."""
@@ -119,7 +124,10 @@ def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config:
     # and git, so they tolerate more spread (the statistics have their own tests).
     # Between runs the box's load changes too (the other xdist worker starts or ends a run): the
     # champion drift check is off here, and on in the tests about it.
-    cfg["perf"] = {**cfg["perf"], "max_cv": 0.3, "drift_tolerance": 3.0}
+    # The sequential objective lane stops at 24 rounds or 5 s here, and the seat bias (a second
+    # champion build per project) is measured only in the tests about it: CI time.
+    cfg["perf"] = {**cfg["perf"], "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 24, "lane_budget_s": 5.0,
+                   "seat_bias": False}
     cfg.update(config or {})
     (root / "config").mkdir(exist_ok=True)
     (root / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))

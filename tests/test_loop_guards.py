@@ -95,7 +95,7 @@ def test_two_commits_at_once_are_one_hypothesis_too_many(research):
     proj.commit_candidate(ALTERS, "exact", "two")
     sha = proj.head()
     res, line = _run(proj)
-    assert res.returncode == 4 and line.startswith("DITAR REFUSED: guard one_commit: HEAD's parent is not the champion")
+    assert res.returncode == 4 and line.startswith(f"DITAR REFUSED: guard one_commit: HEAD {sha[:7]} is 2 commits above")
     assert "git reset --soft" in line and proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]
 
 

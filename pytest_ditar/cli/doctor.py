@@ -43,6 +43,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     except DitarError as exc:
         rows.append(("suite", FAIL, str(exc)))
         return rows
+    rows += class_rows(cfg)
     from pytest_ditar.loop.session import resolve_tag
     from pytest_ditar.vcs import repo as gitops
 
@@ -69,7 +70,25 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     from pytest_ditar.hardware.stack import stack_rows
 
     rows += stack_rows(cfg.target, PASS, WARN, FAIL)
+    from pytest_ditar.hardware.exclusivity import doctor_row
+
+    rows.append(doctor_row(PASS, WARN, FAIL))  # NVML: without it a CUDA lane is UNSTABLE, never unchecked
     from pytest_ditar.hardware.topology import collect, doctor_rows
 
     rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
+    return rows
+
+
+def class_rows(cfg) -> list[tuple[str, str, str]]:
+    """One row per class: can this session judge it? An unavailable class is a warn, not a FAIL: the
+    session runs with the others, and only the project owner can change it (program.md section 4)."""
+    from pytest_ditar.config.semantic import OWNER, availability, needed
+
+    rows = []
+    for cls, why in availability(cfg):
+        if why is None:
+            how = "CLIP score and LPIPS from local files" if needed(cfg.thresholds_for(cls)) else "latent and pixel floors"
+            rows.append((f"class {cls}", PASS, f"available ({how})"))
+        else:
+            rows.append((f"class {cls}", WARN, f"unavailable: {why}; {OWNER}"))
     return rows

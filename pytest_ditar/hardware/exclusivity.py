@@ -5,8 +5,11 @@ bandwidth at random moments; its effect looks exactly like a regression or a spe
 checks NVML's process list before it starts and keeps polling while it runs; any foreign PID
 makes the lane UNSTABLE with that PID named, never a silently poisoned timing.
 
-pynvml is optional: without it (or on CPU) the check says "not checked (no NVML)" and passes.
-The process-list function is injectable so the logic is tested without a GPU.
+pynvml comes with nvidia-ml-py, a dependency on Linux. A lane on a GPU whose exclusivity cannot
+be checked (pynvml not importable, nvmlInit failing, a query failing) is UNSTABLE with that
+reason: an unchecked GPU is not a clean one. A CPU lane has no GPU to share and is not checked.
+`dit-ar doctor` says the same in its "gpu exclusivity" row. The process-list function is
+injectable so the logic is tested without a GPU.
 """
 from __future__ import annotations
 
@@ -39,9 +42,12 @@ class ExclusivityReport:
 
     @property
     def ok(self) -> bool:
-        return not self.offenders
+        """No other process seen, and on a GPU, seen because NVML answered."""
+        return not self.offenders and (self.checked or self.gpu is None)
 
     def message(self) -> str:
+        if not self.checked and self.gpu is not None:
+            return f"GPU exclusivity cannot be checked: {self.note}"
         if not self.checked:
             return f"exclusivity not checked ({self.note})"
         if self.ok:
@@ -60,12 +66,19 @@ def process_name(pid: int) -> str:
 
 def nvml_lister() -> ProcessLister | None:
     """NVML's compute + graphics process lists, or None when NVML is not available."""
+    return nvml()[0]
+
+
+def nvml() -> tuple[ProcessLister | None, str]:
+    """(NVML's process lister, "") or (None, why NVML is unavailable)."""
     try:
         import pynvml
-
+    except ImportError as exc:
+        return None, f"NVML unavailable (pynvml not importable: {exc}; pip install nvidia-ml-py)"
+    try:
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - no library, no driver, no GPU: not checkable
-        return None
+    except Exception as exc:  # noqa: BLE001 - no driver, no GPU: not checkable
+        return None, f"NVML unavailable (nvmlInit failed: {type(exc).__name__}: {exc})"
 
     def lister(index: int) -> list[tuple[int, int | None]]:
         h = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -77,7 +90,7 @@ def nvml_lister() -> ProcessLister | None:
                 pass
         return procs
 
-    return lister
+    return lister, ""
 
 
 def gpu_index(device: str) -> int | None:
@@ -119,9 +132,11 @@ def check(device: str, lister: ProcessLister | None = None, allowed: Iterable[in
     index = gpu_index(device)
     if index is None:
         return ExclusivityReport(None, False, note="no NVML on CPU")
-    lister = lister or nvml_lister()
+    why = ""
     if lister is None:
-        return ExclusivityReport(index, False, note="no NVML")
+        lister, why = nvml()
+    if lister is None:
+        return ExclusivityReport(index, False, note=why)
     mine = set(allowed) if allowed is not None else own_pids()
     try:
         procs = lister(index)
@@ -138,6 +153,7 @@ class Watch:
                  allowed: Callable[[], Iterable[int]] | None = None, namer: Callable[[int], str] = process_name):
         self.device = device
         self.lister = lister if lister is not None else (nvml_lister() if gpu_index(device) is not None else None)
+        # without a lister every look asks NVML again, and says why it cannot answer
         self.interval_s = interval_s
         self.allowed = allowed or own_pids
         self.namer = namer
@@ -182,3 +198,23 @@ def apply(result: Any, report: ExclusivityReport) -> Any:
     result.outcome = replace(result.outcome, verdict="UNSTABLE", speedup=result.outcome.speedup,
                              reason=report.message())
     return result
+
+
+def doctor_row(ok: str, warn: str, fail: str, cuda_devices: int | None = None,
+               probe: "Callable[[], tuple[ProcessLister | None, str]]" = nvml) -> tuple[str, str, str]:
+    """`dit-ar doctor`'s "gpu exclusivity" row: FAIL where CUDA is there but NVML is not (every
+    gated lane on it would be UNSTABLE), warn where neither is."""
+    lister, why = probe()
+    if lister is not None:
+        return "gpu exclusivity", ok, "NVML answers: each lane's GPU is checked for other processes"
+    if cuda_devices is None:
+        try:
+            import torch
+
+            cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        except Exception:  # noqa: BLE001 - no torch here: no CUDA lane either
+            cuda_devices = 0
+    if cuda_devices:
+        return "gpu exclusivity", fail, (f"GPU exclusivity cannot be checked: {why}: every gated lane on this host's "
+                                         f"{cuda_devices} GPU(s) is UNSTABLE until it can")
+    return "gpu exclusivity", warn, f"{why}; no CUDA device here, so CPU lanes are not affected"

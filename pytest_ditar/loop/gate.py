@@ -7,6 +7,7 @@ lines: every refusal a gated run can end in is decided here, in the order it is 
 order can be read in one place; what a decided run writes lives in record.py."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -176,7 +177,8 @@ class Gate:
         pin = guards.config_pin(s.cfg, base.manifest.get("config_sha256"), st, self.baseline_commit)
         self.summary_lines += [pin.note] if pin.note else []
         self.guards += [pin.guard] if pin.guard else []  # the candidate's own edit: judged
-        self.refusal = (guards.one_commit_refusal(st.parent, best) if best else None) or pin.refusal
+        self.refusal = (guards.one_commit_refusal(self.root, st, best, self.ledger.rows(), paths) if best else None) \
+            or pin.refusal
         if self.refusal:
             return False
         try:
@@ -197,7 +199,10 @@ class Gate:
         s.run_dir()  # exists before any candidate code runs
         self.state_watch = backup.watch(self.root, paths, self.head)  # the state as the candidate finds it
         if any(not g.ok for g in self.guards):
-            return False  # guard violation: the candidate never runs
+            with contextlib.suppress(OSError):  # tests.log, as on any DISCARD: why no test ran
+                (s.run_dir() / "tests.log").write_text("no test ran; the candidate never ran:\n" + "".join(
+                    f"guard {g.name}: {g.reason}\n" for g in self.guards if not g.ok))
+            return False
         self.bind_memory_budget()
         if self.opts.phase == phases.DECIDE:
             refusal = phases.load_quality(self)
@@ -223,29 +228,27 @@ class Gate:
         if guards.config_refusal(self.sess.cfg, st.toplevel):  # any config may report
             self.summary_lines.append(f"ditar: report only: config {self.sess.cfg.path} is not the repository's; "
                                       "nothing recorded")
-        cls = self.opts.cls
-        self.sess.cls = cumulative_class([*self._kept_classes(), *([validate_class(cls)] if cls else [])])
-        return True
+        try:
+            claimed = [validate_class(self.opts.cls)] if self.opts.cls else []
+        except ValueError as exc:
+            self.refusal = str(exc)
+            return False
+        self.sess.cls = cumulative_class([*self._kept_classes(), *claimed])
+        if self.items_collected:  # a smoke check: the class gate of a gated run, same words
+            from pytest_ditar.config.semantic import class_refusal
+
+            self.refusal = class_refusal(self.sess.cfg, self.sess.cls)
+        return self.refusal is None
 
     def _kept_classes(self) -> list[str]:
         rows = self.ledger.rows() if self.ledger.jsonl_path.exists() else []
         return [str(r["class"]) for r in kept_rows(rows)]
 
     def _class_gate(self, cls: str) -> GuardResult:
-        from pytest_ditar.config import semantic
+        from pytest_ditar.config.semantic import class_refusal
 
-        t = self.sess.cfg.thresholds_for(cls)
-        if not semantic.needed(t):
-            return GuardResult("class_gate", True)
-        if not semantic.configured(self.sess.cfg):
-            return GuardResult("class_gate", False,
-                               f"class '{cls}' needs the semantic evaluators: set semantic.clip_model, semantic.clip_weights "
-                               f"and semantic.lpips_weights in {self.sess.cfg.path} to local files")
-        try:
-            semantic.check_config(self.sess.cfg)  # a configured path that is not there fails before the candidate runs
-        except DitarError as exc:
-            return GuardResult("class_gate", False, str(exc))
-        return GuardResult("class_gate", True)
+        why = class_refusal(self.sess.cfg, cls)  # the smoke check refuses with the same words
+        return GuardResult("class_gate", why is None, why or "")
 
     def bind_memory_budget(self) -> None:
         """Workers built from now on cap their allocator at the target's memory: a candidate that
@@ -287,6 +290,12 @@ class Gate:
             return
         try:
             champion.build(self.sess, self.champion_commit, self.head, start_only=True)
+            objective = self.sess.cfg.objective_lane
+            if self.sess.cfg.perf.seat_bias and self.champion_commit and self.champion_commit != self.head \
+                    and any(l.name == objective for l in lanes) and self.sess.cfg.perf.interleave \
+                    and champion.stored_seat_bias(self.sess, self.champion_commit, objective) is None:
+                # a new champion's seat bias is measured in this run: its twin builds beside the others
+                self.sess.build_twin(self.champion_commit, start_only=True)
             if self.baseline_commit and self.baseline_commit not in (self.champion_commit, self.head) \
                     and self.sess.cfg.holdout.count:
                 # the holdout's reference is the baseline code: a third worker, started now too

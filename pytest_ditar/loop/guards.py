@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pytest_ditar.core.decision import GuardResult
+from pytest_ditar.loop import backup
+from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
 _SKIP_PARTS = {"__pycache__", ".index", ".pytest_cache"}
@@ -79,11 +81,48 @@ def git_refusal(st: gitops.RepoState, expected_branch: str) -> str | None:
     return None
 
 
-def one_commit_refusal(parent: str | None, champion: str) -> str | None:
-    if parent == champion:
+MAX_WALK = 50  # commits looked at above the champion before the count is given up
+
+
+def one_commit_refusal(root: Path, st: gitops.RepoState, champion: str,
+                       rows: Iterable[Mapping[str, Any]] = (), paths: TagPaths | None = None) -> str | None:
+    """HEAD must be one commit above the champion. Otherwise the refusal says what the state is
+    and the one command that fixes it: a commit left in place below HEAD (judged DISCARD/CRASH
+    by the ledger but never reverted, or the candidate of a run that ended without a verdict, as
+    the state's backup in `paths` tells) is dropped with a rebase, several new commits are
+    squashed into one, and a branch that no longer holds the champion gets its candidate moved
+    onto it."""
+    if st.parent == champion:
         return None
-    return (f"guard one_commit: HEAD's parent is not the champion {champion[:7]}: one hypothesis per commit "
-            f"(squash them: git reset --soft {champion[:7]} && git commit)")
+    head, c7 = str(st.head), champion[:7]
+    rows = list(rows)
+    left_why = {str(r.get("commit")): f"recorded as {r.get('status')} but never reverted (a revert that failed, or "
+                                      "--ditar-no-revert)" for r in rows if r.get("status") in ("DISCARD", "CRASH")}
+    mark = backup.marker(root, paths) if paths is not None else None  # the last gated run's commit
+    if mark is not None and mark.head and mark.head not in {str(r.get("commit")) for r in rows}:
+        left_why[mark.head] = "the candidate of a run that ended without a verdict (interrupted or killed)"
+    if not gitops.is_ancestor(root, champion, head):
+        return (f"guard one_commit: HEAD {head[:7]}'s parent {str(st.parent)[:7]} is not the champion {c7}, and the "
+                f"champion is not in HEAD's history (the branch was moved or rebuilt): put the candidate on the "
+                f"champion: git rebase --onto {c7} {str(st.parent)[:7]}")
+    above = []  # HEAD's ancestors above the champion, newest first
+    for k in range(1, MAX_WALK + 1):
+        sha = gitops.ref_commit(root, f"{head}~{k}")
+        if sha is None or sha == champion:
+            break
+        above.append(sha)
+    else:
+        return (f"guard one_commit: HEAD {head[:7]} is more than {MAX_WALK} commits above the champion {c7}: "
+                f"go back to it: git reset --hard {c7}")
+    left = [sha for sha in above if sha in left_why]
+    if left:  # the newest such commit below HEAD: it and all below it go, the commits after it stay
+        newest = left[0]
+        return (f"guard one_commit: HEAD {head[:7]} is {len(above) + 1} commits above the champion {c7}; "
+                f"{newest[:7]} below it is {left_why[newest]}: drop it (and what lies below it), keeping the commits "
+                f"after it: "
+                f"git rebase --onto {c7} {newest[:7]}")
+    return (f"guard one_commit: HEAD {head[:7]} is {len(above) + 1} commits above the champion {c7} (none of them "
+            f"judged yet; one hypothesis per commit): squash them into one: git reset --soft {c7} && git commit")
 
 
 @dataclass(frozen=True)

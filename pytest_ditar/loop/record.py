@@ -4,10 +4,14 @@ gets its revert finished), verdict.txt, the champion snapshot of a KEEP, and the
 candidate's patch) of anything else. A run that damaged the state directory is restored and
 recorded as a CRASH; a run during which the branch moved (an amend, a commit on top) or HEAD left
 it is a CRASH and the branch goes back on the champion; a file error while recording is a CRASH
-with its reason, never a traceback."""
+with its reason, never a traceback. Whatever else fails in the judge after the candidate ran
+(another plugin's hook, a bug of ours) is `internal`: a CRASH whose reason starts "internal:" and
+names the log with the traceback, recorded and reverted like any CRASH, so no run is left
+undecided with its commit in place."""
 from __future__ import annotations
 
 import contextlib
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -22,6 +26,8 @@ from pytest_ditar.vcs import repo as gitops
 
 if TYPE_CHECKING:
     from pytest_ditar.loop.gate import Gate
+
+INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
 
 
 class Recorded(NamedTuple):
@@ -47,13 +53,102 @@ def finish(gate: "Gate", decision: Decision, status: int) -> int:
     gate.summary_lines.extend(rec.notes)
     paths = TagPaths(gate.sess.state_dir)
     # verdict.txt and the patch, written after the record's own backup
-    note = backup.save_note(gate.root, paths, backup.settled_message(paths, gate.head, _recorded(gate, rec.decision)),
-                            parent=gate.record_backup or (gate.state_watch.commit if gate.state_watch else None))
+    note = _after_row("backup", lambda: backup.save_note(
+        gate.root, paths, backup.settled_message(paths, gate.head, _recorded(gate, rec.decision)),
+        parent=gate.record_backup or (gate.state_watch.commit if gate.state_watch else None)))
     if note and not gate.record_backup:
         gate.summary_lines.append(note)
     if gate.opts.phase == phases.DECIDE:
-        phases.consume(gate.sess)
+        gate.summary_lines += filter(None, [_after_row("phase record", lambda: phases.consume(gate.sess))])
     return status if rec.decision.status == "KEEP" else Exit.TESTS_FAILED
+
+
+def internal(gate: "Gate", what: str, trace: str | None) -> int | None:
+    """Something in the judge failed after the candidate ran: `what` (one line) with `trace`. The
+    run ends as a CRASH "internal: <what> (traceback in <run dir>/internal.log)", recorded and
+    reverted like any CRASH; returns the exit status. None where it is not this run's to decide:
+    no gated run, phase 1 of a two-phase gate (it decides nothing), a run already decided or
+    refused.
+
+    The full record is tried first; where that fails too (the bug may sit in it), a bare one: a
+    ledger row of plain fields, its backup, the verdict line and the revert. Only a ledger that
+    cannot be written at all leaves the run unrecorded (DITAR REFUSED, saying so)."""
+    if not gate.gated or gate.verdict or gate.refusal or gate.opts.phase == phases.QUALITY:
+        return None
+    log = _internal_log(gate, what, trace)
+    d = _crash(f"internal: {what} ({log})")
+    try:
+        return finish(gate, d, Exit.TESTS_FAILED)
+    except Exception:  # noqa: BLE001 - the full record failed as well: the bare one below
+        _internal_log(gate, "the full record of the internal CRASH failed too", traceback.format_exc())
+    try:
+        rec = _bare_record(gate, d)
+    except Exception as exc:  # noqa: BLE001 - the ledger itself cannot be written
+        gate.refusal = (f"could not record the run ({d.reason}): {oserror_line(exc) if isinstance(exc, OSError) else exc}: "
+                        "nothing recorded, nothing reverted")
+        with contextlib.suppress(Exception):
+            unrecorded(gate, "ended without a verdict")
+        return Exit.TESTS_FAILED
+    gate.decision, gate.verdict = rec.decision, rec.verdict
+    gate.summary_lines.extend(rec.notes)
+    return Exit.TESTS_FAILED
+
+
+def _internal_log(gate: "Gate", what: str, trace: str | None) -> str:
+    """Append `what` and its traceback to the run's internal.log; the words that say where it is."""
+    try:
+        run_dir = gate.sess.run_dir()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / INTERNAL_LOG
+        with open(path, "a") as fh:
+            fh.write(f"{what}\n{trace or '(no traceback)'}\n")
+        return f"traceback in {path}"
+    except Exception as exc:  # noqa: BLE001 - a full disk must not hide the verdict
+        return f"traceback not written: {oserror_line(exc) if isinstance(exc, OSError) else exc}"
+
+
+def _bare_record(gate: "Gate", d: Decision) -> Recorded:
+    """A CRASH recorded from plain fields only, for when the full record raised."""
+    s = gate.sess
+    meta = gate.meta
+    off = off_target(s)
+    try:
+        device = s.resolved_device()
+    except Exception:  # noqa: BLE001
+        device = str(s.device)
+    verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=None, ci_low=None, ci_high=None, quality_pass=None,
+                           quality_total=None, cls=s.cls, commit=(gate.head or "")[:7], off_target=off)
+    notes = _append_row(gate, {
+        "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
+        "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
+        "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off)})
+    return Recorded(verdict, tuple(notes + _settle_recorded(gate, d, s.run_dir(), verdict)), d)
+
+
+def _append_row(gate: "Gate", row: dict[str, Any]) -> list[str]:
+    """The ledger row, the record itself. ledger.jsonl is written before results.tsv: where only
+    the TSV failed, the row stands (the next append rewrites the TSV) and this returns a note;
+    where the row did not land, the error propagates."""
+    before = len(gate.ledger.rows()) if gate.ledger.jsonl_path.exists() else 0
+    try:
+        gate.ledger.append(row)
+    except Exception as exc:  # re-raised below unless the row landed
+        try:
+            rows = gate.ledger.rows()
+        except Exception:  # noqa: BLE001
+            raise exc from None
+        if not (len(rows) == before + 1 and rows[-1].get("commit") == row.get("commit")):
+            raise
+        return [f"ditar: ledger row recorded, but {exc}"]
+    return []
+
+
+def _after_row(step: str, fn: Any) -> str | None:
+    """A step after the ledger row: the run is recorded, so a failure here is a summary line."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001
+        return f"ditar: {step} failed after the ledger row: {type(exc).__name__}: {exc}"
 
 
 def damaged(gate: "Gate", harm: str, exitstatus: int) -> int:
@@ -189,26 +284,31 @@ def act(gate: "Gate", d: Decision) -> Recorded:
     peak = max([lr.outcome.peak_vram_gib for lr in s.lanes.values()
                 if getattr(lr, "outcome", None) and lr.outcome.peak_vram_gib is not None], default=None)
     off = off_target(s)
-    gate.ledger.append({
+    verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=oc.speedup if oc else None,
+                           ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
+                           quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
+                           off_target=off)
+    notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent or gitops.state(gate.root).parent, "class": cls,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
         "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None, "ci_high": oc.ci_high if oc else None,
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off),
     })
-    verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=oc.speedup if oc else None,
-                           ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
-                           quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
-                           off_target=off)
-    note = _back_up_record(gate, d)
-    notes: list[str] = [note] if note else []
+    return Recorded(verdict, tuple(notes + _settle_recorded(gate, d, run_dir, verdict)), d)
+
+
+def _settle_recorded(gate: "Gate", d: Decision, run_dir: Path, verdict: str) -> list[str]:
+    """After the ledger row: its backup, verdict.txt, and the revert of anything but a KEEP. Each
+    step's failure is a note; none may leave a recorded run unreverted."""
+    notes = [_after_row("backup", lambda: _back_up_record(gate, d))]
     try:
         write_text_atomic(run_dir / "verdict.txt", verdict + "\n")
     except OSError as exc:  # recorded in the ledger already: a lost copy of the line is a note
         notes.append(f"ditar: verdict.txt not written: {oserror_line(exc)}")
     if d.status != "KEEP":
-        notes.append(revert(gate, run_dir))
-    return Recorded(verdict, tuple(notes), d)
+        notes.append(_after_row("revert", lambda: revert(gate, run_dir)))
+    return [n for n in notes if n]
 
 
 def revert(gate: "Gate", run_dir: Path) -> str:
@@ -218,7 +318,7 @@ def revert(gate: "Gate", run_dir: Path) -> str:
     whatever the candidate committed. Returns the summary line that says what happened."""
     base = gate.parent or gitops.state(gate.root).parent
     if base:
-        with contextlib.suppress(OSError):  # the patch is a convenience; git still has the commit
+        with contextlib.suppress(Exception):  # the patch is a convenience; git still has the commit
             write_text_atomic(run_dir / "candidate.patch", gitops.diff_patch(gate.root, base, gate.head))
     if gate.opts.no_revert:
         return "ditar: --ditar-no-revert: the commit stays in place"
@@ -233,6 +333,8 @@ def revert(gate: "Gate", run_dir: Path) -> str:
         return f"ditar: reverted {gate.head[:7]} (patch and logs in {run_dir})"
     except DitarError as exc:
         return f"ditar: not reverted: {exc}"
+    except Exception as exc:  # noqa: BLE001 - still recorded: say how to finish by hand
+        return f"ditar: not reverted ({type(exc).__name__}: {exc}): git reset --keep {str(base)[:7]} finishes it"
 
 
 def off_target(sess: Any) -> bool:

@@ -7,13 +7,17 @@ only created once the gate has decided to act. So a likely-gated run asks for bo
 `<state>/.pending/`, and session finish moves them into `runs/<stamp>-<sha7>/` as `junit.xml`
 and `benchmark.json` (or deletes them when the run was not gated after all). Paths the user gave
 with --junitxml / --benchmark-json are left where they are and copied into the run directory.
+
+pytest-benchmark gets its option value the way `--benchmark-json PATH` on the command line would
+give it: parsed by pytest's own parser (the public `Parser.parse_known_args`), so the option's
+own type makes it, an open file before 5.3, a Path from 5.3 on. No release number is read and
+nothing private of pytest-benchmark is touched.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,15 @@ PENDING_DIR = ".pending"
 
 # "junit"/"benchmark" -> (path, ours?): written before configure, read at session finish
 PLAN_KEY = pytest.StashKey[dict[str, tuple[Path, bool]]]()
+# pytest's option parser, kept from pytest_load_initial_conftests (the hook that hands it over)
+PARSER_KEY = pytest.StashKey[pytest.Parser]()
+# A run that stops at a quality failure times nothing; pytest-benchmark then warns about a JSON
+# file the user never asked for.
+NOTHING_SAVED = "ignore:Not saving anything, no benchmarks have been run"
+
+
+def keep_parser(config: pytest.Config, parser: pytest.Parser) -> None:
+    config.stash[PARSER_KEY] = parser
 
 
 def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
@@ -64,29 +77,35 @@ def request_artifacts(config: pytest.Config, cfg_path: Path | None) -> None:
         opt.xmlpath = str(path)
         plan["junit"] = (path, True)
     if hasattr(opt, "benchmark_json"):  # pytest-benchmark installed and loaded
-        if opt.benchmark_json:  # a path (pytest-benchmark >= 5.3) or an open file (earlier)
-            plan["benchmark"] = (Path(getattr(opt.benchmark_json, "name", opt.benchmark_json)), False)
+        if opt.benchmark_json:  # the user's own: a path or an open file, whatever their release made of it
+            plan["benchmark"] = (option_path(opt.benchmark_json), False)
         else:
             pending.mkdir(parents=True, exist_ok=True)
             path = pending / f"benchmark-{os.getpid()}.json"
-            opt.benchmark_json = _benchmark_json_value(path)
-            plan["benchmark"] = (path, True)
-            # A run that stops at a quality failure times nothing; pytest-benchmark would then warn
-            # about a JSON file the user never asked for.
-            from pytest_benchmark.logger import PytestBenchmarkWarning
-
-            warnings.filterwarnings("ignore", message="Not saving anything, no benchmarks have been run",
-                                    category=PytestBenchmarkWarning)
+            value = benchmark_json_value(config, path)
+            if value is not None:
+                opt.benchmark_json = value
+                plan["benchmark"] = (path, True)
+                config.addinivalue_line("filterwarnings", NOTHING_SAVED)
     config.stash[PLAN_KEY] = plan
 
 
-def _benchmark_json_value(path: Path) -> Any:
-    """What `--benchmark-json PATH` itself would have produced: pytest-benchmark 5.3 parses the
-    option into a Path, earlier releases into a file opened for binary writing."""
-    from importlib.metadata import version
+def benchmark_json_value(config: pytest.Config, path: Path) -> Any:
+    """What `--benchmark-json PATH` on the command line gives pytest-benchmark, made by its own
+    option type through pytest's parser; None (no JSON asked for) where that cannot be done."""
+    parser = config.stash.get(PARSER_KEY, None)
+    if parser is None:  # the plugin was registered too late to be handed the parser
+        return None
+    try:
+        return parser.parse_known_args([f"--benchmark-json={path}"]).benchmark_json
+    except (Exception, SystemExit):  # noqa: BLE001 - argparse exits on a bad value; the JSON is a convenience
+        return None
 
-    major, minor = (int(x) for x in version("pytest-benchmark").split(".")[:2])
-    return path if (major, minor) >= (5, 3) else open(path, "wb")  # noqa: SIM115 - closed at collect
+
+def option_path(value: Any) -> Path:
+    """The file behind a --benchmark-json value: a path itself, or an open file's name (a Path
+    has a `name` too, its last part only, so paths are told apart first)."""
+    return Path(value) if isinstance(value, (str, os.PathLike)) else Path(value.name)
 
 
 def collect_artifacts(config: pytest.Config, run_dir: Path | None) -> list[Path]:
@@ -103,7 +122,8 @@ def collect_artifacts(config: pytest.Config, run_dir: Path | None) -> list[Path]
         if key not in plan:
             continue
         path, ours = plan[key]
-        if run_dir is not None and path.is_file():
+        # An empty file is one an older pytest-benchmark opened at parse time and never wrote.
+        if run_dir is not None and path.is_file() and path.stat().st_size:
             dest = run_dir / name
             (shutil.move if ours else shutil.copyfile)(str(path), str(dest))
             filed.append(dest)

@@ -6,12 +6,15 @@ nothing, so such a project sees nothing of pytest-ditar beyond its options, mark
 (its items keep their order, its warning filters and exit status stay its own)."""
 from __future__ import annotations
 
+import traceback
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG
+from pytest_ditar.loop import record
 from pytest_ditar.loop.gate import Gate
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
@@ -147,6 +150,10 @@ class GatePlugin:
         self.gate = gate
         self.notes: list[str] = []  # this plugin's own summary lines (the filed artifacts)
         self.closed = False
+        self.finished = False  # our session finish ran (decided, refused or reported)
+        self.summarized = False  # our lines went out with pytest's terminal summary
+        self.interrupted = False  # a Ctrl-C (not an error) went through the session's finish
+        self.failure: tuple[str, str] | None = None  # (what, traceback) that failed in the judge after the tests
 
     def ignore_collect(self, collection_path: Path) -> bool | None:
         """Collect only the active suite's folder under suites/."""
@@ -178,31 +185,112 @@ class GatePlugin:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.gate.log_report(report.nodeid, report.when, report.outcome, report.longreprtext if report.failed else "")
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
+        """Around every plugin's session finish (pytest-benchmark writes its JSON in its own): one
+        that raises before ours ran leaves no run undecided. Ours then runs here, the error makes
+        the run a CRASH "internal:", and pytest sees no error; a run that was not ours to decide
+        (not gated, interrupted) lets the error through after our finish."""
+        try:
+            return (yield)
+        except Exception as exc:
+            if self.finished:  # decided or refused before it: the error is that plugin's to report
+                raise
+            self.failure = (f"{_hook_owner(exc, 'pytest_sessionfinish')} raised {type(exc).__name__}: {exc}",
+                            traceback.format_exc())
+            self.sessionfinish(session, exitstatus)
+            if not self.gate.verdict:
+                raise
+            return None
+        except BaseException:
+            self.interrupted = True
+            raise
+
+    def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> None:
+        """A hook that raised during the run (INTERNALERROR): kept for the CRASH it makes of a gated run."""
+        exc = excinfo.value
+        what = f"pytest internal error: {_hook_owner(exc, None)} raised {type(exc).__name__}: {exc}"
+        self.failure = self.failure or (what, str(excrepr))
+
     def sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        status = self.gate.finish(int(exitstatus))
+        self.finished = True
+        status = self._finish(int(exitstatus))
         if status != exitstatus:
             session.exitstatus = pytest.ExitCode(status)
+        self._file_artifacts(session.config)
+        self.close()
+
+    def _finish(self, exitstatus: int) -> int:
+        """The gate's decision and record. An error in the judge after the tests (another plugin's,
+        or one in the decision and record themselves) makes a gated run a CRASH (record.internal)."""
+        if self.failure and exitstatus != pytest.ExitCode.INTERRUPTED:
+            status = record.internal(self.gate, *self.failure)
+            if status is not None:
+                return status
+        try:
+            return self.gate.finish(exitstatus)
+        except Exception as exc:
+            status = record.internal(self.gate, f"pytest-ditar's decision and record raised {type(exc).__name__}: {exc}",
+                                     traceback.format_exc())
+            if status is None:
+                raise
+            return status
+
+    def _file_artifacts(self, config: pytest.Config) -> None:
         from pytest_ditar.plugin.artifacts import collect_artifacts
 
         run_dir = self.gate.sess.run_dir() if self.gate.gated else None
-        filed = collect_artifacts(session.config, run_dir)
+        try:
+            filed = collect_artifacts(config, run_dir)
+        except OSError as exc:  # a convenience: the verdict is recorded already
+            self.notes.append(f"ditar: junit.xml / benchmark.json not filed: {exc}")
+            return
         if filed:
             self.notes.append("ditar: " + ", ".join(p.name for p in filed) + f" in {run_dir}")
-        self.close()
 
     def terminal_summary(self, terminalreporter) -> None:
-        for line in [*self.gate.summary(), *self.notes]:
+        self.summarized = True
+        for line in self.summary_lines():
             terminalreporter.write_line(line)
+
+    def summary_lines(self) -> list[str]:
+        from pytest_ditar.loop.nextstep import next_step
+
+        nxt = next_step(self.gate)  # the block's last line: what to do next, above the verdict
+        return [*self.gate.summary(), *self.notes, *([nxt] if nxt else [])]
 
     def unconfigure(self, config: pytest.Config) -> None:
         """The verdict is the very last line of a gated run, after pytest's own summary."""
+        if not self.finished and not self.interrupted and self.gate.gated:
+            # the session's finish never reached us: a plugin's hook raised around ours
+            self.finished = True
+            record.internal(self.gate, "the session's finish never reached pytest-ditar (another plugin's "
+                                       "pytest_sessionfinish raised around it)", None)
+            self._file_artifacts(config)
         self.close()  # a run that never reached its session's end still stops its workers
+        tw = config.get_terminal_writer()
+        if not (self.summarized or config.getoption("no_summary", False)) and self.gate.verdict:
+            # pytest skipped its summary (a plugin raised in the session's finish): ours goes out here
+            for line in self.summary_lines():
+                tw.line(line)
         line = self.gate.final_line()
         if line:
-            config.get_terminal_writer().line(line)
+            tw.line(line)
 
     def close(self) -> None:
         """Stop the candidate workers, once, after the decision and the revert (their logs join the run's)."""
         if not self.closed:
             self.closed = True
             self.gate.sess.close()
+
+
+def _hook_owner(exc: BaseException, hook: str | None) -> str:
+    """Who raised `exc`: "pytest_sessionfinish of plugin 'mod'" from the innermost frame of that
+    hook (else of any hook) in its traceback; a plugin's error is named by its module."""
+    tb, owner = exc.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_name
+        if name == hook or (hook is None and name.startswith("pytest_")):
+            owner = f"{name} of plugin '{tb.tb_frame.f_globals.get('__name__', '?')}'"
+        tb = tb.tb_next
+    return owner or (hook or "a hook")

@@ -1,13 +1,15 @@
 """pytest-ditar's pytest11 entry point: its options, and hooks that each hand over to gateplugin:
 to the run's GatePlugin where a ditar config is active, else to NoRun, which leaves pytest alone.
-(GatePlugin itself is registered too, for pytest_runtest_logreport: that hook has no config.)"""
+(GatePlugin itself is registered too, for pytest_runtest_logreport, which has no config, and for
+pytest_internalerror and a wrapper around every plugin's pytest_sessionfinish, so that an error in
+the judge after the tests ends a gated run as a CRASH instead of leaving it undecided.)"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from pytest_ditar.plugin import gateplugin, hookspecs
+from pytest_ditar.plugin import artifacts, gateplugin, hookspecs
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,6 +31,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    # the one hook that hands over pytest's option parser: artifacts asks it for pytest-benchmark's
+    # --benchmark-json value, as that plugin's own option type makes it
+    artifacts.keep_parser(early_config, parser)
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml's and pytest-benchmark's configure read their file options
@@ -61,7 +69,9 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     return gateplugin.of(session.config).runtestloop(session)
 
 
-@pytest.hookimpl(trylast=True)  # after junitxml and pytest-benchmark wrote their files
+# after junitxml and pytest-benchmark wrote their files; GatePlugin's wrapper around every plugin's
+# session finish makes a run whose finish raised before this one a CRASH, never undecided
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     gateplugin.of(session.config).sessionfinish(session, exitstatus)
 

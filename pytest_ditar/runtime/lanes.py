@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
