@@ -83,3 +83,51 @@ def test_process_start_is_before_now_on_linux():
                          capture_output=True, text=True, check=True).stdout
     start = float(out)
     assert before - 1 <= start <= time.time() + 1  # a clock tick of slack on either side
+
+def test_warm_up_and_each_workers_build_are_reported_apart(monkeypatch):
+    """A compiled candidate's cost shows where it was paid: its own build() per worker, and the
+    lanes' warm-up (candidate and champion), none of it in a group or in the timed share."""
+    t = FakeTime()
+    monkeypatch.setattr(timings, "time", t)
+    clock = timings.PhaseClock(process_start=None)
+    with clock.span("build.candidate"):
+        t.now += 2  # the judge waited 2 s; the worker's build() took longer, overlapping other work
+    clock.built("candidate", 41.5)
+    clock.built("commit-1a2b3c4", 3.25)
+    clock.built("commit-1a2b3c4", 3.25)  # the holdout waits for the same worker again: noted once
+    clock.built("twin-1a2b3c4", None)  # never built: nothing to report
+    with clock.span("perf.lanes"):
+        t.now += 30
+    clock.note("perf.warmup", 12.0)
+    clock.note("perf.warmup_champion", 0.5)
+    clock.timed_s = 15.0
+    d = clock.as_dict()
+    assert d["worker_build.candidate"] == 41.5 and d["worker_build.commit-1a2b3c4"] == 3.25
+    assert "worker_build.twin-1a2b3c4" not in d
+    assert d["perf.warmup"] == 12.0 and d["perf.warmup_champion"] == 0.5
+    assert d["group.build"] == 2 and d["group.perf"] == 30  # notes add to no group
+    line = clock.line()
+    assert "build 2.00s, perf 30.0s, built in candidate 41.5s / commit-1a2b3c4 3.25s, " \
+           "warm-up 12.0s (champion 0.50s), perf overhead 2.000x of 15.0s timed" in line, line
+
+
+def test_no_warm_up_and_no_build_say_nothing(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timings, "time", t)
+    clock = timings.PhaseClock(process_start=None)
+    with clock.span("quality.generate"):
+        t.now += 1
+    clock.note("perf.warmup", 0.0)
+    line = clock.line()
+    assert "warm-up" not in line and "built in" not in line, line
+
+
+def test_builds_fold_in_from_xdist_workers_as_the_longest():
+    """Each xdist judge builds its own candidate: what one build cost is the longest of them."""
+    controller = timings.PhaseClock(process_start=None)
+    for seconds in (30.0, 34.0):
+        w = timings.PhaseClock(process_start=None)
+        w.built("candidate", seconds)
+        controller.absorb(w.to_payload())
+    controller.absorb({"seconds": {}})  # an older payload without builds
+    assert controller.as_dict()["worker_build.candidate"] == 34.0

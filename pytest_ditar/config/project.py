@@ -81,7 +81,8 @@ class Config:
     fixed_paths: tuple[str, ...] = ()
     knowledge_dir: str = "knowledge/handbook"
     candidate_dir: str = "mutable"
-    item_timeout_s: float = 600.0
+    item_timeout_s: float = 600.0  # one request (a batch, a timed call), counted from the end of the build
+    build_timeout_s: float = 1800.0  # one worker's build(): a cold torch.compile/autotune pass fits in it
     vram_budget_gib: float | None = None  # None: the target's memory
     thresholds: Mapping[str, Thresholds] = field(default_factory=dict)
     perf: PerfConfig = PerfConfig()
@@ -213,6 +214,9 @@ def load_config(path: str | Path) -> Config:
     cfg = Config(**kwargs)
     if cfg.objective_lane == "":
         raise ConfigError(f"{where}: key 'objective_lane' must name a lane of the suite")
+    if not cfg.build_timeout_s > 0:
+        raise ConfigError(f"{where}: key 'build_timeout_s' must be a positive number of seconds, "
+                          f"got {cfg.build_timeout_s!r}")
     return cfg
 
 

@@ -30,6 +30,9 @@ GROUPS = {
 # Inside perf.lanes, kept apart for the record (never added to a group): what the run's own
 # integrity checks cost, the audit of timed outputs and the caching probe.
 INTEGRITY = ("perf.audit", "perf.probe")
+# Also inside perf.lanes and kept apart the same way: the lanes' untimed warm-up calls, the
+# candidate's and the interleaved champion's. A candidate that compiles lazily compiles here.
+WARMUP = ("perf.warmup", "perf.warmup_champion")
 
 
 def process_start_epoch() -> float | None:
@@ -51,6 +54,11 @@ class PhaseClock:
     first: dict[str, float] = field(default_factory=dict)  # span name -> epoch of its first start
     last: dict[str, float] = field(default_factory=dict)  # span name -> epoch of its last end
     workers: int = 0  # xdist workers folded in
+    # Each worker's own build() seconds, by worker name ("candidate"; "commit-<sha7>" for the
+    # champion's code, which the holdout's baseline shares when it is the same commit;
+    # "twin-<sha7>"). The build spans above only count the judge's wait, which overlaps other
+    # work: these say what a build (a compile, say) cost.
+    builds: dict[str, float] = field(default_factory=dict)
     process_start: float | None = field(default_factory=process_start_epoch)
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
     started: float = field(default_factory=lambda: time.perf_counter())
@@ -77,8 +85,15 @@ class PhaseClock:
                 self._stack[-1][1] += total
 
     def note(self, name: str, seconds: float) -> None:
-        """Book time already inside an open or closed span under a name of its own (INTEGRITY)."""
+        """Book time already inside an open or closed span under a name of its own (INTEGRITY,
+        WARMUP)."""
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    def built(self, worker: str, seconds: float | None) -> None:
+        """A worker's build() took `seconds` (its own report; None: not built). One worker builds
+        once, and waiting for it again notes the same figure, so the larger one is kept."""
+        if seconds is not None:
+            self.builds[worker] = max(self.builds.get(worker, 0.0), float(seconds))
 
     def group(self, name: str) -> float:
         return sum(self.seconds.get(k, 0.0) for k in GROUPS[name])
@@ -106,7 +121,7 @@ class PhaseClock:
     def to_payload(self) -> dict[str, Any]:
         """What a worker sends the controller (JSON-able)."""
         return {"seconds": dict(self.seconds), "first": dict(self.first), "last": dict(self.last),
-                "timed_s": self.timed_s}
+                "timed_s": self.timed_s, "builds": dict(self.builds)}
 
     def absorb(self, payload: dict[str, Any]) -> None:
         """Fold a worker's clock in: busy seconds add up, windows widen to cover it."""
@@ -118,6 +133,8 @@ class PhaseClock:
         for k, v in payload.get("last", {}).items():
             self.last[k] = max(self.last.get(k, v), float(v))
         self.timed_s += float(payload.get("timed_s", 0.0))
+        for k, v in payload.get("builds", {}).items():  # each judge built its own: the longest is what one cost
+            self.built(k, v)
 
     def as_dict(self, wall_s: float | None = None) -> dict[str, float | None]:
         wall = wall_s if wall_s is not None else self.wall()
@@ -130,6 +147,7 @@ class PhaseClock:
         startup = self.startup()
         out["startup"] = None if startup is None else round(startup, 4)
         out["workers"] = self.workers
+        out.update({f"worker_build.{k}": round(v, 4) for k, v in sorted(self.builds.items())})
         out["perf.timed"] = round(self.timed_s, 4)
         out["perf.overhead"] = round(perf / self.timed_s, 4) if self.timed_s else None
         out["firewall.fraction"] = round(self.group("firewall") / wall, 4) if wall else None
@@ -146,6 +164,11 @@ class PhaseClock:
                 parts.append(f"{g} {_s(d[f'window.{g}'])} window ({_s(d[f'group.{g}'])} busy)")
             else:
                 parts.append(f"{g} {_s(d[f'group.{g}'])}")
+        if self.builds:
+            parts.append("built in " + " / ".join(f"{k} {_s(v)}" for k, v in sorted(self.builds.items())))
+        warm, warm_champion = (d.get(k) or 0.0 for k in WARMUP)
+        if warm or warm_champion:
+            parts.append(f"warm-up {_s(warm)}" + (f" (champion {_s(warm_champion)})" if warm_champion else ""))
         if d["perf.overhead"]:
             parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
         checks = sum(d.get(k) or 0.0 for k in INTEGRITY)

@@ -142,19 +142,31 @@ class DitarSession:
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
             w = CandidateWorker(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
                                 memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
-                                cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")))
+                                cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")),
+                                build_timeout_s=self.cfg.build_timeout_s)
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
 
     def worker_env(self, cwd: Path) -> dict[str, str]:
-        """The judge's environment less what names the state directory or the judge's own settings.
-        Only a courtesy: the candidate's package lies in the project, beside the state directory."""
+        """The judge's environment less what names the state directory or the judge's own settings,
+        plus the compile cache's variables. Only a courtesy: the candidate's package lies in the
+        project, beside the state directory."""
         state = str(self.cfg.state_path.resolve())
         env = {k: v for k, v in os.environ.items() if state not in v and k not in (ENV_CONFIG, ENV_TAG, "OLDPWD")}
         env["PWD"] = str(cwd)
         if env.get("PYTHONPATH"):  # the worker starts elsewhere: relative entries must keep their meaning
             env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) if p else p
                                                 for p in env["PYTHONPATH"].split(os.pathsep))
+        # torch.compile's caches, one folder per tag and device stack, shared by the candidate, the
+        # champion, its twin and the holdout's baseline: a rebuilt champion or a re-run candidate
+        # compiles once per machine. Added after the filter on purpose: this names the state
+        # directory to the candidate, which the filter's courtesy hid, but it is one step from the
+        # project on the filesystem anyway (docs/trust.md, "What stays open").
+        from pytest_ditar.hardware.cachekey import device_key
+
+        cache = TagPaths(self.state_dir.resolve()).compile_cache(device_key(self.resolved_device()))
+        env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
+                   TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         return env
 
     def start_candidate(self) -> None:
@@ -173,7 +185,8 @@ class DitarSession:
                 w = self.worker(self.cfg.candidate_path, "candidate")
                 w.memory_budget_gib = self.memory_budget_gib
                 with self.clock.span("build.candidate"):
-                    self.candidate = w.built(self.cfg.item_timeout_s)
+                    self.candidate = w.built(self.cfg.build_timeout_s)
+                self.clock.built(w.name, w.build_s)
             except CandidateError as exc:
                 self.candidate_error = exc
                 self.errors.append(exc)
@@ -259,7 +272,8 @@ class DitarSession:
             if start_only:
                 w.request_build()
                 return w
-            w.built(self.cfg.item_timeout_s)
+            w.built(self.cfg.build_timeout_s)
+            self.clock.built(w.name, w.build_s)
             err = self.check_worktrees()
             if err is not None:
                 raise err

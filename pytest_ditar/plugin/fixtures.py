@@ -232,6 +232,8 @@ class PerfRunner:
                                      probe=objective and self._gated(), sequential=sequential)
                     sess.clock.note("perf.audit", m.audit_s)
                     sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
+                    sess.clock.note("perf.warmup", sum(m.warmup_s))  # where a lazy compile shows
+                    sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s))
         except CandidateError as exc:
             sess.errors.append(exc)
             _fail_candidate(exc)

@@ -58,7 +58,7 @@ class CandidateWorker:
 
     def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
                  memory_budget_gib: float | None = None, cpu_threads: int = 1, cwd: Path | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, build_timeout_s: float | None = None):
         self.name = name
         self.candidate_dir = Path(candidate_dir).resolve()
         self.spec = spec
@@ -67,6 +67,9 @@ class CandidateWorker:
         self.cpu_threads = cpu_threads
         self.cwd = cwd
         self.env = env  # the worker's environment; None: the judge's
+        # how long build() may take wherever the build is waited for (config build_timeout_s): a
+        # cold compile belongs there, and a request's own timeout starts only once it is built
+        self.build_timeout_s = build_timeout_s
         self._proc: subprocess.Popen | None = None
         self._launcher: threading.Thread | None = None  # asks the zygote for the fork off the judge's thread
         self._child: tuple[socket.socket, dict[str, str]] | None = None  # the worker's socket end until it runs
@@ -154,10 +157,12 @@ class CandidateWorker:
 
     def built(self, timeout_s: float | None = None) -> "CandidateWorker":
         """Wait until the pipeline is built (raising its CandidateError if it failed): the worker's
-        start-up gets START_TIMEOUT_S, the candidate's build() `timeout_s` (the item timeout)."""
+        start-up gets START_TIMEOUT_S, the candidate's build() `timeout_s`, else the worker's
+        build_timeout_s, else START_TIMEOUT_S. The item timeout of a later request (generate)
+        counts from here, from the end of the build."""
         self.request_build()
         self._drain("hello", START_TIMEOUT_S)
-        self._drain("build", timeout_s or START_TIMEOUT_S)
+        self._drain("build", timeout_s or self.build_timeout_s or START_TIMEOUT_S)
         return self
 
     def close(self) -> None:

@@ -8,6 +8,8 @@
         champions/<commit>/               each kept commit's snapshot
         runs/<stamp>-<sha7>[-n]/          one run's logs, patch and summary
         worktrees/<sha12>/                checkouts of earlier commits (champion, baseline code)
+        compile-cache/<device key>/       torch.compile's caches, shared by every worker of the tag
+                                          on that device stack (a cache, never state)
         phase-quality.json                two-phase runs: pointer to the quality phase's record
         report/                           `dit-ar report`'s HTML
 
@@ -32,6 +34,7 @@ WORKTREES = "worktrees"
 SEAT_BIAS = "seat-bias"
 PHASE_POINTER = "phase-quality.json"
 REPORT = "report"
+COMPILE_CACHE = "compile-cache"
 
 
 def state_root(project_root: Path, state_dir: str) -> Path:
@@ -102,6 +105,11 @@ class TagPaths:
     def worktree(self, commit: str) -> Path:
         # 12 hex digits: unique in any real repository, short enough for readable paths.
         return self.dir / WORKTREES / commit[:12]
+
+    def compile_cache(self, device_key: str) -> Path:
+        """Inductor's and Triton's cache directories for one device stack (hardware.cachekey):
+        the candidate and the champion compile into it, so each graph compiles once per machine."""
+        return self.dir / COMPILE_CACHE / device_key
 
     @property
     def phase_pointer(self) -> Path:

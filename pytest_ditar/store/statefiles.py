@@ -3,7 +3,8 @@
 What matters is what the verdicts rest on and what a person reads afterwards: the session file,
 the ledger and its TSV view, the baseline and champion snapshots (outputs included), and each
 run's summary.json, verdict.txt and candidate.patch. Worker logs, worktrees and caches are
-rebuilt or disposable. loop.backup keeps these files in git (refs/ditar/<tag>); this module only
+rebuilt or disposable: the compile cache (compile-cache/) is written by candidate code at will, so
+it is neither watched, backed up, nor restored. loop.backup keeps these files in git (refs/ditar/<tag>); this module only
 reads and writes the directory.
 
 No pytest, git or torch here.
@@ -19,6 +20,7 @@ from pytest_ditar.store.atomic import publish_dir, temp_dir_beside, write_bytes_
 from pytest_ditar.store.paths import (
     BASELINE,
     CHAMPIONS,
+    COMPILE_CACHE,
     LEDGER_JSONL,
     RESULTS_TSV,
     RUNS,
@@ -73,11 +75,13 @@ def _group(rel: str) -> str:
 
 
 def folders(paths: TagPaths) -> tuple[Path, ...]:
-    """The tag directory's folders, git worktrees left out (git keeps those, and they are big)."""
+    """The tag directory's folders, git worktrees (git keeps those, and they are big) and the
+    compile cache left out: the compiler makes and removes folders there during a run, which is
+    not damage."""
     out = []
     for dirpath, dirnames, _ in os.walk(paths.dir):
-        if Path(dirpath) == paths.dir and WORKTREES in dirnames:
-            dirnames.remove(WORKTREES)
+        if Path(dirpath) == paths.dir:
+            dirnames[:] = [d for d in dirnames if d not in (WORKTREES, COMPILE_CACHE)]
         out.append(Path(dirpath))
     return tuple(out)
 

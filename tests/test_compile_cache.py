@@ -1,0 +1,148 @@
+"""Compile-aware gates (issue 19): torch.compile's caches live in one folder per tag and device,
+shared by the candidate's and the champion's workers across runs, outside the state the gate
+watches and backs up; each worker's build time and the lanes' warm-up are reported apart; and a
+build may take longer than one request's timeout.
+
+A real Inductor compile is too slow for CI here (a two-op function took 54.5 s cold and 7.1 s warm
+on the 2-core CI host while other tests ran), so the gated runs check the wiring with a candidate
+whose build() does what a compiler does with the cache: reads the variables, finds the entries
+earlier builds left, adds its own, and replaces a scratch folder.
+"""
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from candidates import STOCK
+
+from conftest import REPO, research_project
+
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
+
+RECORD = '''
+def _use_the_compile_cache():
+    import json, os, pathlib, shutil, time
+    env = {{k: os.environ.get(k) for k in {keys!r}}}
+    cache = pathlib.Path(env["TORCHINDUCTOR_CACHE_DIR"])
+    entries = cache / "entries"
+    before = sorted(p.name for p in entries.iterdir()) if entries.is_dir() else []
+    name = f"{{os.getpid()}}-{{time.time_ns()}}"
+    entries.mkdir(parents=True, exist_ok=True)
+    (entries / name).write_text("compiled")
+    # a folder an earlier build made goes, as a compiler's temporary folders do
+    shutil.rmtree(cache / "scratch", ignore_errors=True)
+    (cache / "scratch" / name).mkdir(parents=True)
+    with open({out!r}, "a") as fh:
+        fh.write(json.dumps({{"file": __file__, "env": env, "before": before, "wrote": name}}) + "\\n")
+'''
+
+
+def _source(out: Path, build_sleep_s: float = 0.0, note: str = "") -> str:
+    head, sep, body = STOCK.partition("def build(")
+    call = "    _use_the_compile_cache()\n" + (f"    import time; time.sleep({build_sleep_s})\n" if build_sleep_s else "")
+    return head + RECORD.format(keys=CACHE_VARS, out=str(out)) + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1) + note
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def _summary(proj, sha: str) -> dict:
+    for f in (proj.root / ".autoresearch/t/runs").glob("*/summary.json"):
+        data = json.loads(f.read_text())
+        if data["commit"] == sha:
+            return data
+    raise AssertionError(f"no summary.json for {sha}")
+
+
+def test_the_candidate_and_the_champion_share_one_compile_cache_per_tag_and_device_across_runs(
+        pytester, model_cache, tmp_path_factory):
+    from pytest_ditar.hardware.cachekey import device_key
+
+    out = tmp_path_factory.mktemp("compile-cache-record") / "builds.jsonl"
+    proj = research_project(pytester, tmp_path_factory, mutable_source=_source(out))  # the champion uses it too
+    out.unlink()  # the baseline's build ran in the template project
+    cache = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve()
+    copied = {p.name for p in (cache / "entries").iterdir()}  # the template's baseline build left these
+    timeout = proj.config()["item_timeout_s"]
+    assert proj.config().get("build_timeout_s") is None  # the default (1800 s) applies
+
+    # Run 1: a build longer than a request's timeout (a cold compile) is not a timeout.
+    sha1, res1, line1 = proj.experiment(_source(out, build_sleep_s=timeout + 2), "exact", "compile in build()")
+    assert not line1.startswith("DITAR VERDICT: CRASH"), res1.stdout[-3000:]
+    assert "timeout" not in line1 and "state directory damaged" not in res1.stdout, res1.stdout[-3000:]
+    first = _records(out)
+    # Run 2: the same code again (a comment apart); its builds find what run 1's left.
+    _, res2, line2 = proj.experiment(_source(out, note="\n# again\n"), "exact", "the same, re-run")
+    assert not line2.startswith("DITAR VERDICT: CRASH"), res2.stdout[-3000:]
+    assert "state directory damaged" not in res2.stdout, res2.stdout[-3000:]  # the scratch folder it removed is no state
+    second = _records(out)[len(first):]
+
+    for run in (first, second):
+        champion = [r for r in run if "/worktrees/" in r["file"]]
+        candidate = [r for r in run if Path(r["file"]).resolve() == (proj.root / "mutable/pipeline.py").resolve()]
+        assert len(champion) == 1 and len(candidate) == 1, run  # the holdout's baseline is the champion's worker
+        for r in run:
+            assert r["env"] == {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
+                                "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}, r
+    assert {r["wrote"] for r in first} <= set.intersection(*(set(r["before"]) for r in second))  # shared across runs
+    assert {p.name for p in (cache / "entries").iterdir()} == copied | {r["wrote"] for r in first + second}
+
+    # A cache, not state: not in the backup ref, and the runs' verdicts were not about it.
+    backed = proj.git("ls-tree", "-r", "--name-only", "refs/ditar/t").splitlines()
+    assert backed and not [p for p in backed if "compile-cache" in p], backed
+
+    # Build time per worker and the lanes' warm-up, apart from the timed rounds.
+    t1 = _summary(proj, sha1)["timings"]
+    champion_worker = f"worker_build.commit-{proj.ledger()[0]['commit'][:7]}"
+    assert t1["worker_build.candidate"] >= timeout + 2 and 0 < t1[champion_worker] < t1["worker_build.candidate"], t1
+    assert t1["perf.warmup"] > 0 and t1["perf.warmup_champion"] > 0 and t1["perf.timed"] > t1["perf.warmup"]
+    time_line = next(l for l in res1.stdout.splitlines() if l.startswith("ditar: time"))
+    assert re.search(r"built in candidate [0-9.]+s / commit-[0-9a-f]{7} [0-9.]+s, warm-up [0-9.]+s \(champion ", time_line), \
+        time_line
+
+
+def test_the_device_key_is_short_stable_and_apart_per_device_kind():
+    from pytest_ditar.hardware.cachekey import device_key
+
+    cpu = device_key("cpu")
+    assert re.fullmatch(r"cpu-[0-9a-f]{10}", cpu) and device_key("cpu") == cpu
+    cuda = device_key("cuda:0")
+    assert cuda.startswith("cuda") and re.search(r"-[0-9a-f]{10}$", cuda) and cuda[-10:] != cpu[-10:]
+
+
+def test_the_compile_cache_is_neither_watched_nor_backed_up(tmp_path):
+    """The compiler makes and removes folders in the cache during a run: no digest, no folder
+    watch (a vanished folder would read as a damaged state), no backup."""
+    from pytest_ditar.store import statefiles
+    from pytest_ditar.store.paths import TagPaths
+
+    paths = TagPaths(tmp_path / "t")
+    (paths.dir / "baseline").mkdir(parents=True)
+    (paths.dir / "baseline/manifest.json").write_text("{}")
+    (paths.dir / "ledger.jsonl").write_text("")
+    entry = paths.compile_cache("cpu-0123456789") / "triton/abc/kernel.so"
+    entry.parent.mkdir(parents=True)
+    entry.write_bytes(b"\0")
+    assert paths.compile_cache("cpu-0123456789") == paths.dir / "compile-cache/cpu-0123456789"
+    assert sorted(statefiles.watched(paths)) == ["baseline/manifest.json", "ledger.jsonl"]
+    assert not [p for p in statefiles.backed_up(paths) if "compile-cache" in p]
+    assert paths.dir / "baseline" in statefiles.folders(paths)
+    assert not [d for d in statefiles.folders(paths) if "compile-cache" in d.parts]
+
+
+@pytest.mark.parametrize("value,message", [(0, "must be a positive number of seconds"), ("ten", "must be a number")])
+def test_build_timeout_is_checked_naming_the_file_and_key(tmp_path, value, message):
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.core.errors import ConfigError
+
+    shutil.copytree(REPO / "suites/tiny", tmp_path / "suites/tiny")
+    cfg = json.loads((REPO / "config/autoresearch.json").read_text())
+    (tmp_path / "config").mkdir()
+    path = tmp_path / "config/autoresearch.json"
+    path.write_text(json.dumps(cfg))
+    assert load_config(path).build_timeout_s == 1800.0
+    path.write_text(json.dumps({**cfg, "build_timeout_s": value}))
+    with pytest.raises(ConfigError, match=f"{re.escape(str(path))}: key 'build_timeout_s' {message}"):
+        load_config(path)
