@@ -164,6 +164,9 @@ def test_a_bounded_session_stops_with_a_refusal_and_says_so(pytester, model_cach
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stdout.strip().splitlines()[-1].startswith("DITAR REFUSED: session bound reached: 1 of 1"), res.stdout
     assert len(proj.ledger()) == rows and proj.git("rev-parse", "HEAD^") == head  # nothing ran, nothing reverted
+    plain = proj.pytest("--ditar-gate", "--ditar-class", "exact")  # pytest itself, bypassing `dit-ar experiment`
+    assert plain.outlines[-1].startswith("DITAR REFUSED: session bound reached: 1 of 1"), plain.outlines[-5:]
+    assert len(proj.ledger()) == rows and proj.git("rev-parse", "HEAD^") == head
     st = proj.ditar("status")
     assert "bound     1 of 1 experiments run; REACHED: stop\n" in st.stdout, st.stdout
     if line.startswith("DITAR VERDICT: KEEP"):  # a real 2x: the direct comparison stands beside the product

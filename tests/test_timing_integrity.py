@@ -162,3 +162,28 @@ def test_timed_rounds_are_fresh_requests_reproducible_from_the_recorded_secret(p
     t = summary["timings"]
     assert t["perf.audit"] > 0 and t["perf.probe"] > 0 and "audit+probe " in res.stdout
 
+
+
+def test_champion_drift_on_a_cpu_lane_allows_the_hosts_own_swings():
+    """A CPU host's speed moves 10-20% between runs: on a CPU lane the drift check only counts a
+    slowdown beyond CPU_DRIFT_FLOOR; on a GPU lane the configured 5% stands."""
+    from pytest_ditar.config.project import PerfConfig
+    from pytest_ditar.runtime.lanes import LaneMeasurement, judge_lane
+
+    rng = np.random.default_rng(5)
+    stored = list(0.050 * (1 + 0.01 * rng.standard_normal(20)))
+    champ = list(0.060 * (1 + 0.01 * rng.standard_normal(20)))  # 1.2x slower than it was stored
+    cand = list(0.060 * (1 + 0.01 * rng.standard_normal(20)))
+
+    def verdict(cpu):
+        m = LaneMeasurement("latency_b1", cand, [], champion_samples=champ)
+        return judge_lane(m, champ, objective=True, source="interleaved", noise=None, perf_cfg=PerfConfig(),
+                          stored_samples=stored, cpu=cpu).outcome
+
+    assert verdict(cpu=False).verdict == "UNSTABLE" and "champion drift" in verdict(cpu=False).reason
+    assert "champion drift" not in verdict(cpu=True).reason
+    sandbagged = [x * 1.5 for x in champ]  # beyond the floor: still caught on a CPU
+    m = LaneMeasurement("latency_b1", cand, [], champion_samples=sandbagged)
+    out = judge_lane(m, sandbagged, objective=True, source="interleaved", noise=None, perf_cfg=PerfConfig(),
+                     stored_samples=stored, cpu=True).outcome
+    assert out.verdict == "UNSTABLE" and "champion drift" in out.reason

@@ -177,7 +177,11 @@ class Gate:
         pin = guards.config_pin(s.cfg, base.manifest.get("config_sha256"), st, self.baseline_commit)
         self.summary_lines += [pin.note] if pin.note else []
         self.guards += [pin.guard] if pin.guard else []  # the candidate's own edit: judged
-        self.refusal = (guards.one_commit_refusal(self.root, st, best, self.ledger.rows(), paths) if best else None) \
+        from pytest_ditar.loop.bound import bound_refusal
+
+        # a bounded session refuses a plain `pytest --ditar-gate` too, not only `dit-ar experiment`
+        self.refusal = bound_refusal(s.state_dir) \
+            or (guards.one_commit_refusal(self.root, st, best, self.ledger.rows(), paths) if best else None) \
             or pin.refusal
         if self.refusal:
             return False

@@ -41,6 +41,10 @@ def _after_verdict(gate: Gate) -> str:
     left = "the commit stays (--ditar-no-revert)" if gate.opts.no_revert else f"reverted to {str(gate.parent)[:7]}"
     if d.status == "KEEP":
         return f"{head} is the champion; commit the next hypothesis on top of it (program.md section 2, step 1)"
+    if d.status == "CRASH" and any(str(r).startswith("internal:") for r in getattr(d, "reasons", ()) or ()):
+        # the judge failed, not the candidate: nothing in the patch to fix
+        return (f"{left}; the judge itself failed (an 'internal:' reason, log in {run}): report it, then run "
+                "the same hypothesis again")
     if d.status == "CRASH":
         return (f"{left}; plainly wrong code (a typo, a shape)? `git apply {run}/candidate.patch`, fix, commit, "
                 "run again; else the next hypothesis")

@@ -247,7 +247,7 @@ class PerfRunner:
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
         res = judge_lane(m, champ_samples, objective=objective, source=source,
                          noise=noise, perf_cfg=sess.cfg.perf, stored_samples=stored_samples,
-                         sequential=sequential, seat=seat)
+                         sequential=sequential, seat=seat, cpu=sess.resolved_device() == "cpu")
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID

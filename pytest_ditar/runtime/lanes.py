@@ -319,7 +319,7 @@ class LaneResult:
 
 def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
                noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
-               sequential: Sequential | None = None, seat: Any = None) -> LaneResult:
+               sequential: Sequential | None = None, seat: Any = None, cpu: bool = False) -> LaneResult:
     """Turn samples into a lane verdict with the statistics in stats.py. A failed audit or a
     caching candidate voids the timing (REJECTED); an interleaved champion that disagrees with its
     own stored samples (`stored_samples`) makes the lane UNSTABLE. A lane grown by `sequential`
@@ -355,7 +355,8 @@ def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: 
     if len(champion_samples) < 3 or len(m.samples) < 3:
         return outcome("MISSING", "no champion samples to compare with")
     if source == "interleaved" and stored_samples:
-        drift = probes.champion_drift(champion_samples, stored_samples, max(min_effect, perf_cfg.drift_tolerance),
+        tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
+        drift = probes.champion_drift(champion_samples, stored_samples, tolerance,
                                       perf_cfg.alpha)
         if drift:
             return outcome("UNSTABLE", drift)
