@@ -18,6 +18,8 @@ for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
     os.environ.pop(_var)
 pytest_plugins = ["pytester"]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
+E2E = Path(__file__).resolve().parent / "e2e"
+NAMED_ONLY = (ADVERSARIAL, E2E)  # CI steps of their own; `pytest tests` leaves them out
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,12 +28,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """The adversarial battery is CI's second step (`pytest tests/adversarial -n 2`), not part of
-    `pytest tests`, which keeps the main suite inside its time budget: it runs only when named."""
-    if collection_path.resolve() != ADVERSARIAL:
+    """The long end-to-end runs and the adversarial battery are CI steps of their own (`pytest
+    tests/e2e -n 2`, `pytest tests/adversarial -n 2`), not part of `pytest tests`, which keeps the
+    main suite inside its time budget: each runs only when named."""
+    here = collection_path.resolve()
+    if here not in NAMED_ONLY:
         return None
     named = [Path(a.split("::")[0]).resolve() for a in config.args]
-    return not any(a == ADVERSARIAL or ADVERSARIAL in a.parents for a in named)
+    return not any(a == here or here in a.parents for a in named)
 
 
 @pytest.fixture(scope="session")

@@ -72,8 +72,8 @@ def test_nvml_is_declared_for_linux():
 def test_ci_runs_the_smoke_set_in_an_environment_of_the_pins():
     steps = (REPO / ".ci/run").read_text()
     assert re.search(r'pip" install -q -c "\$pins" -e \'\.\[xdist\]\'', steps) and "pins=.ci/lower-bounds.txt" in steps
-    assert 'python" -m pytest tests/test_lower_bound_smoke.py -m lowerbound' in steps
-    smoke = (REPO / "tests/test_lower_bound_smoke.py").read_text()
+    assert 'python" -m pytest tests/e2e/test_lower_bound_smoke.py -m lowerbound' in steps
+    smoke = (REPO / "tests/e2e/test_lower_bound_smoke.py").read_text()
     assert "pytestmark = pytest.mark.lowerbound" in smoke
     for verdict in ("KEEP", "DISCARD", "CRASH"):
         assert f'"DITAR VERDICT: {verdict}' in smoke, verdict

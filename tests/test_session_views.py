@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from test_loop_agent import EDIT_A_FIXED_PATH
+from e2e.test_loop_agent import EDIT_A_FIXED_PATH
 
 from conftest import REPO
 from pytest_ditar import interface

@@ -244,7 +244,7 @@ def test_the_candidate_runs_in_a_scratch_directory_without_the_state_directory_i
     seen = json.loads(out.read_text())
     cwd = Path(seen["cwd"]).resolve()
     assert research.root.resolve() not in (cwd, *cwd.parents), seen["cwd"]  # not the project, nor inside it
-    # only the compile cache's variables name it (docs/trust.md, "What stays open"; tests/test_compile_cache.py)
+    # only the compile cache's variables name it (docs/trust.md, "What stays open"; tests/e2e/test_compile_cache.py)
     cache_vars = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
     assert not [k for k, v in seen["env"].items() if str(state) in v and k not in cache_vars], seen["env"]
     assert seen["env"]["PWD"] == seen["cwd"]

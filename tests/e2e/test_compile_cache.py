@@ -66,7 +66,7 @@ def test_the_candidate_and_the_champion_share_one_compile_cache_per_tag_and_devi
     cache = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve()
     copied = {p.name for p in (cache / "entries").iterdir()}  # the template's baseline build left these
     timeout = proj.config()["item_timeout_s"]
-    assert proj.config().get("build_timeout_s") is None  # the default (1800 s) applies
+    assert proj.config().get("build_timeout_s", 1800) > timeout + 2  # the repository's 1800 s applies
 
     # Run 1: a build longer than a request's timeout (a cold compile) is not a timeout.
     sha1, res1, line1 = proj.experiment(_source(out, build_sleep_s=timeout + 2), "exact", "compile in build()")
