@@ -53,10 +53,6 @@ class Plan:
     def alpha(self) -> float:
         return float(sum(self.alphas))
 
-    def look_index(self, rounds: int) -> int | None:
-        """The index of the look due at `rounds` rounds, or None when none is."""
-        return self.looks.index(rounds) if rounds in self.looks else None
-
 
 def plan(min_rounds: int, max_rounds: int, alpha: float, growth: float = 2.0) -> Plan:
     """Looks at min_rounds, then growing by `growth` (rounded, at least +1), the last at max_rounds;
@@ -114,9 +110,9 @@ def _check_threshold(threshold: float) -> None:
 
 def decide(d: np.ndarray, threshold: float, alpha: float, last: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One look on the last axis of `d` (log ratios; rows are independent lanes, so the simulation
-    and the gate run this same code): (decisions, p_faster, p_futile). FASTER when the Wilcoxon
-    signed-rank test of median(d) > log(1 + threshold) rejects at `alpha`, FUTILE when the
-    opposite test does or `last` is set, else CONTINUE."""
+    and the gate run this same code): (decisions, p_faster, p_futile). FASTER when the sign test
+    of median(d) > log(1 + threshold) rejects at `alpha`, FUTILE when the opposite test does or
+    `last` is set, else CONTINUE."""
     _check_threshold(threshold)
     x = np.atleast_2d(np.asarray(d, dtype=np.float64)) - math.log1p(threshold)
     p_fast = np.ones(x.shape[0])
