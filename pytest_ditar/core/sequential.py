@@ -115,12 +115,7 @@ def decide(d: np.ndarray, threshold: float, alpha: float, last: bool) -> tuple[n
     `last` is set, else CONTINUE."""
     _check_threshold(threshold)
     x = np.atleast_2d(np.asarray(d, dtype=np.float64)) - math.log1p(threshold)
-    p_fast = np.ones(x.shape[0])
-    p_futile = np.ones(x.shape[0])
-    live = np.any(x != 0.0, axis=-1)  # all-zero rows: no evidence either way
-    if np.any(live):
-        p_fast[live] = _sign_p(x[live], "greater")
-        p_futile[live] = _sign_p(x[live], "less")
+    p_fast, p_futile = _sign_p(x, "greater"), _sign_p(x, "less")  # an all-zero row: p = 1 both ways
     out = np.where(p_fast < alpha, FASTER, np.where((p_futile < alpha) | last, FUTILE, CONTINUE))
     return out, p_fast, p_futile
 

@@ -131,17 +131,8 @@ def _check_shapes(latents: np.ndarray, images: np.ndarray, n: int) -> None:
 def pin_to_current_cpu() -> set[int] | None:
     """Fix this thread to the core it is on (no migration between kernel launches); returns the
     old mask to restore, or None where pinning is not possible."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
     cpu = _current_cpu()
-    try:
-        old = os.sched_getaffinity(0)
-        if cpu is None or cpu not in old:
-            return None
-        os.sched_setaffinity(0, {cpu})
-        return old
-    except OSError:
-        return None
+    return None if cpu is None else pin_to_cpu(cpu)
 
 
 def pin_to_cpu(cpu: int) -> set[int] | None:
