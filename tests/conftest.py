@@ -131,7 +131,7 @@ def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config:
     # The sequential objective lane stops at 24 rounds or 5 s here, and the seat bias (a second
     # champion build per project) is measured only in the tests about it: CI time.
     cfg["perf"] = {**cfg["perf"], "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 24, "lane_budget_s": 5.0,
-                   "seat_bias": False}
+                   "twin": False}
     cfg.update(config or {})
     (root / "config").mkdir(exist_ok=True)
     (root / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))

@@ -168,7 +168,8 @@ def test_champion_drift_on_a_cpu_lane_allows_the_hosts_own_swings():
     """A CPU host's speed moves 10-20% between runs: on a CPU lane the drift check only counts a
     slowdown beyond CPU_DRIFT_FLOOR; on a GPU lane the configured 5% stands."""
     from pytest_ditar.config.project import PerfConfig
-    from pytest_ditar.runtime.lanes import LaneMeasurement, judge_lane
+    from pytest_ditar.loop.lanes import judge as judge_lane
+    from pytest_ditar.runtime.lanes import LaneMeasurement
 
     rng = np.random.default_rng(5)
     stored = list(0.050 * (1 + 0.01 * rng.standard_normal(20)))

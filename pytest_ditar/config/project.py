@@ -23,10 +23,10 @@ from pytest_ditar.core.vocabulary import CLASSES, DEFAULT_CONFIG
 
 @dataclass(frozen=True)
 class PerfConfig:
-    min_speedup: float = 0.01  # the user's "worth keeping": a KEEP must beat 1 + this (and the seat bias)
+    min_speedup: float = 0.01  # the user's "worth keeping": a KEEP must beat 1 + this
     noise_k: float = 2.0  # lanes judged on stored samples: min effect is k x the baseline's A/A noise
     alpha: float = 0.05  # false-KEEP rate of the objective lane, spent over its sequential looks
-    max_cv: float = 0.20  # robust CV above this -> UNSTABLE (H200 eager A/A showed 6-12%)
+    max_cv: float = 0.20  # an UNDECIDED lane with a robust CV above this is UNSTABLE, not NOT_FASTER
     guard_tolerance: float = 0.05  # non-objective lanes may not regress beyond this
     n_boot: int = 2000
     interleave: bool = True  # time champion and candidate in the same process when possible
@@ -38,9 +38,9 @@ class PerfConfig:
     # max_rounds while undecided, for at most lane_budget_s seconds of the lane.
     max_rounds: int = 384
     lane_budget_s: float = 60.0
-    # Measure each champion against a second build of itself once (loop.champion.seat_bias) and
-    # hold a KEEP to that bias too; off, the threshold is min_speedup alone.
-    seat_bias: bool = True
+    # Time a second build of the champion (its twin) in the objective lane's randomized rounds; a
+    # KEEP must beat both (core.sequential: a burst that slows one reference cannot make a KEEP).
+    twin: bool = True
 
     def __post_init__(self) -> None:
         checks = {"min_speedup": 0.0 <= self.min_speedup < 1.0, "alpha": 0.0 < self.alpha < 0.5,

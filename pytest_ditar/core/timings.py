@@ -23,9 +23,8 @@ GROUPS = {
     "build": ("build.candidate", "build.worktree"),
     "quality": ("quality.generate", "quality.metrics"),
     "firewall": ("holdout", "semantic"),
-    "perf": ("perf.build_champion", "perf.lanes"),
-    # once per champion: its twin built and timed against it (loop.champion.seat_bias)
-    "seat bias": ("perf.seat_bias",),
+    # the champion's and its twin's builds (the wait on them), then the lanes
+    "perf": ("perf.build_champion", "perf.build_twin", "perf.lanes"),
 }
 # Inside perf.lanes, kept apart for the record (never added to a group): what the run's own
 # integrity checks cost, the audit of timed outputs and the caching probe.

@@ -74,54 +74,6 @@ def build(sess: DitarSession, champion_commit: str | None, head: str | None, sta
     return sess.build_at_commit(champion_commit, BUILD_PHASE, start_only=start_only)
 
 
-SEAT_PHASE = "perf.seat_bias"  # the clock's name for building the twin and timing the A/A
-
-
-def stored_seat_bias(sess: DitarSession, commit_sha: str, lane: str) -> Any:
-    """The champion's measured seat bias on `lane` (core.sequential.Bias), or None when it was
-    never measured or its file does not read as one (it is then measured again)."""
-    from pytest_ditar.core.sequential import Bias
-
-    try:
-        raw = json.loads(TagPaths(sess.state_dir).seat_bias(commit_sha).read_text())[lane]
-        b = Bias(float(raw["ratio"]), float(raw["ci_low"]), float(raw["ci_high"]), int(raw["rounds"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    # bounds: a file written by hand to 0 or 1e9 is not a measurement
-    return b if 0.5 < b.ci_low <= b.ratio <= b.ci_high < 2.0 and b.rounds >= 3 else None
-
-
-def seat_bias(sess: DitarSession, commit_sha: str, lane: Any, champ: Any, measure: Any) -> Any:
-    """What the candidate's seat alone is worth against this champion on `lane`: stored with the
-    champion, else measured now (once per champion) by timing the champion against a second
-    build of itself, interleaved as the gate times a candidate. `measure(twin, champ)` times that
-    A/A and returns its (champion, twin) samples."""
-    from dataclasses import asdict
-
-    from pytest_ditar.core.sequential import bias
-    from pytest_ditar.store.atomic import write_json_atomic
-
-    known = stored_seat_bias(sess, commit_sha, lane.name)
-    if known is not None:
-        return known
-    with sess.clock.span(SEAT_PHASE):
-        twin = sess.build_twin(commit_sha, SEAT_PHASE)
-        try:
-            champ_s, twin_s = measure(twin, champ)
-        finally:
-            sess.retire(twin)
-    b = bias(champ_s, twin_s, n_boot=sess.cfg.perf.n_boot)
-    path = TagPaths(sess.state_dir).seat_bias(commit_sha)
-    try:
-        old = json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        old = {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {**old, lane.name: {**asdict(b), "floor": b.floor, "device": sess.resolved_device()}},
-                      indent=1)
-    return b
-
-
 def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
     """A kept candidate's outputs and lane results become the champion's snapshot."""
     lanes = {k: v.to_dict() for k, v in sess.lanes.items() if hasattr(v, "to_dict")}

@@ -295,10 +295,9 @@ class Gate:
         try:
             champion.build(self.sess, self.champion_commit, self.head, start_only=True)
             objective = self.sess.cfg.objective_lane
-            if self.sess.cfg.perf.seat_bias and self.champion_commit and self.champion_commit != self.head \
-                    and any(l.name == objective for l in lanes) and self.sess.cfg.perf.interleave \
-                    and champion.stored_seat_bias(self.sess, self.champion_commit, objective) is None:
-                # a new champion's seat bias is measured in this run: its twin builds beside the others
+            if self.sess.cfg.perf.twin and self.champion_commit and self.champion_commit != self.head \
+                    and any(l.name == objective for l in lanes) and self.sess.cfg.perf.interleave:
+                # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
                 self.sess.build_twin(self.champion_commit, start_only=True)
             if self.baseline_commit and self.baseline_commit not in (self.champion_commit, self.head) \
                     and self.sess.cfg.holdout.count:

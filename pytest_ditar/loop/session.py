@@ -252,8 +252,8 @@ class DitarSession:
         return self._build_in_worktree(commit, f"commit-{commit[:7]}", phase, start_only)
 
     def build_twin(self, commit: str, phase: str = "perf.build_twin", start_only: bool = False) -> CandidateWorker:
-        """A second, independent build of `commit`'s worktree (a process of its own), for measuring
-        what the candidate's seat alone is worth (loop.champion.seat_bias)."""
+        """A second, independent build of `commit`'s worktree (a process of its own): the objective
+        lane's second reference (loop.lanes)."""
         return self._build_in_worktree(commit, f"twin-{commit[:7]}", phase, start_only)
 
     def _build_in_worktree(self, commit: str, name: str, phase: str, start_only: bool) -> CandidateWorker:

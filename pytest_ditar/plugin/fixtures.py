@@ -110,34 +110,26 @@ def ditar_candidate(ditar_session: DitarSession):
 
 
 class PerfRunner:
-    """Times one lane for the candidate (and, interleaved, the champion) and judges it."""
+    """The perf fixture: loop.lanes.LaneRunner with this run's gate, bars and skips."""
 
     def __init__(self, sess: DitarSession, config: pytest.Config | None = None):
+        from pytest_ditar.loop.lanes import LaneRunner
+
         self.sess = sess
         self.config = config
-        self._champion = None
-        self._champion_error: str | None = None
-        self._champion_tried = False
-        self._stream = None
+        self.lanes = LaneRunner(sess, self._gated, self._claimed_class)
 
-    def champion(self):
-        """The champion's own code from a git worktree, built in its worker; None if impossible.
-        A gated run sent its build when the guards passed, so this mostly waits for it."""
-        if not self._champion_tried:
-            self._champion_tried = True
-            from pytest_ditar.loop import champion
-            from pytest_ditar.vcs import repo as gitops
-
-            try:  # booked as perf.build_champion
-                head = gitops.state(self.sess.cfg.root).head
-                self._champion = champion.build(self.sess, champion.commit(self.sess), head)
-            except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
-                self._champion_error = f"{type(exc).__name__}: {exc}"
-        return self._champion
+    def _gate(self):
+        return get_gate(self.config) if self.config is not None else None
 
     def _gated(self) -> bool:
-        gate = get_gate(self.config) if self.config is not None else None
+        gate = self._gate()
         return bool(gate and gate.gated)
+
+    def _claimed_class(self) -> str | None:
+        """Timed outputs are held to the candidate's own class claim (the cumulative class outside a gate)."""
+        gate = self._gate()
+        return gate.meta.cls if gate is not None and gate.gated and gate.meta else None
 
     def _progress(self, lane):
         """A tqdm bar over the lane's timed rounds (terminal only; see console.LiveBars)."""
@@ -149,52 +141,7 @@ class PerfRunner:
         # a sequential lane may grow past its first look: the bar's total follows it
         return lambda done: live.set(f"lane {lane.name}", done, max(done, lane.repeats), f"lane {lane.name} rounds")
 
-    def _sequential(self, lane, champ):
-        """The objective lane's sequential plan against an interleaved champion, its threshold the
-        larger of min_speedup and the champion's seat bias (measured once per champion, in a gated
-        run; a report-only run uses what is stored); with the bias, or None."""
-        from pytest_ditar.core import sequential as seq
-        from pytest_ditar.loop import champion
-        from pytest_ditar.runtime.lanes import Sequential, measure_lane
-
-        sess, perf = self.sess, self.sess.cfg.perf
-        the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
-        commit = champion.commit(sess)
-
-        def aa(twin, champ_worker):  # the champion against its twin, as the gate times a candidate
-            if sess.candidate is not None:
-                sess.candidate.pause()  # the candidate sits this out, frozen with all it started
-            m = measure_lane(twin, sess.suite, lane, champion=champ_worker, timeout_s=sess.cfg.item_timeout_s,
-                             repeats=the_plan.looks[min(1, len(the_plan.looks) - 1)], pin_cpu=perf.pin_cpu,
-                             stream=self._requests())
-            return m.champion_samples, m.samples
-
-        if self._gated() and perf.seat_bias:
-            seat = champion.seat_bias(sess, commit, lane, champ, aa)
-        else:
-            seat = champion.stored_seat_bias(sess, commit, lane.name)
-        return Sequential(the_plan, seq.threshold(perf.min_speedup, seat), perf.lane_budget_s), seat
-
-    def _requests(self):
-        """One stream of timed requests per run, keyed by the session's secret."""
-        if self._stream is None:
-            from pytest_ditar.runtime.lanes import new_stream
-
-            self._stream = new_stream(self.sess.suite, bytes.fromhex(self.sess.request_secret))
-        return self._stream
-
-    def _audit(self):
-        """Timed outputs are held to the candidate's own class claim (the cumulative class outside a gate)."""
-        from pytest_ditar.runtime.lanes import output_audit
-
-        gate = get_gate(self.config) if self.config is not None else None
-        cls = gate.meta.cls if gate is not None and gate.gated and gate.meta else self.sess.cls
-        return output_audit(cls, self.sess.cfg.thresholds_for(cls))
-
     def run(self, lane, benchmark=None):
-        from pytest_ditar.loop import champion
-        from pytest_ditar.runtime.lanes import judge_lane, measure_lane
-
         sess = self.sess
         if self._gated():
             if sess.errors:
@@ -203,56 +150,9 @@ class PerfRunner:
             if failed:
                 pytest.skip(f"not timed: quality already failed on {len(failed)} item(s); the verdict is DISCARD")
         try:
-            cand = sess.get_candidate()
+            return self.lanes.run(lane, benchmark, self._progress(lane))
         except CandidateError as exc:
             _fail_candidate(exc)
-        group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
-        objective = lane.name == sess.cfg.objective_lane
-        champ = None if group else self.champion()
-        sequential = seat = None
-        if objective and champ is not None:
-            try:
-                sequential, seat = self._sequential(lane, champ)
-            except CandidateError as exc:  # the twin's build failed, or the champion's worktree moved
-                sess.errors.append(exc)
-                _fail_candidate(exc)
-        from pytest_ditar.hardware import exclusivity
-
-        try:  # the watch: no other process may use this GPU while it is timed
-            with exclusivity.Watch(sess.resolved_device()) as watch, sess.clock.span("perf.lanes"):
-                if group:
-                    from pytest_ditar.runtime.multigpu import measure_group_lane
-
-                    m = measure_group_lane(sess, lane)
-                else:
-                    m = measure_lane(cand, sess.suite, lane, champion=champ,
-                                     benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s,
-                                     progress=self._progress(lane), pin_cpu=sess.cfg.perf.pin_cpu,
-                                     stream=self._requests(), audit=self._audit(),
-                                     probe=objective and self._gated(), sequential=sequential)
-                    sess.clock.note("perf.audit", m.audit_s)
-                    sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
-                    sess.clock.note("perf.warmup", sum(m.warmup_s))  # where a lazy compile shows
-                    sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s))
-        except CandidateError as exc:
-            sess.errors.append(exc)
-            _fail_candidate(exc)
-        sess.clock.timed_s += m.timed_s
-        stored = champion.stored_lanes(sess)
-        stored_samples = list(stored.get(lane.name, {}).get("samples", []))
-        if champ is not None:
-            source, champ_samples = "interleaved", m.champion_samples
-        else:
-            source, champ_samples = "stored", stored_samples
-        noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
-        res = judge_lane(m, champ_samples, objective=objective, source=source,
-                         noise=noise, perf_cfg=sess.cfg.perf, stored_samples=stored_samples,
-                         sequential=sequential, seat=seat, cpu=sess.resolved_device() == "cpu")
-        champion.attach_flops(sess, lane, res)
-        sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
-        res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID
-        sess.lanes[lane.name] = res
-        return res
 
 
 @pytest.fixture(scope="session")

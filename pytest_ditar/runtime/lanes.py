@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -73,12 +74,16 @@ class LaneMeasurement:
     warmup_s: list[float]
     champion_samples: list[float] = field(default_factory=list)
     champion_warmup_s: list[float] = field(default_factory=list)
+    twin_samples: list[float] = field(default_factory=list)  # the champion's second build, same rounds
     peak_allocated_gib: float | None = None
     peak_reserved_gib: float | None = None
     wall_s: float = 0.0
     overhead_s: list[float] = field(default_factory=list)  # judge's time minus the worker's, per timed round
     seeds: list[list[int]] = field(default_factory=list)  # each timed round's request (fresh every round)
     nonces: list[str] = field(default_factory=list)  # each timed round's fresh entropy (core.requests)
+    orders: list[str] = field(default_factory=list)  # each round's call order: c candidate, h champion, t twin
+    probes: dict[str, list[float]] = field(default_factory=dict)  # idle probe per call and side (GPU)
+    pids: dict[str, int] = field(default_factory=dict)  # each side's worker pid, for the record
     audit_failure: str | None = None  # the first timed output that failed its audit, naming the round
     audit_s: float = 0.0  # judge time spent auditing timed outputs
     probe: dict[str, Any] = field(default_factory=dict)  # the caching probe's samples (objective lane)
@@ -87,8 +92,22 @@ class LaneMeasurement:
 
     @property
     def timed_s(self) -> float:
-        """Device-synchronized inference inside the lane, warm-up included, both sides."""
-        return sum(self.samples) + sum(self.warmup_s) + sum(self.champion_samples) + sum(self.champion_warmup_s)
+        """Device-synchronized inference inside the lane, warm-up included, every side."""
+        return (sum(self.samples) + sum(self.warmup_s) + sum(self.champion_samples) + sum(self.champion_warmup_s)
+                + sum(self.twin_samples))
+
+    def sides(self) -> dict[str, list[float]]:
+        """Per-round seconds by side (core.sequential's names), the twin only when it ran."""
+        out = {"candidate": self.samples, "champion": self.champion_samples}
+        if self.twin_samples:
+            out["twin"] = self.twin_samples
+        return out
+
+    def foreign(self) -> list[Any]:
+        """Calls that started on a device busy with another process's work (core.interference)."""
+        from pytest_ditar.core.interference import foreign_work
+
+        return foreign_work(self.probes, self.orders) if self.probes else []
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,8 +131,10 @@ def _steady(workers: list, pin_cpu: bool, on: bool):
     if not on:  # steady=False: benchmarks' control arm
         yield
         return
-    # A CPU lane's sides share one core, the quietest: a neighbour's load then slows both alike.
-    cpu = quietest_cpu() if workers and workers[0].spec.device == "cpu" and len(workers) > 1 else None
+    # Every side's launching thread on one core, the quietest: a neighbour's load or a noisy core
+    # then slows all sides alike instead of one for a run of rounds (GPU lanes launch from the host
+    # too). Only one side runs at a time, so they never compete for it.
+    cpu = quietest_cpu() if len(workers) > 1 else None
     for w in workers:
         w.steady(True, pin_cpu, cpu)
     try:
@@ -125,24 +146,37 @@ def _steady(workers: list, pin_cpu: bool, on: bool):
                 w.steady(False)
 
 
+_ORDER = random.SystemRandom()  # the judge's entropy: a candidate cannot predict whose call comes next
+
+
 def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
-                 benchmark: Any = None, timeout_s: float | None = None, repeats: int | None = None,
-                 progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
+                 twin: CandidateWorker | None = None, benchmark: Any = None, timeout_s: float | None = None,
+                 repeats: int | None = None, progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
                  steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
                  probe: bool = False, sequential: Sequential | None = None) -> LaneMeasurement:
-    """Warm up, then time `repeats` rounds, each on a fresh request. With a champion, rounds
-    alternate ABBA so drift (clocks, thermals, page cache) lands on both sides equally. `audit`
-    checks every timed output of the candidate (a failure stops the lane); `probe` adds the
-    caching probe after the rounds. `sequential` (with a champion) keeps adding rounds until a
+    """Warm up, then time `repeats` rounds, each on a fresh request. A round calls every side
+    once (candidate, and champion and twin when given) in an order drawn from the judge's
+    entropy, so a drift or a burst lands on each side alike and no side can predict its place.
+    `audit` checks every timed output of the candidate (a failure stops the lane); `probe` adds
+    the caching probe after the rounds. `sequential` (with a champion) keeps adding rounds until a
     look decides, the plan ends or the budget is spent (core.sequential)."""
     stream = stream or new_stream(suite)
     warm = lane_request(suite, lane)
     rounds = repeats or lane.repeats
-    workers = [w for w in (candidate, champion) if w is not None]
+    if champion is None or champion is candidate:
+        twin = None
+    workers = [w for w in (candidate, champion, twin) if w is not None]
     distinct = list({id(w): w for w in workers}.values())
     judged = champion is not None and champion is not candidate  # an A/A run has nothing to audit against
     m = LaneMeasurement(lane.name, [], [])
-    state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None}
+    sides: dict[str, tuple[CandidateWorker, list[float]]] = {"c": (candidate, m.samples)}
+    if champion is not None:
+        sides["h"] = (champion, m.champion_samples)
+    if twin is not None:
+        sides["t"] = (twin, m.twin_samples)
+    names = {"c": "candidate", "h": "champion", "t": "twin"}
+    m.pids = {names[k]: int(w.proc.pid) for k, (w, _) in sides.items() if getattr(w, "proc", None) is not None}
+    state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None, "order": ""}
 
     def next_request() -> Request:
         if state["req"] is None:
@@ -150,15 +184,16 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.seeds.append(list(state["req"].seeds))
         return state["req"]
 
-    def run_cand() -> None:
-        out = _timed(candidate, workers, next_request(), timeout_s, m.overhead_s)
-        m.samples.append(out.seconds)
-        state["cand"] = out
-
-    def run_champ() -> None:
-        out = _timed(champion, workers, next_request(), timeout_s, m.overhead_s)
-        m.champion_samples.append(out.seconds)
-        state["champ"] = out
+    def call(key: str) -> None:
+        worker, samples = sides[key]
+        out = _timed(worker, workers, next_request(), timeout_s, m.overhead_s)
+        samples.append(out.seconds)
+        if out.idle_probe_s is not None:
+            m.probes.setdefault(names[key], []).append(out.idle_probe_s)
+        if key == "c":
+            state["cand"] = out
+        elif key == "h":
+            state["champ"] = out
 
     t_wall = judge_clock()
     for w in distinct:
@@ -168,40 +203,42 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.warmup_s.append(_timed(candidate, workers, warm, timeout_s, []).seconds)
             if champion is not None:
                 m.champion_warmup_s.append(_timed(champion, workers, warm, timeout_s, []).seconds)
+            if twin is not None:
+                _timed(twin, workers, warm, timeout_s, [])
 
-        def champion_round(position: str) -> None:
-            # ABBA: champion before the candidate on even rounds, after it on odd ones.
-            if champion is not None and (state["round"] % 2 == 0) == (position == "before"):
-                run_champ()
-
-        def setup():
-            champion_round("before")
+        def setup():  # the references drawn to run before the candidate in this round
+            order = list(sides)
+            _ORDER.shuffle(order)
+            state["order"] = "".join(order)
+            m.orders.append(state["order"])
+            for key in state["order"].split("c")[0]:
+                call(key)
 
         def teardown(*_a, **_k):
-            champion_round("after")
+            for key in state["order"].split("c")[1]:
+                call(key)
             if audit is not None:
                 _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
             state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:
                 progress(state["round"])
 
+        def one_round() -> None:
+            setup()
+            call("c")
+            teardown()
+
         try:
             if benchmark is not None and not getattr(benchmark, "disabled", False):
                 # pytest-benchmark's own timer (time.perf_counter) is right as it is: the worker has
                 # synchronized its device before it replies. Our samples come from the judge's clock.
                 benchmark.extra_info["lane"] = lane.name
-                benchmark.pedantic(run_cand, setup=setup, teardown=teardown, rounds=rounds, iterations=1,
+                benchmark.pedantic(lambda: call("c"), setup=setup, teardown=teardown, rounds=rounds, iterations=1,
                                    warmup_rounds=0)
             else:
                 for _ in range(rounds):
-                    setup()
-                    run_cand()
-                    teardown()
+                    one_round()
             if sequential is not None and champion is not None:
-                def one_round() -> None:
-                    setup()
-                    run_cand()
-                    teardown()
                 _grow(m, sequential, one_round, t_wall)
             if probe and state["last"] is not None:
                 m.probe = caching_probe(candidate, workers, stream, suite, lane, state["last"], timeout_s, audit)
@@ -215,11 +252,12 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
 
 
 def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0: float) -> None:
-    """Look, and while undecided add rounds up to the next look; a look the budget cannot reach is
-    taken where the budget ends, and is the last. An undecided end says why in `m.undecided`."""
+    """Look, and while undecided add rounds up to the next look (plus as many as were void: a
+    void round is re-timed); a look the budget cannot reach is taken where the budget ends, and
+    is the last. An undecided end says why in `m.undecided`."""
     k, cut = 0, None
     while True:
-        lk = look(m.champion_samples, m.samples, sq.threshold, sq.plan, k)
+        lk = look(m.sides(), sq.threshold, sq.plan, k, foreign=_voiding(m))
         m.looks.append(asdict(lk))
         if lk.decision != CONTINUE:
             return
@@ -229,14 +267,21 @@ def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0:
         k += 1
         spent = judge_clock() - t0
         affordable = len(m.samples) + int(max(0.0, sq.budget_s - spent) / (spent / max(1, len(m.samples))))
-        target = min(sq.plan.looks[k], affordable)
+        wanted = sq.plan.looks[k] + lk.voided
+        target = min(wanted, affordable)
         if target <= len(m.samples):
             m.undecided = f"the lane's budget of {sq.budget_s:g}s, spent after {len(m.samples)} rounds"
             return
-        if target < sq.plan.looks[k]:
+        if target < wanted:
             cut = f"the lane's budget of {sq.budget_s:g}s, reached at {target} rounds"
         while len(m.samples) < target:
             one_round()
+
+
+def _voiding(m: LaneMeasurement) -> list[int]:
+    """Rounds void for foreign work: a reference's call that started on a busy device (a busy
+    start of the candidate's own call counts against it, so it is not voided)."""
+    return sorted({f.round for f in m.foreign() if f.side != "candidate"})
 
 
 def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> None:
@@ -299,85 +344,3 @@ def count_flops(candidate: CandidateWorker, suite: Suite, lane: Lane) -> float |
         return candidate.flops(lane_request(suite, lane))
     except Exception:  # noqa: BLE001 - counting is informative, never a verdict by itself
         return None
-
-
-@dataclass
-class LaneResult:
-    measurement: LaneMeasurement
-    outcome: Any  # decision.LaneOutcome
-    champion_source: str  # interleaved | stored | none
-    min_effect: float
-    comparison: dict[str, Any] = field(default_factory=dict)
-    flops: float | None = None
-    achieved_tflops: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"measurement": self.measurement.to_dict(), "outcome": asdict(self.outcome),
-                "champion_source": self.champion_source, "min_effect": self.min_effect,
-                "comparison": self.comparison, "flops": self.flops, "achieved_tflops": self.achieved_tflops}
-
-
-def judge_lane(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
-               noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
-               sequential: Sequential | None = None, seat: Any = None, cpu: bool = False) -> LaneResult:
-    """Turn samples into a lane verdict with the statistics in stats.py. A failed audit or a
-    caching candidate voids the timing (REJECTED); an interleaved champion that disagrees with its
-    own stored samples (`stored_samples`) makes the lane UNSTABLE. A lane grown by `sequential`
-    is decided by its looks (core.sequential), against the larger of min_speedup and the
-    champion's `seat` bias; other lanes by core.stats against the baseline's A/A floor."""
-    from dataclasses import asdict as _asdict
-
-    from pytest_ditar.core import probes, stats
-    from pytest_ditar.core.decision import LaneOutcome
-
-    # Interleaved rounds are judged paired, against the paired A/A floor measured at baseline
-    # (an older baseline without one falls back to the wider unpaired floor).
-    paired = source == "interleaved" and len(champion_samples) == len(m.samples)
-    raw = (noise or {}).get("paired") if paired else None
-    floor_fields = {k: v for k, v in (raw or noise or {}).items() if k != "paired"}
-    floor = stats.NoiseFloor(**floor_fields) if floor_fields else None
-    grown = paired and sequential is not None and bool(m.looks)
-    if grown:
-        min_effect = sequential.threshold
-    else:
-        min_effect = stats.calibrated_min_effect(floor, perf_cfg.min_speedup, perf_cfg.noise_k)
-    peak = m.peak_reserved_gib
-
-    def outcome(verdict: str, reason: str) -> LaneResult:
-        return LaneResult(m, LaneOutcome(m.lane, objective, verdict, None, None, None, reason, peak), source, min_effect)
-
-    if m.audit_failure:
-        return outcome("REJECTED", m.audit_failure)
-    confirm = (m.probe or {}).get("confirm") or {}
-    cached = probes.caching(confirm.get("repeat_s", ()), confirm.get("unique_s", ()), min_effect) if confirm else None
-    if cached:
-        return outcome("REJECTED", cached)
-    if len(champion_samples) < 3 or len(m.samples) < 3:
-        return outcome("MISSING", "no champion samples to compare with")
-    if source == "interleaved" and stored_samples:
-        tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
-        drift = probes.champion_drift(champion_samples, stored_samples, tolerance,
-                                      perf_cfg.alpha)
-        if drift:
-            return outcome("UNSTABLE", drift)
-    if grown:
-        from pytest_ditar.core import sequential as seq
-
-        looks = [seq.Look(**lk) for lk in m.looks]
-        c = seq.verdict(champion_samples, m.samples, min_effect, looks, sequential.plan, undecided=m.undecided,
-                        max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
-        bias = f"seat bias {seat.floor * 100:.1f}%" if seat is not None else "seat bias not measured"
-        reason = (f"{c.why} [{source} paired champion, threshold {min_effect * 100:.1f}% = the larger of "
-                  f"min_speedup {perf_cfg.min_speedup * 100:.1f}% and {bias}]")
-        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
-        return LaneResult(m, oc, source, min_effect, comparison=_asdict(c))
-    if objective:
-        c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
-                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
-    else:
-        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot,
-                                   paired=paired)
-    # c.why, not c.reason: the verdict line already carries the speedup and its CI
-    reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
-    oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
-    return LaneResult(m, oc, source, min_effect, comparison=_asdict(c))

@@ -51,6 +51,7 @@ class Outputs:
     seconds: float  # judge's clock, request sent -> outputs received
     worker_s: float  # the worker's own account of generate + device sync (a cross-check only)
     stamps: dict[str, float]  # judge's and worker's monotonic stamps of this call (where the time went)
+    idle_probe_s: float | None = None  # a tiny kernel's time before the call (core.interference); None on CPU
 
 
 class CandidateWorker:
@@ -247,7 +248,9 @@ class CandidateWorker:
             # means the candidate reached its process's clock
             raise self._fail(CandidateError("exception", f"worker {self.name} reports {worker_s:.4f}s for a call the "
                                                          f"judge timed at {t1 - t0:.4f}s: its clock was tampered with"))
-        return Outputs(arrays[0], arrays[1], t1 - t0, worker_s, stamps)
+        probe = reply.get("idle_probe_s")
+        return Outputs(arrays[0], arrays[1], t1 - t0, worker_s, stamps,
+                       float(probe) if isinstance(probe, (int, float)) else None)
 
     def flops(self, request: Request, timeout_s: float | None = None) -> float | None:
         reply, _ = self._call("flops", timeout_s, request=_request_dict(request))

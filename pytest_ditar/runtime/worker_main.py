@@ -104,6 +104,7 @@ class Worker:
     def op_generate(self, request: dict[str, Any]) -> dict[str, Any]:
         t_received = self.t_received
         req = _request(request)
+        idle_s = self._idle_probe()
         t0 = time.perf_counter()
         gen = self.candidate.generate(req)
         self._sync()  # the reply means the device work is done: the judge's clock needs no device
@@ -114,8 +115,8 @@ class Worker:
         self.arrays = [np.asarray(latents, dtype=np.float32), np.asarray(gen.images)]
         # perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process: the judge can
         # place these stamps on its own timeline to see where a round trip's time goes.
-        return {"worker_s": worker_s, "stamps": {"received": t_received, "generated": t0 + worker_s,
-                                                "converted": time.perf_counter()}}
+        return {"worker_s": worker_s, "idle_probe_s": idle_s,
+                "stamps": {"received": t_received, "generated": t0 + worker_s, "converted": time.perf_counter()}}
 
     def op_probe_flops(self, seconds: float) -> dict[str, Any]:
         """The host's achievable FLOP/s: best of float32 square matmuls at this worker's thread
@@ -175,6 +176,22 @@ class Worker:
         return {}
 
     # ---- plumbing ---------------------------------------------------------------------------
+    def _idle_probe(self) -> float | None:
+        """Seconds one tiny kernel takes from launch to completion before the timed work starts
+        (core.interference): tens of microseconds on an idle GPU, a time slice when another
+        process's work is still queued on it. None on CPU (a paused CPU worker runs nothing)."""
+        if not self.device.startswith("cuda"):
+            return None
+        import torch
+
+        if getattr(self, "probe_tensor", None) is None:
+            self.probe_tensor = torch.zeros(1, device=self.device)
+            torch.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        self.probe_tensor.add_(1.0)
+        torch.cuda.synchronize(self.device)
+        return time.perf_counter() - t0
+
     def _sync(self) -> None:
         if self.device.startswith("cuda"):
             import torch

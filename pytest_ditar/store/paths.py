@@ -31,7 +31,6 @@ BASELINE = "baseline"
 CHAMPIONS = "champions"
 RUNS = "runs"
 WORKTREES = "worktrees"
-SEAT_BIAS = "seat-bias"
 PHASE_POINTER = "phase-quality.json"
 REPORT = "report"
 COMPILE_CACHE = "compile-cache"
@@ -97,10 +96,6 @@ class TagPaths:
             d = self.runs / f"{base}-{n}"
         d.mkdir(parents=True)
         return d
-
-    def seat_bias(self, commit: str) -> Path:
-        """The champion's measured seat bias (loop.champion.seat_bias): remeasured if lost."""
-        return self.dir / SEAT_BIAS / f"{commit}.json"
 
     def worktree(self, commit: str) -> Path:
         # 12 hex digits: unique in any real repository, short enough for readable paths.

@@ -1,82 +1,75 @@
-"""The sequential objective lane and the champion's seat bias, through `dit-ar experiment`."""
+"""The sequential objective lane, its twin and its settings, through `dit-ar experiment`."""
 from __future__ import annotations
 
 import json
 
 import numpy as np
 
-from candidates import COMMENT_ONLY
+from candidates import REDUNDANT, STOCK
 from conftest import make_project
 
 
-def _seat_project(pytester):
-    proj = make_project(pytester)
+def _twin_project(pytester):
+    proj = make_project(pytester, mutable_source=REDUNDANT)
     cfg = proj.config()
-    cfg["perf"].update(seat_bias=True, max_rounds=24, lane_budget_s=5.0)
+    cfg["perf"].update(twin=True, max_rounds=24, lane_budget_s=5.0)
     proj.write("config/autoresearch.json", json.dumps(cfg, indent=1))
-    proj.git("commit", "-qam", "config: seat bias on")
+    proj.git("commit", "-qam", "config: twin on")
     assert proj.ditar("init", "--tag", "t").returncode == 0
     res = proj.ditar("baseline")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     return proj
 
 
-def _reason(proj) -> str:
+def _summary(proj) -> dict:
     runs = sorted((proj.root / ".autoresearch/t/runs").glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
     return json.loads(runs[-1].read_text())
 
 
-def test_seat_bias_is_measured_once_per_champion_and_a_forged_one_is_remeasured(pytester, model_cache):
-    proj = _seat_project(pytester)
-    champion = proj.head()
-    _, res, line = proj.experiment(COMMENT_ONLY, "exact", "A/A: a comment")
+def test_the_twin_is_timed_in_the_same_randomized_rounds(pytester, model_cache):
+    """Every round of the objective lane times the candidate, the champion and the champion's
+    twin once each, in an order that is not fixed; the twin's build is on the time line."""
+    proj = _twin_project(pytester)
+    _, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")  # a champion of its own
+    assert line.startswith("DITAR VERDICT: KEEP"), res.stdout[-3000:]
+    _, res, line = proj.experiment(STOCK + "# a comment\n", "exact", "A/A: a comment")
     assert line.startswith("DITAR VERDICT: DISCARD"), res.stdout[-3000:]
-    summary = _reason(proj)
+    summary = _summary(proj)
     lane = summary["lanes"]["latency_b1"]
-    assert "seat bias" in lane["outcome"]["reason"] and "look " in lane["outcome"]["reason"]
-    assert lane["measurement"]["looks"], "the objective lane was looked at"
-    seat_file = proj.root / f".autoresearch/t/seat-bias/{champion}.json"
-    seat = json.loads(seat_file.read_text())["latency_b1"]
-    assert seat["rounds"] >= 12 and seat["ci_low"] <= seat["ratio"] <= seat["ci_high"]
-    assert "seat bias " in res.stdout and summary["timings"]["perf.seat_bias"] > 0
-
-    # the same champion: its seat bias is read, not measured again
-    _, res, line = proj.experiment(COMMENT_ONLY + "# and another\n", "exact", "A/A: another comment")
-    assert line.startswith("DITAR VERDICT: DISCARD"), res.stdout[-3000:]
-    assert "perf.seat_bias" not in _reason(proj)["timings"] and ", seat bias " not in res.stdout
-
-    # a forged file (a CI from 0 to 1e9 over one round) is no measurement: measured again
-    seat_file.write_text(json.dumps({"latency_b1": {"ratio": 1.0, "ci_low": 0.0, "ci_high": 1e9, "rounds": 1}}))
-    _, res, line = proj.experiment(COMMENT_ONLY + "# a third\n", "exact", "A/A: a third comment")
-    assert line.startswith("DITAR VERDICT: DISCARD"), res.stdout[-3000:]
-    assert _reason(proj)["timings"]["perf.seat_bias"] > 0
-    assert json.loads(seat_file.read_text())["latency_b1"]["rounds"] >= 12
+    m = lane["measurement"]
+    assert "champion and twin in the same randomized rounds" in lane["outcome"]["reason"], lane["outcome"]["reason"]
+    assert m["looks"] and len(m["twin_samples"]) == len(m["samples"]) == len(m["champion_samples"])
+    assert len(m["orders"]) == len(m["samples"]) and all(sorted(o) == ["c", "h", "t"] for o in m["orders"])
+    assert len(set(m["orders"])) > 1, "the order is drawn per round, not fixed"
+    assert "twin_vs_champion" in lane["comparison"]
+    assert summary["timings"].get("perf.build_twin", 0) >= 0 and "perf.seat_bias" not in summary["timings"]
 
 
-def test_a_seat_bias_raises_the_bar_a_candidate_must_clear():
-    """judge_lane: the same 3% win is FASTER against the 1% floor, NOT_FASTER when the champion's
-    seat alone was worth 4%."""
+def test_a_keep_must_beat_the_twin_as_well_as_the_champion():
+    """loop.lanes.judge: a 3% win over the champion is FASTER; the same rounds with a twin that ran
+    as fast as the candidate (the champion alone was slowed: a one-sided burst) are not."""
     from pytest_ditar.config.project import PerfConfig
     from pytest_ditar.core import sequential as seq
-    from pytest_ditar.runtime.lanes import LaneMeasurement, Sequential, judge_lane
+    from pytest_ditar.loop.lanes import judge, plan_for
+    from pytest_ditar.runtime.lanes import LaneMeasurement
 
     rng = np.random.default_rng(3)
-    champ = list(1.03 * np.exp(0.005 * rng.standard_normal(40)))
-    cand = list(np.exp(0.005 * rng.standard_normal(40)))
-    plan = seq.plan(20, 40, 0.05)
+    noise = lambda: np.exp(0.005 * rng.standard_normal(40))  # noqa: E731
+    cand = list(noise())
+    champ = list(1.03 * noise())
     perf = PerfConfig()
+    sq = plan_for(type("L", (), {"repeats": 20})(), perf)
 
-    def judged(seat):
-        sq = Sequential(plan, seq.threshold(perf.min_speedup, seat), 60.0)
-        m = LaneMeasurement("latency_b1", cand, [], champion_samples=champ)
-        m.looks = [vars(seq.look(champ, cand, sq.threshold, plan, 1))]
-        return judge_lane(m, champ, objective=True, source="interleaved", noise=None, perf_cfg=perf,
-                          sequential=sq, seat=seat).outcome
+    def judged(twin):
+        m = LaneMeasurement("latency_b1", cand, [], champion_samples=champ, twin_samples=twin)
+        m.orders = ["cht"] * 40
+        m.looks = [vars(seq.look(m.sides(), sq.threshold, sq.plan, 1))]
+        return judge(m, champ, objective=True, source="interleaved", noise=None, perf_cfg=perf,
+                     sequential=sq).outcome
 
-    assert judged(None).verdict == "FASTER"
-    seat = seq.Bias(1.04, 1.035, 1.045, 40)
-    out = judged(seat)
-    assert out.verdict == "NOT_FASTER" and "seat bias 4.5%" in out.reason and "threshold 4.5%" in out.reason
+    assert judged(list(1.03 * noise())).verdict == "FASTER"
+    out = judged(list(noise()))
+    assert out.verdict == "NOT_FASTER" and "champion and twin" in out.reason
 
 
 def test_perf_settings_out_of_range_name_the_file_and_key(pytester):

@@ -1,0 +1,117 @@
+"""Interference from the side that is not being timed, seen directly and in the numbers.
+
+Pausing a worker (SIGSTOP) stops its host threads, not the device work it queued: a candidate
+that leaves kernels running after its own device sync slows whichever side is timed next, and
+on the H200 an unchanged candidate doing so looked 1.6x faster than its champion. Two signals:
+
+- Direct: before every timed call the worker launches one tiny kernel and times it (its "idle
+  probe", judge code in the worker process). On an idle GPU that takes tens of microseconds; with
+  another process's work queued the device time-slices between contexts and it waits for the
+  other context's slice (milliseconds). A probe over the limit voids its round, and names the
+  side whose call ran just before it.
+- In the numbers: a reference side's calls made right after a candidate call, against its calls
+  made right after a reference call (the round order is random, so both kinds exist). An honest
+  candidate leaves nothing behind; one that does shows as a reference slowed only after it.
+
+Pure functions over per-round records; runtime.lanes records, loop.lanes applies.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as _sps
+
+PROBE_FLOOR_S = 1e-3  # an idle probe above this (and PROBE_RATIO x the side's median) saw foreign work
+PROBE_RATIO = 20.0
+REPEATED = 2  # rounds with foreign work before the lane is UNSTABLE, not only re-timed
+
+
+@dataclass(frozen=True)
+class Foreign:
+    round: int
+    side: str  # whose call started on a busy device
+    before: str  # whose call ran just before it (the likely source)
+    probe_s: float
+
+
+def call_sequence(orders: Sequence[str]) -> list[tuple[int, str]]:
+    """(round, side) of every timed call in the order they ran; `orders` holds each round's
+    order as side initials (c candidate, h champion, t twin)."""
+    names = {"c": "candidate", "h": "champion", "t": "twin"}
+    return [(i, names[ch]) for i, o in enumerate(orders) for ch in o]
+
+
+def foreign_work(probes: Mapping[str, Sequence[float]], orders: Sequence[str],
+                 floor_s: float = PROBE_FLOOR_S, ratio: float = PROBE_RATIO) -> list[Foreign]:
+    """Calls whose idle probe says another context had work queued on the device."""
+    seq = call_sequence(orders)
+    seen: dict[str, int] = {}
+    med = {side: float(np.median(v)) for side, v in probes.items() if len(v)}
+    out = []
+    prev = ""
+    for rnd, side in seq:
+        k = seen.get(side, 0)
+        seen[side] = k + 1
+        vals = probes.get(side, ())
+        if k < len(vals):
+            p = float(vals[k])
+            if p > max(floor_s, ratio * med.get(side, 0.0)):
+                out.append(Foreign(rnd, side, prev or "nothing", p))
+        prev = side
+    return out
+
+
+def describe(found: Sequence[Foreign], pids: Mapping[str, int]) -> str:
+    who = sorted({f.before for f in found})
+    first = found[0]
+    named = ", ".join(f"the {w}'s worker (pid {pids[w]})" if w in pids else f"the {w}" for w in who)
+    return (f"interference: another process had GPU work queued when a timed call started in {len(found)} "
+            f"round(s) (first: round {first.round + 1}, the {first.side}'s call, idle probe "
+            f"{first.probe_s * 1e3:.1f} ms); it ran just after {named}")
+
+
+@dataclass(frozen=True)
+class AfterCandidate:
+    side: str
+    slowdown: float  # median after the candidate / median after a reference, minus 1
+    p: float
+    after: int
+    other: int
+
+
+def after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str], side: str,
+                    void: Sequence[bool] = ()) -> AfterCandidate | None:
+    """A reference side's calls right after a candidate call against its calls right after a
+    reference call (one-sided Mann-Whitney: slower after the candidate). None with fewer than
+    3 calls of either kind."""
+    seq = call_sequence(orders)
+    vals = list(samples.get(side, ()))
+    after, other = [], []
+    k, prev = 0, ""
+    for rnd, s in seq:
+        if s == side:
+            if k < len(vals) and prev and not (rnd < len(void) and void[rnd]):
+                (after if prev == "candidate" else other).append(vals[k])
+            k += 1
+        prev = s
+    if len(after) < 3 or len(other) < 3:
+        return None
+    p = float(_sps.mannwhitneyu(after, other, alternative="greater").pvalue)
+    slow = float(np.median(after) / np.median(other) - 1.0)
+    return AfterCandidate(side, slow, p, len(after), len(other))
+
+
+def slowed_after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str], threshold: float,
+                           alpha: float, void: Sequence[bool] = ()) -> str | None:
+    """A reason when the champion or the twin ran slower right after the candidate's calls than
+    after the other references' (beyond the lane's threshold, at `alpha`), else None."""
+    for side in ("champion", "twin"):
+        r = after_candidate(samples, orders, side, void)
+        if r is not None and r.p < alpha and r.slowdown > max(threshold, 0.0) and math.isfinite(r.slowdown):
+            return (f"interference: the {side} ran {r.slowdown * 100:.1f}% slower in the {r.after} calls right after "
+                    f"the candidate's than in the {r.other} after another side's (p={r.p:.2g}): the candidate's "
+                    f"work outlives its timed call")
+    return None

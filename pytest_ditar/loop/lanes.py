@@ -1,0 +1,212 @@
+"""The lane policy: what a perf lane is timed against, how it grows, and how it is judged.
+
+One home for the rules that turn a lane's rounds into its verdict (the perf fixture is a few
+lines over `run`): the champion's worker and its twin (a second build of the champion's commit,
+timed in the same randomized rounds: core.sequential says why), the sequential plan and its
+threshold (`perf.min_speedup`), the integrity checks that void the timing (a failed audit, a
+caching candidate, champion drift, interference from the untimed side: core.interference) and
+GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+from pytest_ditar.core import interference, probes, sequential as seq, stats
+from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.runtime.lanes import LaneMeasurement, Sequential, measure_lane, new_stream, output_audit
+
+TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
+INTERFERENCE_ALPHA = 0.001  # a reference slowed right after the candidate: judged at this level
+
+
+@dataclass
+class LaneResult:
+    measurement: LaneMeasurement
+    outcome: Any  # decision.LaneOutcome
+    champion_source: str  # interleaved | stored | none
+    min_effect: float
+    comparison: dict[str, Any] = field(default_factory=dict)
+    flops: float | None = None
+    achieved_tflops: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"measurement": self.measurement.to_dict(), "outcome": asdict(self.outcome),
+                "champion_source": self.champion_source, "min_effect": self.min_effect,
+                "comparison": self.comparison, "flops": self.flops, "achieved_tflops": self.achieved_tflops}
+
+
+def plan_for(lane: Any, perf: Any) -> Sequential:
+    """The objective lane's sequential plan: the suite's rounds first, doubling up to
+    perf.max_rounds, within perf.lane_budget_s; a KEEP must beat 1 + perf.min_speedup."""
+    the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
+    return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s)
+
+
+def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
+          noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
+          sequential: Sequential | None = None, cpu: bool = False) -> LaneResult:
+    """Turn samples into a lane verdict. A failed audit or a caching candidate voids the timing
+    (REJECTED); an interleaved champion that disagrees with its own stored samples, or a reference
+    slowed by the untimed side's work, makes the lane UNSTABLE. A lane grown by `sequential` is
+    decided by its looks (core.sequential); other lanes by core.stats against the baseline's A/A
+    floor."""
+    paired = source == "interleaved" and len(champion_samples) == len(m.samples)
+    raw = (noise or {}).get("paired") if paired else None
+    floor_fields = {k: v for k, v in (raw or noise or {}).items() if k != "paired"}
+    floor = stats.NoiseFloor(**floor_fields) if floor_fields else None
+    grown = paired and sequential is not None and bool(m.looks)
+    min_effect = sequential.threshold if grown else stats.calibrated_min_effect(floor, perf_cfg.min_speedup,
+                                                                                 perf_cfg.noise_k)
+    peak = m.peak_reserved_gib
+
+    def outcome(verdict: str, reason: str) -> LaneResult:
+        return LaneResult(m, LaneOutcome(m.lane, objective, verdict, None, None, None, reason, peak), source, min_effect)
+
+    if m.audit_failure:
+        return outcome("REJECTED", m.audit_failure)
+    confirm = (m.probe or {}).get("confirm") or {}
+    cached = probes.caching(confirm.get("repeat_s", ()), confirm.get("unique_s", ()), min_effect) if confirm else None
+    if cached:
+        return outcome("REJECTED", cached)
+    if len(champion_samples) < 3 or len(m.samples) < 3:
+        return outcome("MISSING", "no champion samples to compare with")
+    if source == "interleaved":
+        busy = m.foreign()
+        if len(busy) >= interference.REPEATED:
+            return outcome("UNSTABLE", interference.describe(busy, m.pids))
+        slowed = interference.slowed_after_candidate(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
+        if slowed:
+            return outcome("UNSTABLE", slowed)
+    if source == "interleaved" and stored_samples:
+        tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
+        drift = probes.champion_drift(champion_samples, stored_samples, tolerance, perf_cfg.alpha)
+        if drift:
+            return outcome("UNSTABLE", drift)
+    if grown:
+        looks = [seq.Look(**lk) for lk in m.looks]
+        c = seq.verdict(m.sides(), min_effect, looks, sequential.plan, undecided=m.undecided,
+                        max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
+        refs = "champion and twin in the same randomized rounds" if m.twin_samples else "champion, no twin"
+        reason = f"{c.why} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
+        comparison = asdict(c)
+        if m.twin_samples:
+            twin = stats.compare(m.champion_samples, m.twin_samples, min_effect=0.0, max_cv=1e9,
+                                 n_boot=perf_cfg.n_boot, paired=True)
+            comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
+        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+        return LaneResult(m, oc, source, min_effect, comparison=comparison)
+    if objective:
+        c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
+                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
+    else:
+        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot,
+                                   paired=paired)
+    # c.why, not c.reason: the verdict line already carries the speedup and its CI
+    reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
+    oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+    return LaneResult(m, oc, source, min_effect, comparison=asdict(c))
+
+
+class LaneRunner:
+    """Times one lane of a session for the candidate against the champion (and its twin) and
+    judges it. `gated` says whether this run decides (the caching probe, the candidate's class
+    claim for the audit); `progress` gets the rounds done."""
+
+    def __init__(self, sess: Any, gated: Callable[[], bool], claimed_class: Callable[[], str | None]):
+        self.sess = sess
+        self.gated = gated
+        self.claimed_class = claimed_class
+        self._champion: Any = None
+        self._champion_error: str | None = None
+        self._champion_tried = False
+        self._twin: Any = None
+        self._stream: Any = None
+
+    def champion(self) -> Any:
+        """The champion's own code from a git worktree, built in its worker; None if impossible.
+        A gated run sent its build when the guards passed, so this mostly waits for it."""
+        if not self._champion_tried:
+            self._champion_tried = True
+            from pytest_ditar.loop import champion
+            from pytest_ditar.vcs import repo as gitops
+
+            try:  # booked as perf.build_champion
+                head = gitops.state(self.sess.cfg.root).head
+                self._champion = champion.build(self.sess, champion.commit(self.sess), head)
+            except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
+                self._champion_error = f"{type(exc).__name__}: {exc}"
+        return self._champion
+
+    def twin(self) -> Any:
+        """The champion's second build (perf.twin), sent beside the others when the guards passed."""
+        from pytest_ditar.loop import champion
+
+        if self._twin is None and self.sess.cfg.perf.twin:
+            commit = champion.commit(self.sess)
+            if commit:
+                self._twin = self.sess.build_twin(commit, TWIN_PHASE)
+        return self._twin
+
+    def requests(self) -> Any:
+        """One stream of timed requests per run, keyed by the session's secret."""
+        if self._stream is None:
+            self._stream = new_stream(self.sess.suite, bytes.fromhex(self.sess.request_secret))
+        return self._stream
+
+    def run(self, lane: Any, benchmark: Any = None, progress: Callable[[int], None] | None = None) -> LaneResult:
+        from pytest_ditar.hardware import exclusivity
+        from pytest_ditar.loop import champion
+
+        sess = self.sess
+        cand = sess.get_candidate()
+        group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
+        objective = lane.name == sess.cfg.objective_lane
+        champ = None if group else self.champion()
+        sequential = twin = None
+        try:
+            if objective and champ is not None:
+                sequential = plan_for(lane, sess.cfg.perf)
+                twin = self.twin()  # its build failed, or the champion's worktree moved: a CRASH
+            m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective, group)
+        except CandidateError as exc:
+            if exc not in sess.errors:
+                sess.errors.append(exc)
+            raise
+        sess.clock.timed_s += m.timed_s
+        stored_samples = list(champion.stored_lanes(sess).get(lane.name, {}).get("samples", []))
+        if champ is not None:
+            source, champ_samples = "interleaved", m.champion_samples
+        else:
+            source, champ_samples = "stored", stored_samples
+        noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
+        res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=sess.cfg.perf,
+                    stored_samples=stored_samples, sequential=sequential, cpu=sess.resolved_device() == "cpu")
+        champion.attach_flops(sess, lane, res)
+        sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
+        res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID
+        sess.lanes[lane.name] = res
+        return res
+
+    def _measure(self, lane: Any, cand: Any, champ: Any, twin: Any, sequential: Sequential | None, benchmark: Any,
+                 progress: Callable[[int], None] | None, objective: bool, group: bool) -> tuple[LaneMeasurement, Any]:
+        """The lane's rounds under the GPU exclusivity watch (its report comes back with them)."""
+        from pytest_ditar.hardware import exclusivity
+
+        sess = self.sess
+        cls = self.claimed_class() or sess.cls
+        with exclusivity.Watch(sess.resolved_device()) as watch, sess.clock.span("perf.lanes"):
+            if group:
+                from pytest_ditar.runtime.multigpu import measure_group_lane
+
+                return measure_group_lane(sess, lane), watch
+            m = measure_lane(cand, sess.suite, lane, champion=champ, twin=twin, benchmark=benchmark,
+                             timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,
+                             stream=self.requests(), audit=output_audit(cls, sess.cfg.thresholds_for(cls)),
+                             probe=objective and self.gated(), sequential=sequential)
+            sess.clock.note("perf.audit", m.audit_s)
+            sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
+            sess.clock.note("perf.warmup", sum(m.warmup_s))  # where a lazy compile shows
+            sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s))
+        return m, watch
