@@ -41,7 +41,8 @@ def test_a_clear_win_stops_at_the_first_look_and_a_clear_tie_runs_on():
     assert first.decision == seq.FASTER and first.rounds == 12 and first.voided == 0
     assert first.p_faster < first.alpha == pytest.approx(ALPHA / 6)
     cand = win[seq.CANDIDATE]
-    noisy = {seq.CANDIDATE: cand, seq.CHAMPION: list(_noise(rng, 12, 0.05)), seq.TWIN: list(_noise(rng, 12, 0.05))}
+    other = np.random.default_rng(6)
+    noisy = {seq.CANDIDATE: cand, seq.CHAMPION: list(_noise(other, 12, 0.05)), seq.TWIN: list(_noise(other, 12, 0.05))}
     assert seq.look(noisy, MIN_SPEEDUP, PLAN, 0).decision == seq.CONTINUE  # noisy tie: nothing to see yet
     same = {seq.CANDIDATE: cand, seq.CHAMPION: cand, seq.TWIN: cand}
     assert seq.look(same, MIN_SPEEDUP, PLAN, 0).decision == seq.FUTILE  # exactly equal: below the bar

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _sps
 
-PROBE_FLOOR_S = 1e-3  # an idle probe above this (and PROBE_RATIO x the side's median) saw foreign work
+PROBE_FLOOR_S = 1e-3  # an idle probe above this (and PROBE_RATIO x the side's idle level) saw foreign work
 PROBE_RATIO = 20.0
 REPEATED = 2  # rounds with foreign work before the lane is UNSTABLE, not only re-timed
 
@@ -49,7 +49,9 @@ def foreign_work(probes: Mapping[str, Sequence[float]], orders: Sequence[str],
     """Calls whose idle probe says another context had work queued on the device."""
     seq = call_sequence(orders)
     seen: dict[str, int] = {}
-    med = {side: float(np.median(v)) for side, v in probes.items() if len(v)}
+    # the side's idle level: a low quantile, since a candidate that leaves work behind after every
+    # call makes most of a reference's probes busy (its median would hide them)
+    idle = {side: float(np.percentile(v, 10)) for side, v in probes.items() if len(v)}
     out = []
     prev = ""
     for rnd, side in seq:
@@ -58,7 +60,7 @@ def foreign_work(probes: Mapping[str, Sequence[float]], orders: Sequence[str],
         vals = probes.get(side, ())
         if k < len(vals):
             p = float(vals[k])
-            if p > max(floor_s, ratio * med.get(side, 0.0)):
+            if p > max(floor_s, ratio * idle.get(side, 0.0)):
                 out.append(Foreign(rnd, side, prev or "nothing", p))
         prev = side
     return out
