@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_ditar.config.project import load_config  # noqa: E402
-from pytest_ditar.runtime.lanes import judge_lane, measure_lane  # noqa: E402
+from pytest_ditar.loop.lanes import judge  # noqa: E402
+from pytest_ditar.runtime.lanes import measure_lane  # noqa: E402
 from pytest_ditar.core.quality import check_contract, compute_metrics  # noqa: E402
 from pytest_ditar.loop.session import DitarSession  # noqa: E402
 from pytest_ditar.core.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
@@ -61,8 +62,9 @@ def round_trip_ms(m) -> float | None:
 
 
 def verdict(m, noise, cfg) -> dict:
-    r = judge_lane(m, m.champion_samples, objective=True, source="interleaved", noise=noise, perf_cfg=cfg.perf)
-    return {"verdict": r.outcome.verdict, "speedup": r.outcome.speedup, "ci": [r.outcome.ci_low, r.outcome.ci_high],
+    r = judge(m, m.champion_samples, objective=True, source="interleaved", noise=noise, perf_cfg=cfg.perf)
+    return {"verdict": r.outcome.verdict, "reason": r.outcome.reason, "speedup": r.outcome.speedup,
+            "ci": [r.outcome.ci_low, r.outcome.ci_high],
             "median_s": statistics.median(m.samples), "champion_median_s": statistics.median(m.champion_samples),
             "samples": m.samples, "champion_samples": m.champion_samples, "peak_reserved_gib": m.peak_reserved_gib,
             "min_effect": r.min_effect, "in_lane_overhead": m.wall_s / m.timed_s, "round_trip_ms": round_trip_ms(m)}
@@ -146,7 +148,7 @@ def run(sess: DitarSession, cfg, args) -> int:
         for name, cand in (("lean", lean), ("graphs", graphs)):
             m = measure(cand, lane, stock, **kw)
             entry[name] = verdict(m, noise, cfg)
-            save(f"{lane.name}: {name} {entry[name]['speedup']:.3f}x {entry[name]['verdict']}")
+            save(f"{lane.name}: {name} {entry[name]['speedup'] or float('nan'):.3f}x {entry[name]['verdict']}")
         # The same lane once launch jitter is gone: A/A of the graph-replayed pipeline.
         m = measure(graphs, lane, graphs, **kw)
         entry["graphs_aa"] = floors(m, cfg.perf.n_boot)
@@ -188,7 +190,8 @@ def print_table(result: dict, device_name: str) -> None:
     for name, e in result["lanes"].items():
         cal = e["calibration"]
         aa = f"{e['aa_keeps']}/{len(e['aa'])}" if e["aa"] else "-"
-        cell = lambda c: f"{c['speedup']:.2f}x [{c['ci'][0]:.2f},{c['ci'][1]:.2f}] {c['verdict'][:6]}"  # noqa: E731
+        cell = lambda c: (f"{c['speedup']:.2f}x [{c['ci'][0]:.2f},{c['ci'][1]:.2f}] {c['verdict'][:6]}"  # noqa: E731
+                          if c["speedup"] is not None else f"- {c['verdict'][:12]}")
         print(f"{name:<15}{e['stock_median_s'] * 1e3:>9.1f}{cal['unpaired']['ci_half_width'] * 100:>9.2f}"
               f"{cal['paired']['ci_half_width'] * 100:>10.2f}{e['min_effect'] * 100:>9.2f}{aa:>9}{cell(e['lean']):>27}"
               f"{cell(e['graphs']):>27}{e['graphs_aa']['unpaired']['ci_half_width'] * 100:>14.2f}"

@@ -188,3 +188,32 @@ def test_champion_drift_on_a_cpu_lane_allows_the_hosts_own_swings():
     out = judge_lane(m, sandbagged, objective=True, source="interleaved", noise=None, perf_cfg=PerfConfig(),
                      stored_samples=stored, cpu=True).outcome
     assert out.verdict == "UNSTABLE" and "champion drift" in out.reason
+
+
+def test_a_drifted_champion_keeps_only_a_win_that_clears_the_bar_with_the_drift_taken_off():
+    """A busy host slows every side: a 2x win with the champion 1.4x slower than its stored
+    samples still clears 1% once 1.4x is taken off its lower bound. A champion that sandbags in
+    its role (its twin too) hands the candidate exactly its own slowdown: that is UNSTABLE."""
+    from pytest_ditar.config.project import PerfConfig
+    from pytest_ditar.core import sequential as seq
+    from pytest_ditar.loop.lanes import judge, plan_for
+    from pytest_ditar.runtime.lanes import LaneMeasurement
+
+    rng = np.random.default_rng(8)
+    noise = lambda: 1 + 0.01 * rng.standard_normal(40)  # noqa: E731
+    stored = list(0.050 * noise())
+    perf = PerfConfig()
+    sq = plan_for(type("L", (), {"repeats": 20})(), perf)
+
+    def judged(champ_s, cand_s):
+        champ, twin, cand = list(champ_s * noise()), list(champ_s * noise()), list(cand_s * noise())
+        m = LaneMeasurement("latency_b1", cand, [], champion_samples=champ, twin_samples=twin)
+        m.orders = ["cht"] * 40
+        m.looks = [vars(seq.look(m.sides(), sq.threshold, sq.plan, 1))]
+        return judge(m, champ, objective=True, source="interleaved", noise=None, perf_cfg=perf,
+                     stored_samples=stored, sequential=sq).outcome
+
+    busy = judged(0.070, 0.035)  # everything 1.4x slower; the candidate 2x faster than the champion
+    assert busy.verdict == "FASTER" and "champion drift 1.40x taken off" in busy.reason
+    sandbag = judged(0.075, 0.050)  # the champion (and its twin) 1.5x slower; the candidate at the old speed
+    assert sandbag.verdict == "UNSTABLE" and "champion drift" in sandbag.reason

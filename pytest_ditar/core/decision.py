@@ -210,6 +210,10 @@ def decide(
     ]
     discard += [f"guard lane {lane.name} rejected: {lane.reason}" for lane in lanes
                 if not lane.objective and lane.verdict == "REJECTED"]
+    # Work that outlives the candidate's timed calls voids a guard lane too: left as "unstable" it
+    # would hide a regression there behind a champion it slowed (core.interference).
+    discard += [f"guard lane {lane.name} unstable: {lane.reason}" for lane in lanes
+                if not lane.objective and lane.verdict == "UNSTABLE" and (lane.reason or "").startswith("interference")]
 
     if vram_budget_gib is not None:
         for lane in lanes:

@@ -67,12 +67,16 @@ def foreign_work(probes: Mapping[str, Sequence[float]], orders: Sequence[str],
 
 
 def describe(found: Sequence[Foreign], pids: Mapping[str, int]) -> str:
-    who = sorted({f.before for f in found})
-    first = found[0]
+    """The UNSTABLE reason, naming the worker that ran just before each busy start (a busy start
+    of the candidate's own call may also be its own earlier work: its probe waits for that too)."""
+    refs = [f for f in found if f.side != "candidate"] or list(found)
+    who = sorted({f.before for f in refs})
+    first = refs[0]
     named = ", ".join(f"the {w}'s worker (pid {pids[w]})" if w in pids else f"the {w}" for w in who)
-    return (f"interference: another process had GPU work queued when a timed call started in {len(found)} "
-            f"round(s) (first: round {first.round + 1}, the {first.side}'s call, idle probe "
-            f"{first.probe_s * 1e3:.1f} ms); it ran just after {named}")
+    own = " (or its own earlier work)" if first.side == "candidate" else ""
+    return (f"interference: GPU work was still queued when a timed call started in {len(found)} call(s) "
+            f"(first: round {first.round + 1}, the {first.side}'s call, idle probe {first.probe_s * 1e3:.1f} ms); "
+            f"it ran just after {named}{own}")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -79,17 +80,28 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         slowed = interference.slowed_after_candidate(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
         if slowed:
             return outcome("UNSTABLE", slowed)
+    drift = None
     if source == "interleaved" and stored_samples:
         tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
         drift = probes.champion_drift(champion_samples, stored_samples, tolerance, perf_cfg.alpha)
-        if drift:
+        if drift and not grown:
             return outcome("UNSTABLE", drift)
     if grown:
         looks = [seq.Look(**lk) for lk in m.looks]
         c = seq.verdict(m.sides(), min_effect, looks, sequential.plan, undecided=m.undecided,
                         max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
         refs = "champion and twin in the same randomized rounds" if m.twin_samples else "champion, no twin"
-        reason = f"{c.why} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
+        note = ""
+        if drift:
+            # The champion ran slower than its stored samples. A candidate that slowed it (or a
+            # champion that sandbags in its role, twin included) gains exactly that much, so a win
+            # stands only if it clears the bar with the whole drift taken off its lower bound; a
+            # busy host slows every side and leaves a big win standing.
+            slow = statistics.median(champion_samples) / statistics.median(stored_samples)
+            if c.verdict != stats.FASTER or c.ci_low / slow <= 1.0 + min_effect:
+                return outcome("UNSTABLE", drift)
+            note = f"; champion drift {slow:.2f}x taken off: lower bound {c.ci_low / slow:.3f}x still clears the bar"
+        reason = f"{c.why}{note} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
         comparison = asdict(c)
         if m.twin_samples:
             twin = stats.compare(m.champion_samples, m.twin_samples, min_effect=0.0, max_cv=1e9,

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The gate's verdicts on one GPU, in two device calls of under 10 minutes each. From the repo root:
+#   bash benchmarks/gpu_verdicts.sh part1    # stock A/A noise; the lean rung through the real loop; the interference attack
+#   bash benchmarks/gpu_verdicts.sh part2    # lane-level power on the graph-replayed champion (A/A and a planted 2% win)
+# SUITE (default dit-xl-2-256; SUITE=tiny for a CPU dry run), OUT=dir for results (default /tmp/ditar-verdicts).
+# Each part writes a few files under $OUT/<part>/ (the device tool brings back 8 at most): gpu.txt,
+# steps.log, table.txt, the JSON results (every trial with its per-round samples of all sides, orders,
+# looks, probes and reason) and logs.tgz (stdout of every step and the workers' logs).
+# Every knob is a variable: TRIALS_AA TRIALS_ATTACK TRIALS_B1 TRIALS_B8, BUDGET_AA BUDGET_ATTACK BUDGET_B1
+# BUDGET_B8 (seconds per lane run), LOOP_BUDGET (the experiment's perf.lane_budget_s), START (the graphs
+# champion's planted fraction), ATTACK_MS ATTACK_DELAY_MS, PART_BUDGET (seconds the part may take; a step that would end
+# past it is cut short, and the table is printed all the same).
+set -uo pipefail
+PART=${1:-}
+case "$PART" in part1|part2) ;; *) echo "usage: bash benchmarks/gpu_verdicts.sh part1|part2" >&2; exit 2;; esac
+T0=$(date +%s)
+SUITE=${SUITE:-dit-xl-2-256}
+OUT=${OUT:-/tmp/ditar-verdicts}; R=$OUT/$PART; mkdir -p "$R"
+WORK=${WORK:-/tmp/ditar-verdicts-work/$PART}; rm -rf "$WORK"; mkdir -p "$WORK"
+PART_BUDGET=${PART_BUDGET:-560}
+REPO=$PWD
+if [ -d .whl ]; then
+  . benchmarks/gpu_env.sh || exit 1   # the carried wheels into /tmp/site, once per machine
+else
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} DITAR_CACHE=${DITAR_CACHE:-/tmp/ditar-cache} PYTHONUNBUFFERED=1
+fi
+export PYTHONDONTWRITEBYTECODE=1
+PY=${PY:-python3}
+POWER="$PY benchmarks/power.py --suite $SUITE"
+
+elapsed() { echo $(( $(date +%s) - T0 )); }
+STEP_T=$T0
+stamp() { local now; now=$(date +%s); echo "[$(( now - T0 ))s total, $(( now - STEP_T ))s step] $*" | tee -a "$R/steps.log"; STEP_T=$now; }
+# cap WANT RESERVE: seconds a step may take, leaving RESERVE for the steps after it
+cap() { local left=$(( PART_BUDGET - $(elapsed) - $2 )); [ "$left" -lt 30 ] && left=30; echo $(( $1 < left ? $1 : left )); }
+
+DEVICE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+DEVICE=${DEVICE:-"no GPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //') ($(nproc) cores)"}
+{ echo "device: $DEVICE"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit --format=csv 2>/dev/null; } | tee "$R/gpu.txt"
+$PY -c "import torch, diffusers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'diffusers', diffusers.__version__)" \
+  2>&1 | tee -a "$R/gpu.txt"
+echo "part $PART, suite $SUITE, budget ${PART_BUDGET}s" | tee "$R/steps.log"
+stamp "environment ready"
+
+if [ "$PART" = part1 ]; then
+  # In the order of what matters most (the loop's KEEP, the attack's verdict), the A/A noise last, with the
+  # time that is left: as many of its trials as fit.
+  # (b) The lean rung through the real loop: baseline of stock, faster_exact.py committed as exact, dit-ar experiment.
+  C=$(cap 270 200)
+  timeout --kill-after=20 "$C" $POWER --mode experiment --candidate pytest_ditar/demo/candidates/faster_exact.py \
+    --classification exact --description "Lean sampling loop: cut per-step dispatch overhead" \
+    --lane-budget-s "${LOOP_BUDGET:-45}" --workdir "$WORK/proj" --out "$R/experiment.json" > "$WORK/experiment.log" 2>&1
+  echo "rc=$?" >> "$WORK/experiment.log"; grep -E 'DITAR|baseline|lane |passed|failed|rc=' "$WORK/experiment.log" | cut -c1-220
+  stamp "(b) lean rung through dit-ar experiment done"
+
+  # (c) The interference attack: an unchanged candidate that leaves GPU work queued after each call,
+  # against the graph-replayed champion and its twin. The gate should say UNSTABLE ("interference: ...").
+  C=$(cap 150 130)
+  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --attack interference \
+    --attack-ms "${ATTACK_MS:-30}" --attack-delay-ms "${ATTACK_DELAY_MS:-0.2}" --lanes latency_b1 \
+    --trials "${TRIALS_ATTACK:-3}" --lane-budget-s "${BUDGET_ATTACK:-10}" \
+    --deadline-s "$C" --logs "$WORK/workers_attack" --out "$R/attack.json" > "$WORK/attack.log" 2>&1
+  echo "rc=$?" >> "$WORK/attack.log"; grep -E '^\[power\]|rc=' "$WORK/attack.log" | cut -c1-260
+  grep -h '\[attack\]' "$WORK"/workers_attack/*.log 2>/dev/null | tail -6
+  stamp "(c) interference attack done"
+  # (a) The host's A/A noise on the stock eager pipeline: stock against stock and its twin, nothing planted.
+  C=$(cap 400 15)
+  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base stock --start 0 --effects 0 --lanes latency_b1 \
+    --trials "${TRIALS_AA:-3}" --lane-budget-s "${BUDGET_AA:-50}" --deadline-s "$C" --logs "$WORK/workers_aa" \
+    --out "$R/aa_stock.json" > "$WORK/aa_stock.log" 2>&1
+  echo "rc=$?" >> "$WORK/aa_stock.log"; grep -E '^\[power\]|rc=' "$WORK/aa_stock.log" | cut -c1-220
+  stamp "(a) stock A/A noise done"
+
+  RESULTS="$R/experiment.json $R/attack.json $R/aa_stock.json"
+  (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers_* \
+     $(ls -d proj/.autoresearch/power/runs proj/.autoresearch/power/results.tsv 2>/dev/null) 2>/dev/null)
+else
+  # Lane-level power on the graph-replayed champion: A/A (effect 0) and a planted 2% win, champion + twin,
+  # trial by trial across both lanes (one build of the four workers), each lane run within its budget.
+  C=$(cap 600 25)
+  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects 0,0.02 \
+    --lanes latency_b1,throughput_b8 --trials "latency_b1=${TRIALS_B1:-12},throughput_b8=${TRIALS_B8:-6}" \
+    --lane-budget-s "latency_b1=${BUDGET_B1:-14},throughput_b8=${BUDGET_B8:-36}" --deadline-s "$C" \
+    --logs "$WORK/workers" --out "$R/power_graphs.json" > "$WORK/power_graphs.log" 2>&1
+  echo "rc=$?" >> "$WORK/power_graphs.log"; grep -E '^\[power\]|rc=' "$WORK/power_graphs.log" | cut -c1-220
+  stamp "lane-level power done"
+  RESULTS="$R/power_graphs.json"
+  (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers 2>/dev/null)
+fi
+
+{ echo; echo "==== $PART on $DEVICE, suite $SUITE"; cat "$R/steps.log"
+  $PY benchmarks/power.py --table $RESULTS; } 2>&1 | tee "$R/table.txt"
+stamp "table written: $(ls "$R" | tr '\n' ' ')"
