@@ -2,6 +2,7 @@
 # The gate's verdicts on one GPU, in two device calls of under 10 minutes each. From the repo root:
 #   bash benchmarks/gpu_verdicts.sh part1    # stock A/A noise; the lean rung through the real loop; the interference attack
 #   bash benchmarks/gpu_verdicts.sh part2    # lane-level power on the graph-replayed champion (A/A and a planted 2% win)
+#   bash benchmarks/gpu_verdicts.sh part3    # planted 2% wins at the default 60 s lane budget
 # SUITE (default dit-xl-2-256; SUITE=tiny for a CPU dry run), OUT=dir for results (default /tmp/ditar-verdicts).
 # Each part writes a few files under $OUT/<part>/ (the device tool brings back 8 at most): gpu.txt,
 # steps.log, table.txt, the JSON results (every trial with its per-round samples of all sides, orders,
@@ -12,7 +13,7 @@
 # past it is cut short, and the table is printed all the same).
 set -uo pipefail
 PART=${1:-}
-case "$PART" in part1|part2) ;; *) echo "usage: bash benchmarks/gpu_verdicts.sh part1|part2" >&2; exit 2;; esac
+case "$PART" in part1|part2|part3) ;; *) echo "usage: bash benchmarks/gpu_verdicts.sh part1|part2|part3" >&2; exit 2;; esac
 T0=$(date +%s)
 SUITE=${SUITE:-dit-xl-2-256}
 OUT=${OUT:-/tmp/ditar-verdicts}; R=$OUT/$PART; mkdir -p "$R"
@@ -64,17 +65,31 @@ if [ "$PART" = part1 ]; then
   echo "rc=$?" >> "$WORK/attack.log"; grep -E '^\[power\]|rc=' "$WORK/attack.log" | cut -c1-260
   grep -h '\[attack\]' "$WORK"/workers_attack/*.log 2>/dev/null | tail -6
   stamp "(c) interference attack done"
-  # (a) The host's A/A noise on the stock eager pipeline: stock against stock and its twin, nothing planted.
-  C=$(cap 400 15)
-  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base stock --start 0 --effects 0 --lanes latency_b1 \
-    --trials "${TRIALS_AA:-3}" --lane-budget-s "${BUDGET_AA:-50}" --deadline-s "$C" --logs "$WORK/workers_aa" \
-    --out "$R/aa_stock.json" > "$WORK/aa_stock.log" 2>&1
-  echo "rc=$?" >> "$WORK/aa_stock.log"; grep -E '^\[power\]|rc=' "$WORK/aa_stock.log" | cut -c1-220
-  stamp "(a) stock A/A noise done"
+  # (a) The host's A/A noise. Stock eager: the experiment above timed the stock champion against its
+  # twin in every round of its objective lane (twin_vs_champion in experiment.json). Graph-replayed:
+  # A/A lanes here, alternating trials with every side on one core and not pinned (--one-core ab).
+  C=$(cap 200 15)
+  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects 0 \
+    --lanes latency_b1 --trials "${TRIALS_AA:-4}" --lane-budget-s "${BUDGET_AA:-12}" --one-core ab \
+    --deadline-s "$C" --logs "$WORK/workers_aa" --out "$R/aa_graphs.json" > "$WORK/aa_graphs.log" 2>&1
+  echo "rc=$?" >> "$WORK/aa_graphs.log"; grep -E '^\[power\]|rc=' "$WORK/aa_graphs.log" | cut -c1-220
+  stamp "(a) graph-replayed A/A, one core vs not pinned, done"
 
-  RESULTS="$R/experiment.json $R/attack.json $R/aa_stock.json"
+  RESULTS="$R/experiment.json $R/attack.json $R/aa_graphs.json"
   (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers_* \
      $(ls -d proj/.autoresearch/power/runs proj/.autoresearch/power/results.tsv 2>/dev/null) 2>/dev/null)
+elif [ "$PART" = part3 ]; then
+  # Planted 2% wins at the product's default lane budget (60 s), fewer trials: what part 2's short
+  # budgets could not decide.
+  C=$(cap 600 25)
+  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects 0.02 \
+    --lanes latency_b1,throughput_b8 --trials "latency_b1=${TRIALS_B1:-3},throughput_b8=${TRIALS_B8:-4}" \
+    --lane-budget-s "latency_b1=${BUDGET_B1:-60},throughput_b8=${BUDGET_B8:-60}" --deadline-s "$C" \
+    --logs "$WORK/workers" --out "$R/power_default_budget.json" > "$WORK/power.log" 2>&1
+  echo "rc=$?" >> "$WORK/power.log"; grep -E '^\[power\]|rc=' "$WORK/power.log" | cut -c1-220
+  stamp "planted wins at the default budget done"
+  RESULTS="$R/power_default_budget.json"
+  (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers 2>/dev/null)
 else
   # Lane-level power on the graph-replayed champion: A/A (effect 0) and a planted 2% win, champion + twin,
   # trial by trial across both lanes (one build of the four workers), each lane run within its budget.

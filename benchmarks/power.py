@@ -378,12 +378,14 @@ def lanes_mode(args) -> dict:
                     for w in everyone:  # the workers outside this lane stay paused
                         if w not in (cand, champ, twin):
                             w.pause()
+                    one_core = {"on": True, "off": False}.get(args.one_core, t % 2 == 0)  # "ab": alternate per trial
                     m = measure_lane(cand, suite, lane, champion=champ, twin=twin, timeout_s=args.timeout,
-                                     stream=stream, sequential=sq)
+                                     stream=stream, sequential=sq, one_core=one_core)
                     longest[lane.name] = max(longest.get(lane.name, 0.0), m.wall_s)
                     res = judge(m, m.champion_samples, objective=True, source="interleaved", noise=None,
                                 perf_cfg=perf, sequential=sq, cpu=device == "cpu")
                     row = trial_row(label, t, m, res)
+                    row["one_core"] = one_core
                     rows[lane.name][label].append(row)
                     sp = f"{row['speedup']:.3f}x" if row["speedup"] is not None else "-"
                     tw = f" twin {row['twin_vs_champion']:.3f}x" if row["twin_vs_champion"] is not None else ""
@@ -583,6 +585,9 @@ def main() -> int:
     ap.add_argument("--attack-delay-ms", type=float, default=0.2,
                     help="the attack's wait after generate returns (the worker syncs first), before it queues")
     ap.add_argument("--no-twin", dest="twin", action="store_false", help="lanes mode: no twin of the champion")
+    ap.add_argument("--one-core", choices=("on", "off", "ab"), default="on",
+                    help="lanes mode: every side's launching thread on one core (the gate's default), not pinned, "
+                         "or alternating per trial (ab) to compare the two")
     ap.add_argument("--start", type=float, default=0.40, help="the champion's planted fraction")
     ap.add_argument("--lane-budget-s", default=None, help="seconds per lane run; lanes mode also latency_b1=8,...")
     ap.add_argument("--max-rounds", type=int, default=None)

@@ -127,14 +127,14 @@ def _timed(worker: CandidateWorker, others: list, req: Request, timeout_s: float
 
 
 @contextlib.contextmanager
-def _steady(workers: list, pin_cpu: bool, on: bool):
+def _steady(workers: list, pin_cpu: bool, on: bool, one_core: bool = True):
     if not on:  # steady=False: benchmarks' control arm
         yield
         return
     # Every side's launching thread on one core, the quietest: a neighbour's load or a noisy core
     # then slows all sides alike instead of one for a run of rounds (GPU lanes launch from the host
     # too). Only one side runs at a time, so they never compete for it.
-    cpu = quietest_cpu() if len(workers) > 1 else None
+    cpu = quietest_cpu() if len(workers) > 1 and one_core else None
     for w in workers:
         w.steady(True, pin_cpu, cpu)
     try:
@@ -153,7 +153,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                  twin: CandidateWorker | None = None, benchmark: Any = None, timeout_s: float | None = None,
                  repeats: int | None = None, progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
                  steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
-                 probe: bool = False, sequential: Sequential | None = None) -> LaneMeasurement:
+                 probe: bool = False, sequential: Sequential | None = None, one_core: bool = True) -> LaneMeasurement:
     """Warm up, then time `repeats` rounds, each on a fresh request. A round calls every side
     once (candidate, and champion and twin when given) in an order drawn from the judge's
     entropy, so a drift or a burst lands on each side alike and no side can predict its place.
@@ -198,7 +198,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     t_wall = judge_clock()
     for w in distinct:
         w.memory(reset=True)
-    with _steady(distinct, pin_cpu, steady):
+    with _steady(distinct, pin_cpu, steady, one_core):
         for _ in range(lane.warmup):
             m.warmup_s.append(_timed(candidate, workers, warm, timeout_s, []).seconds)
             if champion is not None:
