@@ -217,3 +217,26 @@ def test_a_drifted_champion_keeps_only_a_win_that_clears_the_bar_with_the_drift_
     assert busy.verdict == "FASTER" and "champion drift 1.40x taken off" in busy.reason
     sandbag = judged(0.075, 0.050)  # the champion (and its twin) 1.5x slower; the candidate at the old speed
     assert sandbag.verdict == "UNSTABLE" and "champion drift" in sandbag.reason
+
+
+def test_champion_drift_is_judged_against_the_hosts_own_speed():
+    """The judge times a fixed workload after every round (all workers paused): a champion 1.5x
+    slower than its stored samples on a host that is itself 1.5x slower has not drifted; the same
+    champion on a host as fast as then has."""
+    from pytest_ditar.config.project import PerfConfig
+    from pytest_ditar.loop.lanes import judge
+    from pytest_ditar.runtime.lanes import LaneMeasurement
+
+    rng = np.random.default_rng(9)
+    noise = lambda n: 1 + 0.01 * rng.standard_normal(n)  # noqa: E731
+    stored, stored_host = list(0.050 * noise(20)), list(0.002 * noise(20))
+    champ, cand = list(0.075 * noise(20)), list(0.075 * noise(20))
+
+    def verdict(host_now):
+        m = LaneMeasurement("latency_b1", cand, [], champion_samples=champ, host_s=list(host_now * noise(20)))
+        return judge(m, champ, objective=True, source="interleaved", noise=None, perf_cfg=PerfConfig(),
+                     stored_samples=stored, stored_host_s=stored_host).outcome
+
+    assert "champion drift" not in verdict(0.003).reason  # the host is 1.5x slower too
+    out = verdict(0.002)
+    assert out.verdict == "UNSTABLE" and "champion drift" in out.reason

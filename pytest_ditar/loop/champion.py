@@ -59,7 +59,8 @@ def stored_lanes(sess: DitarSession, ledger: Ledger | None = None) -> dict[str, 
         snap = snapshot(sess, ledger)
         data = snap.read_json("lanes.json") or {}
         if snap.manifest.get("kind") == "champion":
-            return {k: {"samples": v["measurement"]["samples"]} for k, v in data.items()}
+            return {k: {"samples": v["measurement"]["samples"], "host_s": v["measurement"].get("host_s", [])}
+                    for k, v in data.items()}
         return data
     except Exception:  # noqa: BLE001 - the baseline's samples are the fallback
         return baseline_lanes(sess)

@@ -45,9 +45,18 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
     return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s)
 
 
+def host_ratio(now: list[float], stored: list[float]) -> float:
+    """How much slower the host is now than when the champion's samples were stored (the judge's
+    fixed workload, runtime.lanes.host_speed), clamped to [0.5, 2]; 1 when either is missing."""
+    if len(now) < 3 or len(stored) < 3:
+        return 1.0
+    return min(2.0, max(0.5, statistics.median(now) / statistics.median(stored)))
+
+
 def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
           noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
-          sequential: Sequential | None = None, cpu: bool = False) -> LaneResult:
+          sequential: Sequential | None = None, cpu: bool = False, stored_host_s: list[float] | None = None
+          ) -> LaneResult:
     """Turn samples into a lane verdict. A failed audit or a caching candidate voids the timing
     (REJECTED); an interleaved champion that disagrees with its own stored samples, or a reference
     slowed by the untimed side's work, makes the lane UNSTABLE. A lane grown by `sequential` is
@@ -83,7 +92,11 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
     drift = None
     if source == "interleaved" and stored_samples:
         tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
-        drift = probes.champion_drift(champion_samples, stored_samples, tolerance, perf_cfg.alpha)
+        # Judged against the host's own speed then and now: a busier host slows the champion too.
+        host = host_ratio(m.host_s, list(stored_host_s or []))
+        drift = probes.champion_drift([x / host for x in champion_samples], stored_samples, tolerance, perf_cfg.alpha)
+        if drift and host != 1.0:
+            drift += f" (the host itself {host:.2f}x as slow as then, taken into account)"
         if drift and not grown:
             return outcome("UNSTABLE", drift)
     if grown:
@@ -97,7 +110,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
             # champion that sandbags in its role, twin included) gains exactly that much, so a win
             # stands only if it clears the bar with the whole drift taken off its lower bound; a
             # busy host slows every side and leaves a big win standing.
-            slow = statistics.median(champion_samples) / statistics.median(stored_samples)
+            slow = statistics.median(champion_samples) / statistics.median(stored_samples) / host
             if c.verdict != stats.FASTER or c.ci_low / slow <= 1.0 + min_effect:
                 return outcome("UNSTABLE", drift)
             note = f"; champion drift {slow:.2f}x taken off: lower bound {c.ci_low / slow:.3f}x still clears the bar"
@@ -187,14 +200,16 @@ class LaneRunner:
                 sess.errors.append(exc)
             raise
         sess.clock.timed_s += m.timed_s
-        stored_samples = list(champion.stored_lanes(sess).get(lane.name, {}).get("samples", []))
+        stored = champion.stored_lanes(sess).get(lane.name, {})
+        stored_samples = list(stored.get("samples", []))
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples
         else:
             source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=sess.cfg.perf,
-                    stored_samples=stored_samples, sequential=sequential, cpu=sess.resolved_device() == "cpu")
+                    stored_samples=stored_samples, sequential=sequential, cpu=sess.resolved_device() == "cpu",
+                    stored_host_s=list(stored.get("host_s", [])))
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID

@@ -83,6 +83,7 @@ class LaneMeasurement:
     nonces: list[str] = field(default_factory=list)  # each timed round's fresh entropy (core.requests)
     orders: list[str] = field(default_factory=list)  # each round's call order: c candidate, h champion, t twin
     probes: dict[str, list[float]] = field(default_factory=dict)  # idle probe per call and side (GPU)
+    host_s: list[float] = field(default_factory=list)  # the judge's fixed host workload after each round
     pids: dict[str, int] = field(default_factory=dict)  # each side's worker pid, for the record
     audit_failure: str | None = None  # the first timed output that failed its audit, naming the round
     audit_s: float = 0.0  # judge time spent auditing timed outputs
@@ -129,7 +130,7 @@ def _timed(worker: CandidateWorker, others: list, req: Request, timeout_s: float
 @contextlib.contextmanager
 def _steady(workers: list, pin_cpu: bool, on: bool, one_core: bool = True):
     if not on:  # steady=False: benchmarks' control arm
-        yield
+        yield None
         return
     # Every side's launching thread on one core, the quietest: a neighbour's load or a noisy core
     # then slows all sides alike instead of one for a run of rounds (GPU lanes launch from the host
@@ -139,11 +140,30 @@ def _steady(workers: list, pin_cpu: bool, on: bool, one_core: bool = True):
         w.steady(True, pin_cpu, cpu)
     try:
         with no_gc():
-            yield
+            yield cpu
     finally:
         for w in workers:
             with contextlib.suppress(Exception):
                 w.steady(False)
+
+
+def host_speed(cpu: int | None) -> float:
+    """Seconds of a fixed pure-Python workload in the judge, on the lane's core, every worker
+    paused: how fast the host is right now. Champion drift is judged relative to it (a host
+    busier than when the champion's samples were stored slows the champion with it), and no
+    candidate code runs while it is timed."""
+    from pytest_ditar.runtime.harness import pin_to_cpu
+
+    old = pin_to_cpu(cpu) if cpu is not None else None
+    try:
+        t0 = judge_clock()
+        acc = 0
+        for i in range(20000):
+            acc += i * i
+        return judge_clock() - t0
+    finally:
+        if old is not None:
+            os.sched_setaffinity(0, old)
 
 
 _ORDER = random.SystemRandom()  # the judge's entropy: a candidate cannot predict whose call comes next
@@ -198,7 +218,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     t_wall = judge_clock()
     for w in distinct:
         w.memory(reset=True)
-    with _steady(distinct, pin_cpu, steady, one_core):
+    with _steady(distinct, pin_cpu, steady, one_core) as lane_cpu:
         for _ in range(lane.warmup):
             m.warmup_s.append(_timed(candidate, workers, warm, timeout_s, []).seconds)
             if champion is not None:
@@ -219,6 +239,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                 call(key)
             if audit is not None:
                 _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
+            m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
             state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:
                 progress(state["round"])
