@@ -111,9 +111,10 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
             # stands only if it clears the bar with the whole drift taken off its lower bound; a
             # busy host slows every side and leaves a big win standing.
             slow = statistics.median(champion_samples) / statistics.median(stored_samples) / host
-            if c.verdict != stats.FASTER or c.ci_low / slow <= 1.0 + min_effect:
+            if c.verdict == stats.FASTER and c.ci_low / slow <= 1.0 + min_effect:
                 return outcome("UNSTABLE", drift)
-            note = f"; champion drift {slow:.2f}x taken off: lower bound {c.ci_low / slow:.3f}x still clears the bar"
+            note = (f"; champion drift {slow:.2f}x taken off: lower bound {c.ci_low / slow:.3f}x still clears the bar"
+                    if c.verdict == stats.FASTER else f"; {drift}")
         reason = f"{c.why}{note} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
         comparison = asdict(c)
         if m.twin_samples:
