@@ -44,6 +44,20 @@ $PY -c "import torch, diffusers; print('torch', torch.__version__, 'cuda', torch
 echo "part $PART, suite $SUITE, budget ${PART_BUDGET}s" | tee "$R/steps.log"
 stamp "environment ready"
 
+# graph_power EFFECTS TRIALS_B1 TRIALS_B8 BUDGET_B1 BUDGET_B8 NAME: lane-level trials on the graph-replayed
+# champion, both lanes, one build of the workers; results in $R/NAME.json.
+graph_power() {
+  local C; C=$(cap 600 25)
+  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects "$1" \
+    --lanes latency_b1,throughput_b8 --trials "latency_b1=$2,throughput_b8=$3" \
+    --lane-budget-s "latency_b1=$4,throughput_b8=$5" --deadline-s "$C" \
+    --logs "$WORK/workers" --out "$R/$6.json" > "$WORK/$6.log" 2>&1
+  echo "rc=$?" >> "$WORK/$6.log"; grep -E '^\[power\]|rc=' "$WORK/$6.log" | cut -c1-220
+  stamp "lane-level power ($6) done"
+  RESULTS="$R/$6.json"
+  (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers 2>/dev/null)
+}
+
 if [ "$PART" = part1 ]; then
   # In the order of what matters most (the loop's KEEP, the attack's verdict), the A/A noise last, with the
   # time that is left: as many of its trials as fit.
@@ -81,27 +95,11 @@ if [ "$PART" = part1 ]; then
 elif [ "$PART" = part3 ]; then
   # Planted 2% wins at the product's default lane budget (60 s), fewer trials: what part 2's short
   # budgets could not decide.
-  C=$(cap 600 25)
-  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects 0.02 \
-    --lanes latency_b1,throughput_b8 --trials "latency_b1=${TRIALS_B1:-3},throughput_b8=${TRIALS_B8:-4}" \
-    --lane-budget-s "latency_b1=${BUDGET_B1:-60},throughput_b8=${BUDGET_B8:-60}" --deadline-s "$C" \
-    --logs "$WORK/workers" --out "$R/power_default_budget.json" > "$WORK/power.log" 2>&1
-  echo "rc=$?" >> "$WORK/power.log"; grep -E '^\[power\]|rc=' "$WORK/power.log" | cut -c1-220
-  stamp "planted wins at the default budget done"
-  RESULTS="$R/power_default_budget.json"
-  (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers 2>/dev/null)
+  graph_power 0.02 "${TRIALS_B1:-3}" "${TRIALS_B8:-4}" "${BUDGET_B1:-60}" "${BUDGET_B8:-60}" power_default_budget
 else
   # Lane-level power on the graph-replayed champion: A/A (effect 0) and a planted 2% win, champion + twin,
   # trial by trial across both lanes (one build of the four workers), each lane run within its budget.
-  C=$(cap 600 25)
-  timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects 0,0.02 \
-    --lanes latency_b1,throughput_b8 --trials "latency_b1=${TRIALS_B1:-12},throughput_b8=${TRIALS_B8:-6}" \
-    --lane-budget-s "latency_b1=${BUDGET_B1:-14},throughput_b8=${BUDGET_B8:-36}" --deadline-s "$C" \
-    --logs "$WORK/workers" --out "$R/power_graphs.json" > "$WORK/power_graphs.log" 2>&1
-  echo "rc=$?" >> "$WORK/power_graphs.log"; grep -E '^\[power\]|rc=' "$WORK/power_graphs.log" | cut -c1-220
-  stamp "lane-level power done"
-  RESULTS="$R/power_graphs.json"
-  (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers 2>/dev/null)
+  graph_power 0,0.02 "${TRIALS_B1:-12}" "${TRIALS_B8:-6}" "${BUDGET_B1:-14}" "${BUDGET_B8:-36}" power_graphs
 fi
 
 { echo; echo "==== $PART on $DEVICE, suite $SUITE"; cat "$R/steps.log"

@@ -200,15 +200,23 @@ def attacked(source: str, fraction: float, attack_ms: float, delay_ms: float = 0
 # ------------------------------------------------------------------ loop mode
 
 
-def loop_mode(args) -> dict:
-    from ladder import ditar, git, setup
+def _project(ws: Path, args) -> tuple[Path, dict]:
+    """A scratch research project (ladder.setup) and its config with this run's lane settings."""
+    from ladder import setup
 
-    ws = Path(args.workdir)
     setup(ws, args.suite)
     cfg_path = ws / "config/autoresearch.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["perf"].update({k: v for k, v in (("lane_budget_s", args.lane_budget_s), ("max_rounds", args.max_rounds))
                         if v is not None})
+    return cfg_path, cfg
+
+
+def loop_mode(args) -> dict:
+    from ladder import ditar, git
+
+    ws = Path(args.workdir)
+    cfg_path, cfg = _project(ws, args)
     cfg_path.write_text(json.dumps(cfg, indent=1))
     src = base_source(args.base)
     frac = args.start  # enough headroom for every planted win: (1 + start) / (1 + effect)^trials >= 1
@@ -434,15 +442,11 @@ def _tally(rows: dict) -> dict:
 def experiment_mode(args) -> dict:
     """One gated experiment through `dit-ar experiment`: baseline of the stock pipeline, then the
     candidate file committed as mutable/pipeline.py (an exact claim), judged by the real loop."""
-    from ladder import ditar, git, setup
+    from ladder import ditar, git
 
     t_start = time.perf_counter()
     ws = Path(args.workdir)
-    setup(ws, args.suite)
-    cfg_path = ws / "config/autoresearch.json"
-    cfg = json.loads(cfg_path.read_text())
-    cfg["perf"].update({k: v for k, v in (("lane_budget_s", args.lane_budget_s), ("max_rounds", args.max_rounds))
-                        if v is not None})
+    cfg_path, cfg = _project(ws, args)
     if cfg_path.read_text() != json.dumps(cfg, indent=1):
         cfg_path.write_text(json.dumps(cfg, indent=1))
         git(ws, "commit", "-qam", "Lane budget for this benchmark")
