@@ -38,12 +38,15 @@ def test_slower_candidate_is_discarded(research):
     assert proj.head() == base
 
 
-def test_lane_with_random_sleeps_is_unstable(research):
+def test_lane_with_random_sleeps_is_never_kept(research):
+    """Random sleeps make a lane noisy AND slower: the lane either decides that it is slower (the
+    noise does not hide an effect that clears it) or stays undecided and says it was too noisy."""
     proj = research
     proj.commit_candidate(NOISY, "exact", "jittery")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "jittery")
     line = res.stdout.strip().splitlines()[-1]
-    assert line.startswith("DITAR VERDICT: DISCARD") and "unstable" in line and "too noisy to decide" in line, line
+    assert line.startswith("DITAR VERDICT: DISCARD"), line
+    assert ("unstable" in line and "too noisy to decide" in line) or "slower, upper bound below" in line, line
 
 
 def test_lanes_time_with_the_gc_off_and_pin_the_thread_when_configured(research, tmp_path):
