@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The gate's verdicts on one GPU, in two device calls of under 10 minutes each. From the repo root:
-#   bash benchmarks/gpu_verdicts.sh part1    # stock A/A noise; the lean rung through the real loop; the interference attack
-#   bash benchmarks/gpu_verdicts.sh part2    # lane-level power on the graph-replayed champion (A/A and a planted 2% win)
-#   bash benchmarks/gpu_verdicts.sh part3    # planted 2% wins at the default 60 s lane budget
+#   bash benchmarks/gpu_verdicts.sh part1    # the lean rung through the real loop (sandbox on); the interference attack;
+#                                            # the sandbox's round trip (issue 24); stock and graph-replayed A/A noise
+#   bash benchmarks/gpu_verdicts.sh part2    # latency_b1 on the graph-replayed champion: 12 A/A and 12 planted 2% wins
+#   bash benchmarks/gpu_verdicts.sh part3    # throughput_b8 likewise: 6 A/A and 6 planted 2% wins
+# (the lane trials need about 750 s of lane time on an H200 at the product's 60 s lane budget: two parts)
 # SUITE (default dit-xl-2-256; SUITE=tiny for a CPU dry run), OUT=dir for results (default /tmp/ditar-verdicts).
 # Each part writes a few files under $OUT/<part>/ (the device tool brings back 8 at most): gpu.txt,
 # steps.log, table.txt, the JSON results (every trial with its per-round samples of all sides, orders,
@@ -44,28 +46,33 @@ $PY -c "import torch, diffusers; print('torch', torch.__version__, 'cuda', torch
 echo "part $PART, suite $SUITE, budget ${PART_BUDGET}s" | tee "$R/steps.log"
 stamp "environment ready"
 
-# graph_power EFFECTS TRIALS_B1 TRIALS_B8 BUDGET_B1 BUDGET_B8 NAME: lane-level trials on the graph-replayed
-# champion, both lanes, one build of the workers; results in $R/NAME.json.
+# graph_power EFFECTS LANE TRIALS BUDGET NAME: lane-level trials on the graph-replayed champion, one lane,
+# one build of the workers; results in $R/NAME.json.
 graph_power() {
   local C; C=$(cap 600 25)
   timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects "$1" \
-    --lanes latency_b1,throughput_b8 --trials "latency_b1=$2,throughput_b8=$3" \
-    --lane-budget-s "latency_b1=$4,throughput_b8=$5" --deadline-s "$C" \
-    --logs "$WORK/workers" --out "$R/$6.json" > "$WORK/$6.log" 2>&1
-  echo "rc=$?" >> "$WORK/$6.log"; grep -E '^\[power\]|rc=' "$WORK/$6.log" | cut -c1-220
-  stamp "lane-level power ($6) done"
-  RESULTS="$R/$6.json"
+    --lanes "$2" --trials "$2=$3" --lane-budget-s "$2=$4" --deadline-s "$C" \
+    --logs "$WORK/workers" --out "$R/$5.json" > "$WORK/$5.log" 2>&1
+  echo "rc=$?" >> "$WORK/$5.log"; grep -E '^\[power\]|rc=' "$WORK/$5.log" | cut -c1-220
+  stamp "lane-level power ($5) done"
+  RESULTS="$R/$5.json"
   (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers 2>/dev/null)
 }
 
 if [ "$PART" = part1 ]; then
+  # The workers' sandbox (issue 24) on this host: where none can be made, the loop runs with "sandbox": "off"
+  # and says so, so that the verdicts below still come back.
+  WHY=$($PY -c "from pytest_ditar.runtime import sandbox; print(sandbox.check() or '')" 2>&1)
+  SANDBOX=${SANDBOX:-$([ -z "$WHY" ] && echo on || echo off)}
+  echo "sandbox: $SANDBOX${WHY:+ ($WHY)}" | tee -a "$R/steps.log"
   # In the order of what matters most (the loop's KEEP, the attack's verdict), the A/A noise last, with the
   # time that is left: as many of its trials as fit.
   # (b) The lean rung through the real loop: baseline of stock, faster_exact.py committed as exact, dit-ar experiment.
   C=$(cap 270 200)
   timeout --kill-after=20 "$C" $POWER --mode experiment --candidate pytest_ditar/demo/candidates/faster_exact.py \
     --classification exact --description "Lean sampling loop: cut per-step dispatch overhead" \
-    --lane-budget-s "${LOOP_BUDGET:-45}" --workdir "$WORK/proj" --out "$R/experiment.json" > "$WORK/experiment.log" 2>&1
+    --lane-budget-s "${LOOP_BUDGET:-45}" --sandbox "$SANDBOX" --workdir "$WORK/proj" --out "$R/experiment.json" \
+    > "$WORK/experiment.log" 2>&1
   echo "rc=$?" >> "$WORK/experiment.log"; grep -E 'DITAR|baseline|lane |passed|failed|rc=' "$WORK/experiment.log" | cut -c1-220
   stamp "(b) lean rung through dit-ar experiment done"
 
@@ -79,10 +86,17 @@ if [ "$PART" = part1 ]; then
   echo "rc=$?" >> "$WORK/attack.log"; grep -E '^\[power\]|rc=' "$WORK/attack.log" | cut -c1-260
   grep -h '\[attack\]' "$WORK"/workers_attack/*.log 2>/dev/null | tail -6
   stamp "(c) interference attack done"
+  # (d) The sandbox's cost (issue 24): latency_b1's round trip through a sandboxed and an unsandboxed
+  # worker, interleaved, and the start-up of each way a worker is made.
+  C=$(cap 150 70)
+  timeout --kill-after=20 "$C" $PY benchmarks/sandbox_overhead.py --suite "$SUITE" --rounds "${SANDBOX_ROUNDS:-200}" \
+    --workers "${SANDBOX_WORKERS:-2}" --out "$R/sandbox.json" > "$WORK/sandbox.log" 2>&1
+  echo "rc=$?" >> "$WORK/sandbox.log"; cut -c1-260 "$WORK/sandbox.log" | tail -8
+  stamp "(d) sandbox round trip and start-up done"
   # (a) The host's A/A noise. Stock eager: the experiment above timed the stock champion against its
   # twin in every round of its objective lane (twin_vs_champion in experiment.json). Graph-replayed:
   # A/A lanes here, alternating trials with every side on one core and not pinned (--one-core ab).
-  C=$(cap 200 15)
+  C=$(cap 120 15)
   timeout --kill-after=20 $(( C + 20 )) $POWER --mode lanes --base graphs --start "${START:-0.05}" --effects 0 \
     --lanes latency_b1 --trials "${TRIALS_AA:-4}" --lane-budget-s "${BUDGET_AA:-12}" --one-core ab \
     --deadline-s "$C" --logs "$WORK/workers_aa" --out "$R/aa_graphs.json" > "$WORK/aa_graphs.log" 2>&1
@@ -90,16 +104,23 @@ if [ "$PART" = part1 ]; then
   stamp "(a) graph-replayed A/A, one core vs not pinned, done"
 
   RESULTS="$R/experiment.json $R/attack.json $R/aa_graphs.json"
+  [ -f "$R/sandbox.json" ] && $PY - "$R/sandbox.json" <<'PY' | tee -a "$R/steps.log"
+import json, sys
+d = json.load(open(sys.argv[1])); rt = d["round_trip"]
+print(f"sandbox round trip ({d['device']}, {rt['rounds']} rounds): sandboxed {rt['boxed_median_s'] * 1e3:.2f} ms, "
+      f"unsandboxed {rt['plain_median_s'] * 1e3:.2f} ms, ratio {rt['ratio_median']:.4f} "
+      f"[{rt['ratio_ci95'][0]:.4f},{rt['ratio_ci95'][1]:.4f}]")
+for k, v in d["startup"].items():
+    print(f"  start-up {k}: hello {v['hello_median_s']:.2f} s, built {v['built_median_s']:.2f} s")
+PY
   (cd "$WORK" && tar czf "$R/logs.tgz" *.log workers_* \
      $(ls -d proj/.autoresearch/power/runs proj/.autoresearch/power/results.tsv 2>/dev/null) 2>/dev/null)
-elif [ "$PART" = part3 ]; then
-  # Planted 2% wins at the product's default lane budget (60 s), fewer trials: what part 2's short
-  # budgets could not decide.
-  graph_power 0.02 "${TRIALS_B1:-3}" "${TRIALS_B8:-4}" "${BUDGET_B1:-60}" "${BUDGET_B8:-60}" power_default_budget
+elif [ "$PART" = part2 ]; then
+  # latency_b1 on the graph-replayed champion (champion + twin): A/A (effect 0) and a planted 2% win, trial
+  # by trial, each lane run within the product's default budget (60 s).
+  graph_power 0,0.02 latency_b1 "${TRIALS_B1:-12}" "${BUDGET_B1:-60}" power_b1
 else
-  # Lane-level power on the graph-replayed champion: A/A (effect 0) and a planted 2% win, champion + twin,
-  # trial by trial across both lanes (one build of the four workers), each lane run within its budget.
-  graph_power 0,0.02 "${TRIALS_B1:-12}" "${TRIALS_B8:-6}" "${BUDGET_B1:-14}" "${BUDGET_B8:-36}" power_graphs
+  graph_power 0,0.02 throughput_b8 "${TRIALS_B8:-6}" "${BUDGET_B8:-60}" power_b8
 fi
 
 { echo; echo "==== $PART on $DEVICE, suite $SUITE"; cat "$R/steps.log"

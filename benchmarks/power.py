@@ -209,6 +209,8 @@ def _project(ws: Path, args) -> tuple[Path, dict]:
     cfg = json.loads(cfg_path.read_text())
     cfg["perf"].update({k: v for k, v in (("lane_budget_s", args.lane_budget_s), ("max_rounds", args.max_rounds))
                         if v is not None})
+    if getattr(args, "sandbox", None):
+        cfg["sandbox"] = args.sandbox  # before the baseline: the project owner's choice
     return cfg_path, cfg
 
 
@@ -341,8 +343,14 @@ def lanes_mode(args) -> dict:
             raise SystemExit(f"--start {args.start} leaves no room for a planted win of {max(effects):.0%}")
         labels = {f"{e:g}": e for e in effects}
 
+    from pytest_ditar.runtime import sandbox
+
+    boxed = sandbox.check() is None  # as a gated run's workers, where this host can make the sandbox
+    print(f"[power] workers {'in the sandbox' if boxed else 'unsandboxed: ' + str(sandbox.check())}", flush=True)
+
     def worker(name: str, source: str) -> CandidateWorker:
-        w = CandidateWorker(name, write_candidate(source, f"power-{name}-"), spec, log_path=logs / f"{name}.log")
+        w = CandidateWorker(name, write_candidate(source, f"power-{name}-"), spec, log_path=logs / f"{name}.log",
+                            sandboxed=boxed)
         w.start().request_build()
         return w
 
@@ -595,6 +603,8 @@ def main() -> int:
     ap.add_argument("--start", type=float, default=0.40, help="the champion's planted fraction")
     ap.add_argument("--lane-budget-s", default=None, help="seconds per lane run; lanes mode also latency_b1=8,...")
     ap.add_argument("--max-rounds", type=int, default=None)
+    ap.add_argument("--sandbox", choices=["on", "off"], default=None,
+                    help="loop and experiment modes: the project's sandbox key (default: the config's, on)")
     ap.add_argument("--deadline-s", type=float, default=None,
                     help="lanes mode: start no trial that would likely end past this many seconds from the start")
     ap.add_argument("--candidate", default="pytest_ditar/demo/candidates/faster_exact.py",

@@ -158,16 +158,17 @@ _TEMPLATES: dict[str, Path] = {}
 
 
 def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory,
-                     mutable_source: str | None = None) -> Project:
-    """A project on autoresearch/t with its baseline stored (init + baseline through dit-ar).
+                     mutable_source: str | None = None, config: dict | None = None) -> Project:
+    """A project on autoresearch/t with its baseline stored (init + baseline through dit-ar);
+    `config` updates its config before the baseline (so the baseline pins it).
 
-    The first request per starting pipeline builds it for real; later ones copy that repo and
-    state (the baseline is deterministic), which keeps the suite inside CI's time budget.
+    The first request per starting pipeline and config builds it for real; later ones copy that
+    repo and state (the baseline is deterministic), which keeps the suite inside CI's time budget.
     """
-    key = mutable_source or "stock"
+    key = (mutable_source or "stock") + (json.dumps(config, sort_keys=True) if config else "")
     if key not in _TEMPLATES:
         root = tmp_path_factory.mktemp("research-template")
-        proj = make_project(pytester, mutable_source=mutable_source, root=root)
+        proj = make_project(pytester, mutable_source=mutable_source, root=root, config=config)
         res = proj.ditar("init", "--tag", "t")
         assert res.returncode == 0, res.stderr
         res = proj.ditar("baseline")

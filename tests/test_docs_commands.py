@@ -1,4 +1,5 @@
-"""Every command in README.md and program.md runs, on the tiny suite, in a scratch project.
+"""Every command in README.md and program.md runs, on the tiny suite, in a scratch project: the
+extraction and its conventions here, the run itself in tests/e2e/test_doc_commands.py (CI's e2e step).
 
 Convention (the docs rely on it; keep them in step):
 
@@ -26,17 +27,13 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from candidates import REDUNDANT, STOCK
-from conftest import REPO, make_project
+from conftest import REPO
 
 DOCS = ("README.md", "program.md")
 COMMAND_WORDS = {"dit-ar", "pytest", "git", "python", "python3", "pip", "bash", "sed", "export", "cat", "tail", "ls"}
@@ -258,53 +255,3 @@ def _checks(doc: str, cmd: str, out: str, root: Path) -> None:
         assert re.search(r"^bound: 0 of 40 experiments run, until 2099-01-01T06:00", out, flags=re.M), out
 
 
-@pytest.mark.parametrize("doc", DOCS)
-def test_doc_commands_run(doc, pytester, model_cache):
-    cmds = extract(doc, (REPO / doc).read_text())
-    assert cmds, f"no commands found in {doc}"
-    proj = make_project(pytester, mutable_source=REDUNDANT)
-    root = proj.root
-    # The rest of a checkout that the docs touch: the manual, the handbook, the real ignore rules.
-    shutil.copy(REPO / "program.md", root / "program.md")
-    shutil.copytree(REPO / "knowledge/handbook", root / "knowledge/handbook", ignore=shutil.ignore_patterns(".index"))
-    shutil.copy(REPO / ".gitignore", root / ".gitignore")
-    proj.git("add", "-A")
-    proj.git("commit", "-qm", "docs and handbook")
-    env = _env(model_cache)
-    seen: dict[tuple[str, str], int] = {}
-    used: set[tuple] = set()
-    edited = False
-    timings = []
-    for c in cmds:
-        if c.marker == "ci":
-            continue  # checked in test_docs_conventions; running it would run this test again
-        text = setup_runnable(c) if c.marker == "setup" else c.text
-        if text is None:
-            continue
-        text = substitute(text)
-        if not edited and EDIT.match(text):
-            proj.write("mutable/pipeline.py", STOCK)  # "# edit mutable/ (one hypothesis)"
-            edited = True
-        expected = 0 if not re.search(r"dit-ar .*experiment ", text) else None
-        for (d, sub, occ), status in EXPECTED_STATUS.items():
-            if d == doc and sub in text:
-                k = (d, sub)
-                n = seen.get(k, 0)
-                seen[k] = n + 1
-                if n == occ:
-                    expected = status
-                    used.add((d, sub, occ))
-        t0 = time.perf_counter()
-        res = subprocess.run(["bash", "-c", text], cwd=root, env=env, capture_output=True, text=True, timeout=300)
-        timings.append((round(time.perf_counter() - t0, 1), text[:60]))
-        out = res.stdout + res.stderr
-        if expected is None:  # experiment: the status the verdict line promises
-            last = (res.stdout.strip().splitlines() or [""])[-1]
-            expected = VERDICT_STATUS.get(last.split()[2] if last.startswith("DITAR VERDICT: ") else "", -1)
-        assert res.returncode == expected, (f"{doc}:{c.line}: `{text}` exited {res.returncode}, expected {expected}\n"
-                                            f"{out[-4000:]}")
-        _checks(doc, text, res.stdout, root)
-    stale = {k for k in EXPECTED_STATUS if k[0] == doc} - used
-    assert not stale, f"EXPECTED_STATUS entries that matched no command in {doc}: {stale}"
-    assert edited, f"{doc}: no command before which the documented edit of mutable/ happens"
-    print(doc, timings)

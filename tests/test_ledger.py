@@ -383,3 +383,37 @@ def test_tag_paths_layout(tmp_path):
     assert tag_dirs(tmp_path / ".autoresearch") == []  # no session file: not a tag yet
     t.session_file.write_text("{}")
     assert tag_dirs(tmp_path / ".autoresearch") == [t]
+
+
+def test_a_ledger_written_before_a_later_column_still_verifies_and_grows(tmp_path):
+    """A ledger from a release without the `sandbox` column: its rows (hashed as written) verify, its
+    older results.tsv is repairable, and the next append writes the new column after them."""
+    from pytest_ditar.store.ledger import LATER_COLUMNS
+
+    assert "sandbox" in LATER_COLUMNS
+    old_cols = [c for c in COLUMNS if c not in LATER_COLUMNS]
+    lines, prev = [], GENESIS_HASH
+    for i in (1, 2):
+        row = {c: "" for c in old_cols}
+        row.update(run=i, time="2026-01-01T00:00:00+00:00", commit=f"c{i}", status="DISCARD", prev_hash=prev)
+        row["hash"] = prev = row_hash(row)
+        lines.append(json.dumps(row))
+    (tmp_path / "ledger.jsonl").write_text("".join(line + "\n" for line in lines))
+    (tmp_path / "results.tsv").write_text("\t".join(old_cols) + "\n" + "".join(
+        "\t".join(str(json.loads(line)[c]) for c in old_cols) + "\n" for line in lines))
+    ledger = Ledger(tmp_path)
+    report = ledger.verify()
+    assert report.ok, report.problems
+    assert any("older release" in r for r in report.repairable), report.repairable
+    stored = ledger.append(sample(3, sandbox="on"))
+    assert stored["run"] == 3 and stored["sandbox"] == "on"
+    after = ledger.verify()
+    assert after.ok and not after.repairable, (after.problems, after.repairable)
+    assert (tmp_path / "results.tsv").read_text().splitlines()[0].endswith("\tsandbox")
+
+    # but a row with a key no release ever wrote is still tampering
+    bad = json.loads(lines[0])
+    bad["extra"] = 1
+    bad["hash"] = row_hash(bad)
+    (tmp_path / "ledger.jsonl").write_text(json.dumps(bad) + "\n")
+    assert any("unexpected keys" in p for p in Ledger(tmp_path).verify().problems)

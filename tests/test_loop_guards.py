@@ -8,8 +8,16 @@ from candidates import ALTERS, STOCK
 
 
 def _marker_source(marker) -> str:
-    """A candidate that leaves a mark when its code is imported: proof that it ran."""
-    return STOCK.replace("class StockDiT:", f"open({str(marker)!r}, 'w').close()\n\n\nclass StockDiT:", 1)
+    """A candidate that leaves a mark when its code is imported: proof that it ran. The mark is a
+    file where its worker runs unsandboxed and a line in its worker's log where it is sandboxed
+    (it can write nowhere outside then): `_ran` looks for both."""
+    return STOCK.replace("class StockDiT:", f"print('DITAR-TEST-RAN {marker}', flush=True)\n"
+                         f"try:\n    open({str(marker)!r}, 'w').close()\nexcept OSError:\n    pass\n\n\nclass StockDiT:", 1)
+
+
+def _ran(proj, marker) -> bool:
+    logs = proj.root.glob(".autoresearch/*/runs/*/workers/*/*.log")
+    return marker.exists() or any(f"DITAR-TEST-RAN {marker}" in p.read_text(errors="replace") for p in logs)
 
 
 def _run(proj):
@@ -42,7 +50,7 @@ def test_fixed_path_edit_is_discarded_before_the_candidate_runs(research, tmp_pa
     res, line = _run(proj)
     assert res.returncode == 1
     assert line.startswith("DITAR VERDICT: DISCARD") and "guard" in line and changed in line, line
-    assert not marker.exists(), "the candidate ran despite a guard violation"
+    assert not _ran(proj, marker), "the candidate ran despite a guard violation"
     assert proj.head() == base
     assert proj.ledger()[-1]["status"] == "DISCARD"
 
@@ -57,7 +65,7 @@ def test_edit_outside_mutable_paths_is_discarded(research, tmp_path):
     proj.git("commit", "-qm", "helper\n\nDitar-Class: exact")
     res, line = _run(proj)
     assert "guard mutable_only: edits outside mutable paths: tools/helper.py" in line
-    assert not marker.exists() and proj.head() == base
+    assert not _ran(proj, marker) and proj.head() == base
 
 
 def test_dirty_tree_is_refused_and_the_edit_survives(research, tmp_path):
@@ -68,7 +76,7 @@ def test_dirty_tree_is_refused_and_the_edit_survives(research, tmp_path):
     res, line = _run(proj)
     assert res.returncode == 4 and line.startswith("DITAR REFUSED: guard clean_tree: uncommitted changes: "
                                                    "mutable/pipeline.py: commit them (git commit --amend)"), line
-    assert not marker.exists() and [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nothing recorded
+    assert not _ran(proj, marker) and [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nothing recorded
     assert proj.head() == sha and "open(" in (proj.root / "mutable/pipeline.py").read_text()  # nothing lost
 
 
@@ -81,7 +89,7 @@ def test_wrong_branch_is_refused(research, tmp_path):
     line = res.stdout.strip().splitlines()[-1]
     assert res.returncode == 4 and line == ("DITAR REFUSED: guard branch: HEAD is on 'autoresearch/other', "
                                             "expected 'autoresearch/t': git checkout autoresearch/t"), line
-    assert not marker.exists() and proj.head() == sha  # not our branch: not reverted
+    assert not _ran(proj, marker) and proj.head() == sha  # not our branch: not reverted
     assert [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nor recorded
     proj.git("checkout", "-q", "main")
     res = proj.ditar("--tag", "t", "experiment", "--classification", "exact", "--description", "x")

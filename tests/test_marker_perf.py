@@ -1,29 +1,13 @@
 """`pytest -m perf` and the gated lanes on CPU: faster, unchanged, slower and noisy candidates."""
-import re
-
 import diffusers  # noqa: F401 - preloaded so pytester's in-process runs do not re-import torch
 import torch  # noqa: F401
 
-from candidates import COMMENT_ONLY, NOISY, REDUNDANT, STOCK
+from candidates import NOISY, REDUNDANT, STOCK
 
 
 def test_header_names_device_target_and_match(research):
     res = research.pytest("-m", "perf", "--collect-only")
     res.stdout.fnmatch_lines(["ditar: device=* target=a5500 (sm_86) OFF-TARGET*"])
-
-
-def test_unchanged_candidate_is_never_kept_over_ten_aa_runs(research):
-    """Ten A/A perf runs of a commit that changes nothing: no run may call it FASTER."""
-    proj = research
-    proj.commit_candidate(COMMENT_ONLY, "exact", "same code")
-    verdicts = []
-    for _ in range(10):
-        res = proj.pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "perf", "-k", "latency_b1")
-        m = re.search(r"ditar: lane latency_b1: (\w+)", res.stdout.str())
-        assert m, res.stdout.str()[-2000:]
-        verdicts.append(m.group(1))
-    assert "FASTER" not in verdicts, verdicts
-    assert set(verdicts) <= {"NOT_FASTER", "SLOWER", "UNSTABLE"}
 
 
 def test_slower_candidate_is_discarded(research):
@@ -39,22 +23,28 @@ def test_slower_candidate_is_discarded(research):
 
 
 def test_lane_with_random_sleeps_is_never_kept(research):
-    """Random sleeps make a lane noisy AND slower: the lane either decides that it is slower (the
+    """Random sleeps make a lane noisy AND slower: the lane either decides that it is not faster (the
     noise does not hide an effect that clears it) or stays undecided and says it was too noisy."""
     proj = research
     proj.commit_candidate(NOISY, "exact", "jittery")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "jittery")
     line = res.stdout.strip().splitlines()[-1]
     assert line.startswith("DITAR VERDICT: DISCARD"), line
-    assert ("unstable" in line and "too noisy to decide" in line) or "slower, upper bound below" in line, line
+    decided = "not faster beyond" in line or "slower, upper bound below" in line
+    assert decided or ("unstable" in line and "too noisy to decide" in line), line
 
 
-def test_lanes_time_with_the_gc_off_and_pin_the_thread_when_configured(research, tmp_path):
+def test_lanes_time_with_the_gc_off_and_pin_the_thread_when_configured(pytester, model_cache, tmp_path_factory,
+                                                                       tmp_path):
     """Inside a timed lane the garbage collector is off and, with `perf.pin_cpu`, the launching
-    thread runs on one core; the quality phase runs as usual. The candidate reports what it saw."""
+    thread runs on one core; the quality phase runs as usual. The candidate reports what it saw,
+    in a file: a report-only run keeps no worker log, so its workers run unsandboxed here
+    (`"sandbox": "off"` before the baseline)."""
     import os
 
-    proj = research
+    from conftest import research_project
+
+    proj = research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
     log = tmp_path / "host.log"
     probe = STOCK.replace(
         "    def generate(self, request: Request) -> Generated:\n",

@@ -119,11 +119,24 @@ def test_rejected_objective_lane_is_a_discard_naming_the_audit():
 
 # ---- through `dit-ar experiment` ------------------------------------------------------------------
 
-def _recording(log: str, source: str) -> str:
-    """`source` with generate() appending the seeds it is asked for to `log` (outside the repo)."""
+SEEN = "DITAR-TEST-SEEN "
+
+
+def _recording(source: str) -> str:
+    """`source` with generate() printing the seeds it is asked for: its stdout is the worker's log,
+    which the judge keeps beside the run (its sandbox lets it write nowhere else outside)."""
     head = "    def generate(self, request: Request) -> Generated:\n"
     assert head in source
-    return source.replace(head, head + f"        open({log!r}, 'a').write(','.join(map(str, request.seeds)) + '\\n')\n")
+    return source.replace(head, head + f"        print({SEEN!r} + ','.join(map(str, request.seeds)), flush=True)\n")
+
+
+def _seen(root) -> list[tuple[int, ...]]:
+    """The seeds the recording candidate was asked for, in order, from its kept worker log."""
+    out = []
+    for log in sorted(root.glob(".autoresearch/t/runs/*/workers/*/candidate.log")):
+        out += [tuple(int(s) for s in line[len(SEEN):].split(",")) for line in log.read_text().splitlines()
+                if line.startswith(SEEN)]
+    return out
 
 
 def test_timed_rounds_are_fresh_requests_reproducible_from_the_recorded_secret(pytester, model_cache,
@@ -138,10 +151,10 @@ def test_timed_rounds_are_fresh_requests_reproducible_from_the_recorded_secret(p
     from conftest import research_project
 
     proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
-    log = tmp_path / "seen.txt"
-    _, res, line = proj.experiment(_recording(str(log), STOCK), "exact", "Drop the redundant pass")
+    _, res, line = proj.experiment(_recording(STOCK), "exact", "Drop the redundant pass")
     assert line.startswith("DITAR VERDICT: KEEP"), res.stdout[-3000:]
-    seen = [tuple(int(s) for s in row.split(",")) for row in log.read_text().split()]
+    seen = _seen(proj.root)
+    assert seen, "no worker log of the candidate kept"
     (summary_path,) = (proj.root / ".autoresearch/t/runs").glob("*/summary.json")
     summary = json.loads(summary_path.read_text())
     corpus = {it["seed"] for it in __import__("yaml").safe_load((proj.root / "suites/tiny/suite.yaml").read_text())["corpus"]}

@@ -23,10 +23,33 @@ from candidates import STOCK
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc")
 
 DETACH = '''
-import os as _os, time as _time
+import os as _os, sys as _sys
+
+# The loop runs as a fresh interpreter whose command line names its counter file: that is how a
+# test finds it from outside the worker's sandbox, where its own pid means nothing.
+_LOOP = """
+import os, sys, time
+counter, worker = sys.argv[1], int(sys.argv[2])
+n = 0
+while True:
+    n += 1
+    try:
+        stopped = open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        stopped = False
+    if not stopped:
+        time.sleep(0.001)
+    if n % 200 == 0:  # written whole (tmp + rename): a reader never sees it half written
+        try:
+            with open(counter + ".tmp", "w") as fh:
+                fh.write(str(n))
+            os.replace(counter + ".tmp", counter)
+        except OSError:
+            pass  # where its sandbox makes the counter's folder read-only, it just spins
+"""
 
 
-def _detach(counter, pidfile, worker):
+def _detach(counter, worker):
     """Double fork + setsid: a loop in a session of its own, re-parented away from the worker. It
     idles while the worker runs and spins while the worker is stopped, which is when the other
     side is timed: only the champion's rounds pay for it."""
@@ -36,21 +59,7 @@ def _detach(counter, pidfile, worker):
     _os.setsid()
     if _os.fork():
         _os._exit(0)
-    with open(pidfile, "a") as fh:
-        fh.write(f"{_os.getpid()}\\n")
-    n = 0
-    while True:
-        n += 1
-        try:
-            stopped = open(f"/proc/{worker}/stat").read().rsplit(")", 1)[1].split()[0] == "T"
-        except OSError:
-            stopped = False
-        if not stopped:
-            _time.sleep(0.001)
-        if n % 200 == 0:  # written whole (tmp + rename): a reader never sees it half written
-            with open(counter + ".tmp", "w") as fh:
-                fh.write(str(n))
-            _os.replace(counter + ".tmp", counter)
+    _os.execv(_sys.executable, [_sys.executable, "-c", _LOOP, counter, str(worker)])
 '''
 
 
@@ -58,11 +67,13 @@ def _detach(counter, pidfile, worker):
 EVADE = "    import ctypes; ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off\n"
 
 
-def detaching(source: str, counter: Path, pidfile: Path, copies: int = 1, evade: bool = False) -> str:
-    """`source` whose build() first leaves `copies` detached busy loops behind."""
+def detaching(source: str, counter: Path, copies: int = 1, evade: bool = False) -> str:
+    """`source` whose build() first leaves `copies` detached busy loops behind (counters
+    `counter`0, `counter`1, ...)."""
     head, sep, body = source.partition("def build(")
     call = (EVADE if evade else "") + "".join(
-        f"    _detach({str(counter) + str(i)!r}, {str(pidfile)!r}, _os.getpid())\n" for i in range(copies))
+        f"    _detach({str(counter) + str(i)!r}, _os.getpid())\n    print('DITAR-TEST-DETACHED', flush=True)\n"
+        for i in range(copies))
     return head + DETACH + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1)
 
 
@@ -90,7 +101,8 @@ def _worker(tmp_path: Path, name: str, source: str, **kwargs):
     cand.mkdir()
     (cand / "pipeline.py").write_text(source)
     spec = PipelineSpec(model_dir=tmp_path, device="cpu", dtype="float32", scheduler="x", guidance=1.0, resolution=8)
-    return CandidateWorker(name, cand, spec, log_path=tmp_path / f"{name}.log", **kwargs)
+    # tmp_path writable in its sandbox: the counters are how these tests see what runs
+    return CandidateWorker(name, cand, spec, log_path=tmp_path / f"{name}.log", writable=[tmp_path], **kwargs)
 
 
 def _alive(pid: int) -> bool:
@@ -118,14 +130,25 @@ def _wait_for(path: Path, wait_s: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def _pids(pidfile: Path, n: int, wait_s: float = 10.0) -> list[int]:
+def _pids(counter: Path, n: int, wait_s: float = 10.0) -> list[int]:
+    """The host's pids of the detached loops whose counters start with `counter`, found by their
+    command line (the candidate itself only knows their pids in its sandbox's namespace)."""
     deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        pids = [int(p) for p in pidfile.read_text().split()] if pidfile.exists() else []
-        if len(pids) >= n:
-            return pids
+    while True:
+        pids = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if len(argv) > 3 and argv[1] == b"-c" and argv[3].startswith(str(counter).encode()) and _alive(int(name)):
+                    pids.append(int(name))
+        if len(pids) >= n or time.monotonic() > deadline:
+            break
         time.sleep(0.05)
-    raise AssertionError(f"{pidfile}: the candidate's detached processes never started")
+    assert len(pids) >= n, f"{counter}*: the candidate's detached processes never started"
+    return pids
 
 
 @linux_only
@@ -133,13 +156,13 @@ def _pids(pidfile: Path, n: int, wait_s: float = 10.0) -> list[int]:
 def test_a_detached_process_of_the_candidate_is_stopped_while_the_other_side_is_timed(tmp_path, evade):
     from pytest_ditar.runtime.worker import background_processes, only_running
 
-    counter, pidfile = tmp_path / "count", tmp_path / "pids"
-    cand = _worker(tmp_path, "candidate", detaching(TRIVIAL, counter, pidfile, evade=evade)).start()
+    counter = tmp_path / "count"
+    cand = _worker(tmp_path, "candidate", detaching(TRIVIAL, counter, evade=evade)).start()
     champ = _worker(tmp_path, "champion", TRIVIAL).start()
     try:
         cand.built(60)
         champ.built(60)
-        [pid] = _pids(pidfile, 1)
+        [pid] = _pids(counter, 1)
         _wait_for(counter.parent / "count0")  # it runs while nothing is timed
         with only_running(champ, [cand, champ]):
             time.sleep(0.1)  # an iteration already under way may finish its write
@@ -147,8 +170,9 @@ def test_a_detached_process_of_the_candidate_is_stopped_while_the_other_side_is_
             time.sleep(0.5)
             assert (counter.parent / "count0").read_text() == frozen  # not one step during the champion's round
         assert any(str(pid) in line for line in background_processes(cand)), background_processes(cand)
-        if not evade:  # past its worker, in a session of its own, nothing says whose it is: both are named
-            assert not background_processes(champ)
+        # in its sandbox's PID namespace an orphan comes back to the worker, or past it to the
+        # sandbox's PID 1, which is in the worker's tree too: it is the candidate's, never the champion's
+        assert not background_processes(champ)
     finally:
         cand.close()
         champ.close()
@@ -157,11 +181,10 @@ def test_a_detached_process_of_the_candidate_is_stopped_while_the_other_side_is_
 
 @linux_only
 def test_a_killed_worker_takes_its_detached_processes_with_it(tmp_path):
-    pidfile = tmp_path / "pids"
-    cand = _worker(tmp_path, "candidate", detaching(TRIVIAL, tmp_path / "count", pidfile, copies=2)).start()
+    cand = _worker(tmp_path, "candidate", detaching(TRIVIAL, tmp_path / "count", copies=2)).start()
     try:
         cand.built(60)
-        pids = _pids(pidfile, 2)
+        pids = _pids(tmp_path / "count", 2)
         cand.kill()
         assert _gone(pids)
     finally:
@@ -207,15 +230,16 @@ def test_a_workers_own_children_run_and_stop_with_it(tmp_path):
 def test_a_candidate_that_leaves_busy_loops_behind_is_not_kept_and_nothing_survives(research):
     """The attack that was KEPT at 1.8x: the stock pipeline, plus one busy loop per core left
     behind by build(), which ran during the champion's timed rounds."""
-    pidfile = research.root.parent / "stray-pids"
-    source = detaching(STOCK, research.root.parent / "count", pidfile, copies=os.cpu_count() or 2)
+    counter = research.root.parent / "count"  # read-only in the sandbox: the loops only spin
+    source = detaching(STOCK, counter, copies=os.cpu_count() or 2)
     try:
         _, res, line = research.experiment(source, "exact", "slow the champion down from a detached process")
         assert not line.startswith("DITAR VERDICT: KEEP"), res.stdout[-3000:]
-        pids = _pids(pidfile, 1)
-        assert _gone(pids), [p for p in pids if _alive(p)]  # nothing the candidate started outlives the run
+        assert "DITAR-TEST-DETACHED" in worker_logs(research.root)  # the loops were started
+        left = _pids(counter, 0, wait_s=0)
+        assert _gone(left), [p for p in left if _alive(p)]  # nothing the candidate started outlives the run
     finally:
-        for pid in _pids(pidfile, 0):
+        for pid in _pids(counter, 0, wait_s=0):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -226,10 +250,15 @@ WHERE_AM_I = '''
 def _record_surroundings():
     import json, os, sys
     import mutable
-    with open({out!r}, "w") as fh:
-        json.dump({{"cwd": os.getcwd(), "env": dict(os.environ), "mutable": mutable.__file__,
-                    "path": sys.path}}, fh)
+    print("DITAR-TEST-SURROUNDINGS " + json.dumps({{"cwd": os.getcwd(), "env": dict(os.environ),
+                                                    "mutable": mutable.__file__, "path": sys.path}}), flush=True)
 '''
+
+
+def worker_logs(root: Path) -> str:
+    """Every worker log the project's runs kept (runs/<run>/workers/<judge>/<worker>.log): a
+    candidate's stdout, the one place outside its sandbox it can leave a note."""
+    return "".join(p.read_text(errors="replace") for p in sorted(root.glob(".autoresearch/t/runs/*/workers/*/*.log")))
 
 
 @linux_only
@@ -237,17 +266,17 @@ def test_the_candidate_runs_in_a_scratch_directory_without_the_state_directory_i
         research, monkeypatch):
     state = research.root / ".autoresearch"
     monkeypatch.setenv("SOME_TOOL_STATE", str(state / "t"))  # a judge's variable that names the state dir
-    out = research.root.parent / "surroundings.json"
     head, sep, body = STOCK.partition("def build(")
-    source = head + WHERE_AM_I.format(out=str(out)) + "\n\n" + sep + body.replace(":\n", ":\n    _record_surroundings()\n", 1)
+    source = head + WHERE_AM_I.format() + "\n\n" + sep + body.replace(":\n", ":\n    _record_surroundings()\n", 1)
     research.experiment(source, "exact", "look around")
-    seen = json.loads(out.read_text())
+    line = next(l for l in worker_logs(research.root).splitlines() if l.startswith("DITAR-TEST-SURROUNDINGS "))
+    seen = json.loads(line.split(" ", 1)[1])
     cwd = Path(seen["cwd"]).resolve()
     assert research.root.resolve() not in (cwd, *cwd.parents), seen["cwd"]  # not the project, nor inside it
-    # only the compile cache's variables name it (docs/trust.md, "What stays open"; tests/e2e/test_compile_cache.py)
+    # only the compile cache's variables name it (read-only in the sandbox; tests/e2e/test_compile_cache.py)
     cache_vars = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
     assert not [k for k, v in seen["env"].items() if str(state) in v and k not in cache_vars], seen["env"]
-    assert seen["env"]["PWD"] == seen["cwd"]
+    assert seen["env"]["PWD"] == seen["cwd"] and seen["env"]["TMPDIR"] == seen["cwd"]  # its scratch, its temp
     assert Path(seen["mutable"]).resolve().parent == (research.root / "mutable").resolve()  # still importable
     assert "" not in seen["path"] and seen["cwd"] not in seen["path"]  # nothing planted in its cwd shadows a module
     assert not cwd.exists()  # the scratch directory went with the run
@@ -267,18 +296,42 @@ def _slow_the_champion():
         for p in glob.glob(str(root / ".autoresearch/*/worktrees/*/mutable/pipeline.py")):
             src = pathlib.Path(p).read_text()
             if "time.sleep(0.02)" not in src:
-                pathlib.Path(p).write_text(src.replace(call, call + "        import time; time.sleep(0.02)\\n"))
+                try:
+                    pathlib.Path(p).write_text(src.replace(call, call + "        import time; time.sleep(0.02)\\n"))
+                except OSError as exc:  # its sandbox: read-only; it stays the stock pipeline
+                    print(f"refused: {exc.strerror}", flush=True)
+                    return
         time.sleep(0.005)
 '''
 
 
-def test_a_candidate_that_edits_the_champions_worktree_is_a_crash_naming_it(research):
+def test_a_candidate_cannot_edit_the_champions_worktree(research):
+    """The edit is refused inside the candidate's sandbox (a read-only filesystem): the champion's
+    worktree is its commit, and the candidate is judged as the stock pipeline it otherwise is."""
     head, sep, body = STOCK.partition("def build(")
     source = head + TAMPER + "\n\n" + sep + body.replace(":\n", ":\n    _slow_the_champion()\n", 1)
     _, res, line = research.experiment(source, "exact", "slow the champion down through its worktree")
+    assert not line.startswith("DITAR VERDICT: KEEP"), res.stdout[-3000:]
+    assert "champion worktree modified" not in res.stdout, res.stdout[-3000:]
+    assert "refused: Read-only file system" in worker_logs(research.root)
+    for p in research.root.glob(".autoresearch/t/worktrees/*/mutable/pipeline.py"):
+        assert "time.sleep(0.02)" not in p.read_text()
+
+
+def test_with_the_sandbox_off_an_edit_of_the_champions_worktree_is_a_crash_naming_it(pytester, model_cache,
+                                                                                    tmp_path_factory):
+    """Detection, the second line, where the project owner turned the sandbox off before the baseline."""
+    from conftest import research_project
+
+    proj = research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
+    head, sep, body = STOCK.partition("def build(")
+    source = head + TAMPER + "\n\n" + sep + body.replace(":\n", ":\n    _slow_the_champion()\n", 1)
+    _, res, line = proj.experiment(source, "exact", "slow the champion down through its worktree")
     assert line.startswith("DITAR VERDICT: CRASH"), res.stdout[-3000:]
+    assert line.endswith(" sandbox=off"), line
     assert "champion worktree modified during the run: " in res.stdout and "mutable/pipeline.py" in res.stdout, \
         res.stdout[-3000:]
+    assert proj.ledger()[-1]["sandbox"] == "off"
 
 
 def test_a_worktree_left_changed_is_checked_out_afresh_and_an_edit_undone_in_time_still_shows(project):

@@ -44,6 +44,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
         rows.append(("suite", FAIL, str(exc)))
         return rows
     rows += class_rows(cfg)
+    rows.append(sandbox_row(cfg))
     from pytest_ditar.loop.session import resolve_tag
     from pytest_ditar.vcs import repo as gitops
 
@@ -77,6 +78,21 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
 
     rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
     return rows
+
+
+def sandbox_row(cfg) -> tuple[str, str, str]:
+    """The workers' sandbox (runtime.sandbox): can one be made here, and is it on?"""
+    from pytest_ditar.runtime.sandbox import availability
+
+    if not cfg.sandboxed:
+        return ("sandbox", WARN, 'off ("sandbox": "off" in the config): workers run unsandboxed and every verdict '
+                                 "line and ledger row says sandbox=off")
+    a = availability()
+    if a.problem:
+        return ("sandbox", FAIL, a.problem + " (a gated run is refused)")
+    cache = "an overlay of the champion's" if a.overlay else "an empty tmpfs (this bwrap or kernel mounts no overlay)"
+    return ("sandbox", PASS, f"{a.version} ({a.origin}): read-only filesystem but each worker's scratch, private PID, "
+                             f"network and IPC namespaces; the candidate's compile cache is {cache}")
 
 
 def class_rows(cfg) -> list[tuple[str, str, str]]:

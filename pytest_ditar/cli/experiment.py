@@ -49,6 +49,11 @@ class Experiment(Command):
         if refusal:  # a person bounded the session (`dit-ar init --max-experiments/--until`)
             print(f"DITAR REFUSED: {refusal}")
             return 2
+        from pytest_ditar.vcs.repo import judge_env
+
+        # every git command of the gate's pytest runs no repository code, whoever starts it
+        # (pytest-benchmark runs plain git while it adds its options, before any hook of ours)
+        os.environ.update(judge_env(root))
         if args.workers:
             from pytest_ditar.loop.phases import run_two_phase
 

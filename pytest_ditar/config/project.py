@@ -84,6 +84,10 @@ class Config:
     item_timeout_s: float = 600.0  # one request (a batch, a timed call), counted from the end of the build
     build_timeout_s: float = 1800.0  # one worker's build(): a cold torch.compile/autotune pass fits in it
     vram_budget_gib: float | None = None  # None: the target's memory
+    # "on": every worker runs in a sandbox (runtime.sandbox), and a gated run where none can be
+    # made is refused; "off" (the project owner's choice, before the baseline: the config is pinned)
+    # runs them unsandboxed, and every verdict line and ledger row says sandbox=off
+    sandbox: str = "on"
     thresholds: Mapping[str, Thresholds] = field(default_factory=dict)
     perf: PerfConfig = PerfConfig()
     semantic: SemanticConfig = SemanticConfig()
@@ -100,6 +104,10 @@ class Config:
     @property
     def candidate_path(self) -> Path:
         return self.root / self.candidate_dir
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox != "off"
 
     def thresholds_for(self, cls: str) -> Thresholds:
         return self.thresholds[cls]
@@ -207,6 +215,9 @@ def load_config(path: str | Path) -> Config:
         if key not in cfg_fields:
             known = ", ".join(sorted([*cfg_fields, "root", "thresholds", *_NESTED]))
             raise ConfigError(f"{where}: unknown key '{key}' (known: {known})")
+        if key == "sandbox":
+            kwargs[key] = _sandbox_mode(where, value)
+            continue
         kwargs[key] = _typecheck(where, key, value, str(cfg_fields[key].type))
     for key, value in nested.items():
         kwargs[key] = build_dataclass(_NESTED[key], value, where, prefix=f"{key}.")
@@ -218,6 +229,15 @@ def load_config(path: str | Path) -> Config:
         raise ConfigError(f"{where}: key 'build_timeout_s' must be a positive number of seconds, "
                           f"got {cfg.build_timeout_s!r}")
     return cfg
+
+
+def _sandbox_mode(where: str, value: Any) -> str:
+    """"on" or "off"; YAML's bare `sandbox: off` arrives as False, JSON's may be a boolean too."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value in ("on", "off"):
+        return value
+    raise ConfigError(f"{where}: key 'sandbox' must be \"on\" or \"off\", got {value!r}")
 
 
 def _load_thresholds(raw: Any, where: str) -> Mapping[str, Thresholds]:

@@ -256,11 +256,13 @@ def verdict_line(
     cls: str | None,
     commit: str | None,
     off_target: bool,
+    sandbox_off: bool = False,
 ) -> str:
     """The last line of every gated run, e.g.
     `DITAR VERDICT: KEEP lane=latency_b1 speedup=1.183x ci95=[1.171,1.195] quality=32/32
     class=exact commit=abc1234` (one line), plus ` reason="..."` unless KEEP and
-    ` off_target=1` for off-target hardware."""
+    ` off_target=1` for off-target hardware and ` sandbox=off` where the project owner turned the
+    workers' sandbox off."""
     speed = _fmt(speedup)
     quality = (
         "n/a"
@@ -282,6 +284,8 @@ def verdict_line(
         parts.append(f'reason="{escaped}"')
     if off_target:
         parts.append("off_target=1")
+    if sandbox_off:
+        parts.append("sandbox=off")
     return " ".join(parts)
 
 

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.loop import gitpins, stamps
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.harness import batches, run_batch
@@ -82,6 +83,8 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
         "config_hash": sess.cfg.content_hash(),
         "config_sha256": sess.cfg.repo_config_sha256(),  # the repository's file: gated runs must match it
         "fixed_paths": hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths),
+        "git_pins": gitpins.pins(sess.cfg.root),  # the repository's git config and hooks (loop.gitpins)
+        **stamps.stamp(sess.model_dir(), sess.cfg.root),  # the model's files and the Python environment
         "libraries": library_versions(),
         "device": device,
         "fingerprint": fp,

@@ -26,7 +26,7 @@ from pytest_ditar.core.decision import (
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES, TRAILER
-from pytest_ditar.loop import backup, champion, guards, phases, record
+from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, stamps
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.verify import state_refusal
@@ -78,6 +78,7 @@ class Gate:
         self.champion_commit: str | None = None  # the last KEEP, else the baseline commit
         self.summary_lines: list[str] = []
         self.state_watch: backup.Watch | None = None  # the state directory as the candidate found it
+        self.git_watch: dict | None = None  # the repository's git config and hooks then (loop.gitpins)
         self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
 
     # ---- header ---------------------------------------------------------------------------
@@ -177,12 +178,18 @@ class Gate:
         pin = guards.config_pin(s.cfg, base.manifest.get("config_sha256"), st, self.baseline_commit)
         self.summary_lines += [pin.note] if pin.note else []
         self.guards += [pin.guard] if pin.guard else []  # the candidate's own edit: judged
+        # git's own files as the baseline pinned them, and the candidate's files as its commit holds
+        # them, by content (an index flag hides an edit from git status)
+        self.refusal = gitpins.refusal(self.root, base.manifest) or guards.hidden_refusal(self.root, st, s.cfg.mutable_paths) \
+            or stamps.refusal(base.manifest, s.model_dir(), self.root)  # the model and the environment, as stamped
+        if self.refusal:
+            return False
         from pytest_ditar.loop.bound import bound_refusal
 
         # a bounded session refuses a plain `pytest --ditar-gate` too, not only `dit-ar experiment`
         self.refusal = bound_refusal(s.state_dir) \
             or (guards.one_commit_refusal(self.root, st, best, self.ledger.rows(), paths) if best else None) \
-            or pin.refusal
+            or pin.refusal or s.sandbox_refusal()  # fail closed: no gated run without the workers' sandbox
         if self.refusal:
             return False
         try:
@@ -202,6 +209,7 @@ class Gate:
         self.gated = True
         s.run_dir()  # exists before any candidate code runs
         self.state_watch = backup.watch(self.root, paths, self.head)  # the state as the candidate finds it
+        self.git_watch = gitpins.pins(self.root)  # and the repository's git config and hooks
         if any(not g.ok for g in self.guards):
             with contextlib.suppress(OSError):  # tests.log, as on any DISCARD: why no test ran
                 (s.run_dir() / "tests.log").write_text("no test ran; the candidate never ran:\n" + "".join(

@@ -23,8 +23,9 @@ def _files_under(root: Path, rel: str) -> list[Path]:
         return [p]
     if not p.is_dir():
         return []
-    return sorted(f for f in p.rglob("*") if f.is_file() and not (_SKIP_PARTS & set(f.relative_to(root).parts))
-                  and f.suffix != ".pyc")
+    # every file, git-ignored ones and stray bytecode beside a source included; `__pycache__` is never
+    # loaded by the judge (pytest_ditar's loader, plugin.hooks drops pytest's rewrite caches)
+    return sorted(f for f in p.rglob("*") if f.is_file() and not (_SKIP_PARTS & set(f.relative_to(root).parts)))
 
 
 def hash_fixed_paths(root: Path, fixed_paths: Iterable[str]) -> dict[str, str]:
@@ -79,6 +80,26 @@ def git_refusal(st: gitops.RepoState, expected_branch: str) -> str | None:
         more = f" (+{len(st.untracked) - 1} more)" if len(st.untracked) > 1 else ""
         return f"guard clean_tree: untracked file {st.untracked[0]}{more}: commit it, delete it or add it to .gitignore"
     return None
+
+
+def hidden_refusal(root: Path, st: gitops.RepoState, mutable_paths: Iterable[str]) -> str | None:
+    """The candidate's files must be its commit's by content, not only in git's view: an edit that
+    an index flag (assume-unchanged, skip-worktree) hides from `git status`, or a git-ignored file
+    the candidate could import, is refused like any dirty tree. Bytecode caches are the
+    interpreter's (the workers write none)."""
+    if not st.head:
+        return None
+    found = gitops.content_changes(root, st.head, st.toplevel or root, under=list(mutable_paths), skip=_SKIP_PARTS)
+    if not found:
+        return None
+    path, _, what = found[0].rpartition(" ")
+    more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
+    if what == "added":
+        return (f"guard clean_tree: {path}{more} is not in HEAD {st.head[:7]} and git ignores it, yet the candidate can "
+                "import it: commit it or delete it")
+    return (f"guard clean_tree: {path}{more} is {what} against HEAD {st.head[:7]} though git status shows no change "
+            f"(an index flag: assume-unchanged or skip-worktree): git update-index --no-assume-unchanged "
+            f"--no-skip-worktree {path}, then commit or stash it")
 
 
 MAX_WALK = 50  # commits looked at above the champion before the count is given up

@@ -3,7 +3,8 @@ refs/ditar/<tag> (right after the row, marked as that run's record, so a kill -9
 gets its revert finished), verdict.txt, the champion snapshot of a KEEP, and the revert (with the
 candidate's patch) of anything else. A run that damaged the state directory is restored and
 recorded as a CRASH; a run during which the branch moved (an amend, a commit on top) or HEAD left
-it is a CRASH and the branch goes back on the champion; a file error while recording is a CRASH
+it is a CRASH and the branch goes back on the champion; so is one during which the repository's git
+config or hooks changed (loop.gitpins); a file error while recording is a CRASH
 with its reason, never a traceback. Whatever else fails in the judge after the candidate ran
 (another plugin's hook, a bug of ours) is `internal`: a CRASH whose reason starts "internal:" and
 names the log with the traceback, recorded and reverted like any CRASH, so no run is left
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
-from pytest_ditar.loop import backup, champion, phases
+from pytest_ditar.loop import backup, champion, gitpins, phases
 from pytest_ditar.loop.options import Exit
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 from pytest_ditar.store.paths import TagPaths
@@ -40,9 +41,11 @@ def finish(gate: "Gate", decision: Decision, status: int) -> int:
     """Record `decision` (act), back the state up, and return the run's exit status. First, git:
     a branch that no longer points at the judged commit makes the run a CRASH."""
     gate.moved = git_moved(gate)
-    if gate.moved:
+    # the repository's git config or hooks written during the run: code that git would run (loop.gitpins)
+    why = gate.moved or gitpins.changed_during(gate.root, getattr(gate, "git_watch", None))
+    if why:
         objections = decision.reasons if decision.status != "KEEP" else ()  # a KEEP's are not objections
-        decision = Decision("CRASH", gate.moved, (gate.moved, *objections))
+        decision = Decision("CRASH", why, (why, *objections))
     try:
         rec = act(gate, decision)
     except OSError as exc:  # not even the ledger row could be written
@@ -117,11 +120,13 @@ def _bare_record(gate: "Gate", d: Decision) -> Recorded:
     except Exception:  # noqa: BLE001
         device = str(s.device)
     verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=None, ci_low=None, ci_high=None, quality_pass=None,
-                           quality_total=None, cls=s.cls, commit=(gate.head or "")[:7], off_target=off)
+                           quality_total=None, cls=s.cls, commit=(gate.head or "")[:7], off_target=off,
+                           sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
         "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
-        "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off)})
+        "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off),
+        "sandbox": s.cfg.sandbox})
     return Recorded(verdict, tuple(notes + _settle_recorded(gate, d, s.run_dir(), verdict)), d)
 
 
@@ -287,13 +292,14 @@ def act(gate: "Gate", d: Decision) -> Recorded:
     verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=oc.speedup if oc else None,
                            ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
                            quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
-                           off_target=off)
+                           off_target=off, sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent or gitops.state(gate.root).parent, "class": cls,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
         "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None, "ci_high": oc.ci_high if oc else None,
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off),
+        "sandbox": s.cfg.sandbox,
     })
     return Recorded(verdict, tuple(notes + _settle_recorded(gate, d, run_dir, verdict)), d)
 

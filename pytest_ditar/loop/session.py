@@ -140,10 +140,15 @@ class DitarSession:
                 self._scratch = Path(tempfile.mkdtemp(prefix="ditar-scratch-"))
             cwd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
+            # The candidate compiles into a cache of its own: the champion's, seen through an
+            # overlay whose writes stay in its sandbox; the champion's side (its worktree's
+            # workers: champion, twin, holdout baseline) writes the champion's cache itself.
+            champion_side = key[0] != self.cfg.candidate_path.resolve()
             w = CandidateWorker(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
                                 memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
                                 cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")),
-                                build_timeout_s=self.cfg.build_timeout_s)
+                                build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
+                                compile_cache=self.compile_cache(), compile_cache_writable=champion_side)
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
 
@@ -157,17 +162,30 @@ class DitarSession:
         if env.get("PYTHONPATH"):  # the worker starts elsewhere: relative entries must keep their meaning
             env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) if p else p
                                                 for p in env["PYTHONPATH"].split(os.pathsep))
-        # torch.compile's caches, one folder per tag and device stack, shared by the candidate, the
-        # champion, its twin and the holdout's baseline: a rebuilt champion or a re-run candidate
-        # compiles once per machine. Added after the filter on purpose: this names the state
-        # directory to the candidate, which the filter's courtesy hid, but it is one step from the
-        # project on the filesystem anyway (docs/trust.md, "What stays open").
-        from pytest_ditar.hardware.cachekey import device_key
-
-        cache = TagPaths(self.state_dir.resolve()).compile_cache(device_key(self.resolved_device()))
+        # torch.compile's caches, one folder per tag and device stack: the champion's side (the
+        # champion, its twin, the holdout's baseline) writes it, the candidate reads it through an
+        # overlay of its own sandbox (worker(); runtime.sandbox), so a rebuilt champion compiles
+        # once per machine and the candidate starts from what the champion compiled. Added after the
+        # filter on purpose: this names the state directory, which the sandbox shows read-only.
+        cache = self.compile_cache()
         env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         return env
+
+    def compile_cache(self) -> Path:
+        """torch.compile's cache of this tag and device stack: the champion's (loop.session.worker)."""
+        from pytest_ditar.hardware.cachekey import device_key
+
+        return TagPaths(self.state_dir.resolve()).compile_cache(device_key(self.resolved_device()))
+
+    def sandbox_refusal(self) -> str | None:
+        """Why a gated run cannot sandbox its workers here (runtime.sandbox.check), or None; always
+        None when the project owner turned the sandbox off."""
+        if not self.cfg.sandboxed:
+            return None
+        from pytest_ditar.runtime.sandbox import check
+
+        return check()
 
     def start_candidate(self) -> None:
         """Send the candidate's build without waiting: it builds while the judge does other work."""

@@ -10,6 +10,7 @@
 - a run that ended before it recorded (its judge killed): its state changes are rolled back from
   the pre-run backup before anything is checked (loop.backup.settle);
 - the fixed paths against the hashes recorded at baseline time;
+- the repository's git config and hooks against the baseline's pins (loop.gitpins);
 - a sample of baseline items re-generated from the baseline commit's code (a git worktree),
   which must match the stored outputs within the exact class's tolerance.
 """
@@ -173,8 +174,38 @@ def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
     recorded = snap.manifest.get("fixed_paths", {})
     changes = fixed_path_changes(recorded, hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths))
     yield from _many("fixed paths", changes, f"{len(recorded)} files unchanged since the baseline")
+    yield _git_pins(sess.cfg.root, snap.manifest)
+    yield _stamps(sess, snap.manifest)
     if sample > 0:
         yield from _regenerate(sess, snap, sample, rng or random.SystemRandom())
+
+
+def _git_pins(root: Path, manifest: dict[str, Any]) -> Check:
+    """The repository's git config and hooks against the baseline's pins (loop.gitpins)."""
+    from pytest_ditar.loop import gitpins
+
+    recorded = manifest.get("git_pins")
+    if recorded is None:
+        return Check("git config and hooks", True, "not pinned (an older baseline; `dit-ar baseline --force` pins them)")
+    why = gitpins.refusal(root, manifest)
+    if why:
+        return Check("git config and hooks", False, why)
+    n = sum(len(k) for k in recorded.get("config", {}).values())
+    return Check("git config and hooks", True, f"{n} config keys and {len(recorded.get('hooks', {}))} hook files "
+                                               "unchanged since the baseline")
+
+
+def _stamps(sess: Any, manifest: dict[str, Any]) -> Check:
+    """The model's files and the Python environment against the baseline's stamps (loop.stamps)."""
+    from pytest_ditar.loop import stamps
+
+    if manifest.get("model_files") is None:
+        return Check("model and environment", True, "not stamped (an older baseline; `dit-ar baseline --force` stamps them)")
+    why = stamps.refusal(manifest, sess.model_dir(), sess.cfg.root)
+    if why:
+        return Check("model and environment", False, why)
+    return Check("model and environment", True, f"{len(manifest['model_files'])} model files and "
+                                                f"{len(manifest.get('environment', {}))} environment files unchanged")
 
 
 def _anchor(ledger: Ledger, digest: str) -> Check:

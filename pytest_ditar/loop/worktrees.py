@@ -9,8 +9,8 @@ cuda:N (a session of that tag uses it unless --ditar-device says otherwise). `di
 
 The champion's and the baseline's code are built from detached worktrees of their commits under
 the state directory (`DitarSession.build_at_commit`). The candidate runs beside them as the same
-user, so a run checks that such a worktree is its commit when first used and has not changed since
-(`pristine`, `changed`).
+user, so a run checks that such a worktree is its commit when first used (each file hashed against
+the commit's blobs, not git's status of it) and has not changed since (`pristine`, `changed`).
 """
 from __future__ import annotations
 
@@ -115,15 +115,19 @@ def status_all(cfg: Any, as_json: bool = False) -> int:
 
 def pristine(root: Path, wt: Path, commit: str) -> dict[str, tuple[int, int]]:
     """Make `wt` a checkout of exactly `commit` (checked out again when it is missing or an earlier
-    run left it changed: a planted file, a stale __pycache__) and return its file stamps."""
+    run left it changed: an edited or planted file, a stale __pycache__) and return its file stamps.
+
+    Exactly: every file hashed against the commit's blobs (vcs.repo.content_changes), never git's
+    status of the worktree, whose index the candidate can write (an assume-unchanged or
+    skip-worktree flag hides an edit from `git status`)."""
     for attempt in range(2):
         if attempt or not wt.is_dir():
             shutil.rmtree(wt, ignore_errors=True)
             wt.parent.mkdir(parents=True, exist_ok=True)
             gitops.add_worktree(root, wt, commit)
-        # stamped before git looks: a change after git's look shows in the stamps, one before it in git's answer
+        # stamped before the hashes: a change after a file is hashed shows in the stamps, one before it in its hash
         stamps = file_stamps(wt)
-        if gitops.state(wt).head == commit and not gitops.worktree_changes(wt):
+        if not gitops.content_changes(root, commit, wt):
             return stamps
     raise CandidateError("exception", f"champion worktree {wt} differs from {commit[:7]} right after its checkout")
 

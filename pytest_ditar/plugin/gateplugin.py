@@ -52,6 +52,17 @@ def run_options(config: pytest.Config, path: Path) -> RunOptions:
         xdist_controller=xdist.is_controller(config))
 
 
+def drop_rewrite_caches(early_config: pytest.Config) -> None:
+    """In a ditar project (its config named on the command line, in the ini, or at the default
+    path), pytest's assertion-rewrite caches go before the first conftest loads (loop.stamps)."""
+    ns = early_config.known_args_namespace
+    root = Path(early_config.rootpath)
+    if getattr(ns, "ditar_config", None) or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
+        from pytest_ditar.loop.stamps import drop_rewrite_caches as drop
+
+        drop(root)
+
+
 def before_configure(config: pytest.Config) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
     path = config_path(config)

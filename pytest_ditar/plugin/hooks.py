@@ -33,10 +33,20 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_generate_commit_info(config: pytest.Config) -> dict:
+    """pytest-benchmark's commit info, from vcs.repo: its own runs plain `git describe --dirty` and
+    `git show`, which start the repository's fsmonitor and filter drivers in the judge's process."""
+    from pytest_ditar.vcs import repo as gitops
+
+    return gitops.commit_info(Path(str(config.rootpath)), config.getoption("benchmark_project_name", None))
+
+
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
     # the one hook that hands over pytest's option parser: artifacts asks it for pytest-benchmark's
     # --benchmark-json value, as that plugin's own option type makes it
     artifacts.keep_parser(early_config, parser)
+    gateplugin.drop_rewrite_caches(early_config)  # before pytest loads the first conftest
 
 
 @pytest.hookimpl(tryfirst=True)  # before junitxml's and pytest-benchmark's configure read their file options

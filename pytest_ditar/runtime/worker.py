@@ -1,16 +1,18 @@
 """The judge's side of a candidate worker: start, build, request, time, pause, kill.
 
 Candidate code never runs in the judge's process. Each pipeline (the candidate, the champion,
-the baseline code of the holdout) runs in a worker process of its own (`worker_main`), spawned
-with a fresh interpreter (no fork: no CUDA state, no judge memory shared), in a process group of
-its own so it can be paused and killed with everything it started.
+the baseline code of the holdout) runs in a worker process of its own (`worker_main`), forked
+from the zygote or spawned with a fresh interpreter (never a fork of the judge: no CUDA state, no
+judge memory shared), in a process group of its own so it can be paused and killed with
+everything it started, and in a sandbox of its own (`runtime.sandbox`: read-only filesystem but
+its scratch, its own PID and network namespaces).
 
 A call is timed here, on the judge's clock, from the request sent to the outputs received; the
 worker synchronizes its device before it replies. While one worker is timed, every other process
 the candidates started is stopped, detached ones included (`runtime.proctree`), and closing a
 worker ends everything it started. A worker that dies, hangs past the timeout or
 sends malformed data is killed and becomes a CandidateError (a CRASH), never a hung judge.
-About 430 lines: the life cycle, the pausing and the wire format of one worker belong together
+About 470 lines: the life cycle, the pausing and the wire format of one worker belong together
 (each relies on the others' invariants); the process-tree scans live in proctree.py.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import contextlib
 import json
 import mmap
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +38,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import proctree, zygote
+from pytest_ditar.runtime import proctree, sandbox, zygote
 from pytest_ditar.runtime.clock import judge_clock
 
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
@@ -59,7 +62,9 @@ class CandidateWorker:
 
     def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
                  memory_budget_gib: float | None = None, cpu_threads: int = 1, cwd: Path | None = None,
-                 env: dict[str, str] | None = None, build_timeout_s: float | None = None):
+                 env: dict[str, str] | None = None, build_timeout_s: float | None = None, sandboxed: bool = True,
+                 writable: "tuple[Path, ...] | list[Path]" = (), compile_cache: Path | None = None,
+                 compile_cache_writable: bool = False):
         self.name = name
         self.candidate_dir = Path(candidate_dir).resolve()
         self.spec = spec
@@ -71,6 +76,15 @@ class CandidateWorker:
         # how long build() may take wherever the build is waited for (config build_timeout_s): a
         # cold compile belongs there, and a request's own timeout starts only once it is built
         self.build_timeout_s = build_timeout_s
+        # runtime.sandbox: read-only filesystem but its scratch (cwd), its buffer's folder and
+        # `writable`; the compile cache writable only where compile_cache_writable (the champion's
+        # side), else an overlay whose writes stay in this sandbox (the candidate's)
+        self.sandboxed = sandboxed
+        self.writable = tuple(Path(p) for p in writable)
+        self.compile_cache = Path(compile_cache) if compile_cache is not None else None
+        self.compile_cache_writable = compile_cache_writable
+        self._own_scratch: Path | None = None  # a scratch directory made for a worker given no cwd
+        self.buffer_dir: Path | None = None  # the shared-memory buffer's own folder (bound into the sandbox)
         self._proc: subprocess.Popen | None = None
         self._launcher: threading.Thread | None = None  # asks the zygote for the fork off the judge's thread
         self._child: tuple[socket.socket, dict[str, str]] | None = None  # the worker's socket end until it runs
@@ -85,6 +99,7 @@ class CandidateWorker:
         self.buffer_file: Any = None
         self.view: mmap.mmap | None = None
         self.strays: list[tuple[int, str]] = []  # (pid, command line) it started outside its process group
+        self._box: sandbox.Spec | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, fingerprint: bool = False) -> "CandidateWorker":
@@ -93,9 +108,15 @@ class CandidateWorker:
             return self
         if not _SUBREAPER:  # orphans of the candidates come back to the judge, never to init
             _SUBREAPER.append(proctree.become_subreaper())
+        box = self._sandbox_spec() if self.sandboxed else None  # SandboxUnavailable before any process starts
         parent, child = socket.socketpair()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ) if self.env is None else self.env
+        env = dict(os.environ) if self.env is None else dict(self.env)
+        if box is not None:
+            env["TMPDIR"] = str(self.cwd)  # tempfile and friends write in its scratch, the one place they can
+        self._box = box
+        if self.buffer_dir is None:  # sandboxed or not, the buffer lies in a folder of its own
+            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=_shared_memory_dir()))
         z = zygote.zygote()
         if z is None:
             self._proc = self._spawn(child.fileno(), env)
@@ -111,15 +132,33 @@ class CandidateWorker:
             self._launcher.start()
         self.conn = Connection(parent.detach())
         _LIVE.add(self)
-        fd, name = tempfile.mkstemp(prefix=f"ditar-{self.name}-", suffix=".buf", dir=_shared_memory_dir())
+        fd, name = tempfile.mkstemp(prefix=f"ditar-{self.name}-", suffix=".buf", dir=self.buffer_dir)
         self.buffer_file = os.fdopen(fd, "rb")  # unlinked once the worker has opened it: nothing left behind
         self.buffer_path = Path(name)
         self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint,
                    buffer=name)
         return self
 
+    def _sandbox_spec(self) -> sandbox.Spec:
+        """This worker's sandbox (runtime.sandbox); raises SandboxUnavailable where none can be made.
+        Makes its scratch directory (when it was given no cwd) and its buffer's folder."""
+        avail = sandbox.availability()
+        if avail.problem:
+            raise sandbox.SandboxUnavailable(avail.problem)
+        if self.cwd is None:
+            self._own_scratch = self.cwd = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-scratch-"))
+        self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=_shared_memory_dir()))
+        writable, private = [Path(self.cwd), self.buffer_dir, *self.writable], []
+        if self.compile_cache is not None:
+            (self.compile_cache / "triton").mkdir(parents=True, exist_ok=True)  # bound, so it must exist
+            (writable if self.compile_cache_writable else private).append(self.compile_cache)
+        return sandbox.Spec(bwrap=str(avail.bwrap), writable=tuple(str(p.resolve()) for p in writable),
+                            private=tuple(str(p.resolve()) for p in private),
+                            devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay)
+
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
-        self._proc = _fork_from_zygote(z, child.fileno(), self.log_path, self.cwd, env)
+        box = self._box.to_json() if self._box is not None else None
+        self._proc = _fork_from_zygote(z, child.fileno(), self.log_path, self.cwd, env, box)
 
     @property
     def proc(self) -> Any:
@@ -137,8 +176,9 @@ class CandidateWorker:
     def _spawn(self, fd: int, env: dict[str, str]) -> subprocess.Popen:
         """A fresh interpreter of its own, where the zygote cannot serve; a session of its own
         (so a process group of its own, and nothing it starts is in the judge's session)."""
+        box = ["-m", "pytest_ditar.runtime.sandbox", self._box.to_json(), "--keep", str(fd)] if self._box else []
         with open(self.log_path, "ab") as log:
-            return subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, "-m", "pytest_ditar.runtime.worker_main",
+            return subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, *box, "-m", "pytest_ditar.runtime.worker_main",
                                      str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, cwd=self.cwd, env=env, start_new_session=True)
 
@@ -207,6 +247,9 @@ class CandidateWorker:
             self.buffer_file = None
         if self.buffer_path is not None:
             self.buffer_path.unlink(missing_ok=True)
+        for d in (self.buffer_dir, self._own_scratch):
+            if d is not None:
+                shutil.rmtree(d, ignore_errors=True)
 
     # ---- pausing: nothing of this worker runs while the other side is timed ------------------
     def pause(self) -> None:
@@ -412,9 +455,10 @@ def _end_candidate_processes(w: CandidateWorker) -> None:
     proctree.end_all_but(list(_live_pids(but=w)), _spared(), known_children={w.proc.pid})
 
 
-def _fork_from_zygote(z: Any, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str]) -> Any:
+def _fork_from_zygote(z: Any, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str],
+                      box: str | None = None) -> Any:
     try:
-        return z.spawn(fd, log_path, cwd, env)
+        return z.spawn(fd, log_path, cwd, env, box)
     except (OSError, ValueError, KeyError):
         return None  # a zygote that cannot fork (or refused to: CUDA touched): spawn directly
 

@@ -302,6 +302,9 @@ def zygote(fd: int) -> int:
         return 3  # the judge sees the zygote gone and spawns every worker's interpreter itself
     sock = socket.socket(fileno=fd)
     exited: dict[int, int | None] = {}  # worker pid -> exit code, None while it runs
+    # Reap at once, not only at the next request: what a killed sandbox leaves (its bwrap, its PID 1)
+    # is re-parented here and must not linger as a zombie in the worker's process group.
+    signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
     while True:
         try:
             msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
@@ -312,8 +315,11 @@ def zygote(fd: int) -> int:
         _reap(exited)
         req = json.loads(msg)
         if req["op"] == "spawn":
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the fork starts with no handler of ours
             pid = _fork_worker(sock, fds[0], req)
-            exited[pid] = None
+            exited[pid] = None  # before anything reaps it: its exit code is kept for the judge
+            signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
+            _reap(exited)
             reply = {"pid": pid}
             os.close(fds[0])
         else:
@@ -364,6 +370,12 @@ def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
+        if req.get("sandbox"):
+            # this fork stays outside as the keeper; its child runs the worker in the sandbox
+            from pytest_ditar.runtime import sandbox
+
+            sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=(fd,))
+            contain_orphans()
         sys.argv = [__file__, str(fd)]
         Worker(Connection(fd)).serve()
         code = 0

@@ -72,10 +72,13 @@ class Zygote:
             raise OSError("the zygote is gone")
         return json.loads(reply)
 
-    def spawn(self, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str]) -> ZygoteChild:
-        """Fork a worker serving the socket `fd`, with `env` as its environment (the first call
-        waits for the zygote's imports)."""
-        reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None, "env": env}, [fd])
+    def spawn(self, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str],
+              sandbox: str | None = None) -> ZygoteChild:
+        """Fork a worker serving the socket `fd`, with `env` as its environment, inside the sandbox
+        `sandbox` (a runtime.sandbox.Spec as JSON) where given (the first call waits for the
+        zygote's imports)."""
+        reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None, "env": env,
+                           "sandbox": sandbox}, [fd])
         return ZygoteChild(self, int(reply["pid"]))
 
     def status(self, pid: int) -> int | None:

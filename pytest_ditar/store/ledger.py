@@ -61,8 +61,12 @@ COLUMNS: tuple[str, ...] = (
     "cumulative_class",
     "device",
     "off_target",
+    "sandbox",  # on | off: whether the run's workers ran in the sandbox (config "sandbox")
 )
 CHAIN_KEYS: tuple[str, ...] = ("prev_hash", "hash")
+# Columns added after the first release: a row written before one existed lacks it (its hash covers
+# the row as written) and reads as "" in results.tsv; a TSV with the older header is regenerated.
+LATER_COLUMNS: tuple[str, ...] = ("sandbox",)
 GENESIS_HASH = "0" * 64
 # Keys the ledger assigns itself; a caller supplying them would forge sequence or chain.
 _ASSIGNED = ("run", "prev_hash", "hash")
@@ -135,6 +139,7 @@ def _tsv_line(row: Mapping[str, object]) -> str:
 
 
 _TSV_HEADER = "\t".join(COLUMNS)
+_OLD_TSV_HEADER = "\t".join(c for c in COLUMNS if c not in LATER_COLUMNS)
 
 
 class Ledger:
@@ -240,7 +245,7 @@ class Ledger:
                 continue
             parsed.append(row)
             want_keys = set(COLUMNS) | set(CHAIN_KEYS)
-            if set(row) != want_keys:
+            if not (want_keys - set(LATER_COLUMNS) <= set(row) <= want_keys):
                 missing = sorted(want_keys - set(row))
                 extra = sorted(set(row) - want_keys)
                 problems.append(f"row {i}: unexpected keys (missing {missing}, extra {extra})")
@@ -264,6 +269,8 @@ class Ledger:
         if not tsv_lines:
             if n:
                 repairable.append(f"results.tsv missing; ledger.jsonl has {n} row(s)")
+        elif tsv_lines[0] == _OLD_TSV_HEADER and n:
+            repairable.append("results.tsv has an older release's columns; repair() (or the next append) regenerates it")
         else:
             if tsv_lines[0] != _TSV_HEADER:
                 problems.append("results.tsv header differs from the ledger columns")

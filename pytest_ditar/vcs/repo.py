@@ -4,23 +4,203 @@ Porcelain that GitPython has no object API for (status, diff --name-only, format
 worktree, reset --keep) and the plumbing of the state's backup ref (hash-object, mktree,
 commit-tree, update-ref, cat-file) go through its command wrapper (`repo.git.execute`); a failure
 becomes a DitarError carrying git's own stderr, one line for the user.
+
+The judge runs no code the repository controls. Every command here carries options that switch
+off each program git would otherwise start on the judge's behalf from a config file or the
+hooks directory (`_no_programs`): hooks of every kind, core.fsmonitor, the repository's filter
+drivers, pagers, external diffs, signing programs, transports, auto gc. Command-line config
+outranks every config file, so what `.git/config`, a `config.worktree` or an included file says
+cannot turn them back on. Replace refs and grafts are off too: git's view of the commits the
+judge names is the objects themselves.
 """
 from __future__ import annotations
 
+import hashlib
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from pytest_ditar.core.errors import DitarError
 
+# ---- the judge runs no repository-controlled code ----------------------------------------------
+# Config keys that name a program git runs, pinned on every command line (git-config(1), githooks(5)).
+_NO_PROGRAMS = (
+    "core.hooksPath=/dev/null",  # no hook: post-checkout, reference-transaction, post-index-change, pre-commit, ...
+    "core.fsmonitor=false",  # no fsmonitor program on a command that reads the index (status, reset, worktree add)
+    "core.useBuiltinFSMonitor=false",  # its older spelling (no daemon either)
+    "core.sshCommand=",
+    "core.askPass=",
+    "credential.helper=",  # an empty value clears the list of helpers
+    "protocol.allow=never",  # no transport at all: the judge never fetches or pushes
+    "commit.gpgSign=false",  # commit, commit-tree: no signing program
+    "tag.gpgSign=false",
+    "log.showSignature=false",  # log: no verifying program
+    "gc.auto=0",  # no `git gc --auto` (its pre-auto-gc hook) after a commit or an update
+    "maintenance.auto=false",
+)
+# Every hook event (githooks(5)): git >= 2.54 also runs hooks named in config (hook.<name>.command
+# with hook.<name>.event); `hook.<event>.enabled=false` switches an event's off where git has it,
+# and each configured name found is switched off by its own `hook.<name>.enabled` (_no_programs).
+_HOOK_EVENTS = ("applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+                "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge",
+                "pre-push", "pre-receive", "update", "proc-receive", "post-receive", "post-update",
+                "reference-transaction", "push-to-checkout", "pre-auto-gc", "post-rewrite", "sendemail-validate",
+                "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist", "p4-post-changelist",
+                "p4-pre-submit", "post-index-change")
+_GLOBAL_OPTIONS = ("--no-pager", "--no-replace-objects")
+_FIXED = [*_GLOBAL_OPTIONS, *(a for kv in (*_NO_PROGRAMS, *(f"hook.{e}.enabled=false" for e in _HOOK_EVENTS))
+                              for a in ("-c", kv))]
+# Replace refs (refs/replace/*) and grafts would let the repository substitute another commit or
+# tree for the one the judge names: off (GIT_GRAFT_FILE names a file that cannot exist).
+_ENV = {"GIT_NO_REPLACE_OBJECTS": "1", "GIT_GRAFT_FILE": os.path.join(os.devnull, "grafts"),
+        "GIT_TERMINAL_PROMPT": "0"}
+REPOSITORY_SCOPES = ("local", "worktree")  # what the repository's own files say (include.path'd files included)
+_FILTER_KEYS = ("clean", "smudge", "process")
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    scope: str  # system, global, local, worktree, command
+    origin: str  # the file it came from, as git names it (file:<path>)
+    key: str  # section.[subsection.]name, section and name lower-cased by git
+    value: str | None  # None: a key without `=` (boolean true)
+
+
+def _config_entries(g: Any) -> list[ConfigEntry]:
+    """Every config entry git sees where `g` runs (`git config --list` with scope and origin);
+    reading config runs no program. [] when git cannot list it (the command that follows then
+    fails on the same config, saying why)."""
+    status, out, _ = g.execute(["git", *_FIXED, "config", "--list", "--show-scope", "--show-origin", "-z"],
+                               with_extended_output=True, with_exceptions=False, env=_ENV)
+    per = 3
+    if status != 0:  # a git before 2.26 (no --show-scope): every entry is taken for the repository's
+        status, out, _ = g.execute(["git", *_FIXED, "config", "--list", "-z"], with_extended_output=True,
+                                   with_exceptions=False, env=_ENV)
+        per = 1
+    if status != 0:
+        return []
+    fields = out.split("\0")
+    out_entries = []
+    for i in range(0, len(fields) - per + 1, per):
+        if not fields[i + per - 1]:
+            continue
+        key, nl, value = fields[i + per - 1].partition("\n")
+        scope, origin = (fields[i], fields[i + 1]) if per == 3 else ("unknown", "")
+        out_entries.append(ConfigEntry(scope, origin, key, value if nl else None))
+    return out_entries
+
+
+def _no_programs(entries: Iterable[ConfigEntry]) -> list[str]:
+    """`-c` options that switch off what config names by a name of its choosing: the filter drivers
+    of the repository's own config (clean, smudge and process set to nothing: git then runs none;
+    the user's own drivers, git-lfs say, stay on) and every configured hook, whoever named it."""
+    filters, hooks = set(), set()
+    for e in entries:
+        if e.scope == "command":  # ours (and the user's own `git -c`), not a file's
+            continue
+        section, _, rest = e.key.partition(".")
+        sub, _, _name = rest.rpartition(".")
+        if not sub:
+            continue
+        if section == "filter" and e.scope in (*REPOSITORY_SCOPES, "unknown"):
+            filters.add(sub)
+        elif section == "hook":
+            hooks.add(sub)
+    for name in filters | hooks:
+        if "=" in name or "\n" in name:
+            raise DitarError(f"git config names a filter or hook {name!r} that the judge cannot switch off "
+                             "on git's command line: remove it from the repository's config")
+    out = []
+    for d in sorted(filters):
+        out += [a for k in _FILTER_KEYS for a in ("-c", f"filter.{d}.{k}=")] + ["-c", f"filter.{d}.required=false"]
+    for h in sorted(hooks):
+        out += ["-c", f"hook.{h}.enabled=false"]
+    return out
+
+
+def judge_env(root: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (default: this process's environment) plus every switch of `_execute` as
+    environment config (GIT_CONFIG_COUNT, git >= 2.31), for a judge process in which code other
+    than this module runs git too: pytest-benchmark runs plain `git describe --dirty` and `git
+    show` while it adds its options, before any hook of ours. Git started by anything in that
+    process (and its children) then runs no repository code either. The repository's filter
+    drivers are read now: one added later is switched off by `_execute`'s own options only."""
+    env = dict(os.environ if base is None else base)
+    pairs = [*_NO_PROGRAMS, *(f"hook.{e}.enabled=false" for e in _HOOK_EVENTS)]
+    repo = _repo(root)
+    if repo is not None:
+        pairs += _no_programs(_config_entries(repo.git))[1::2]
+    try:
+        n = max(0, int(env.get("GIT_CONFIG_COUNT") or 0))
+    except ValueError:
+        n = 0
+    for i, kv in enumerate(pairs, n):
+        env[f"GIT_CONFIG_KEY_{i}"], _, env[f"GIT_CONFIG_VALUE_{i}"] = kv.partition("=")
+    env["GIT_CONFIG_COUNT"] = str(n + len(pairs))
+    return {**env, **_ENV}
+
+
+def _label(repo: Any, path: Path) -> str:
+    """How the user knows a file of the repository's git directory: `.git/config` for the main
+    checkout's own, else its absolute path (a linked worktree's common directory, an include)."""
+    path = Path(os.path.abspath(path))
+    top = Path(os.path.abspath(repo.working_tree_dir)) if repo.working_tree_dir else None
+    if top is not None and path.is_relative_to(top):
+        return path.relative_to(top).as_posix()
+    return str(path)
+
+
+def repository_config(root: Path) -> list[tuple[str, str, str | None]]:
+    """(file, key, value) of every entry of the repository's own config, as git reads it: its
+    `config`, a worktree's `config.worktree` and the files they include (the user's and the
+    system's config are theirs, not the repository's). [] outside a repository."""
+    repo = _repo(root)
+    if repo is None:
+        return []
+    out = []
+    for e in _config_entries(repo.git):
+        if e.scope in REPOSITORY_SCOPES and e.origin.startswith("file:"):
+            origin = e.origin[len("file:"):]
+            where = Path(origin) if os.path.isabs(origin) else Path(repo.working_tree_dir or repo.git_dir) / origin
+            out.append((_label(repo, where), e.key, e.value))
+    return out
+
+
+def hook_files(root: Path) -> dict[str, Path]:
+    """Every file in the repository's hooks directory (`.git/hooks`, shared by its worktrees), by
+    the name the user knows it by; {} outside a repository."""
+    repo = _repo(root)
+    if repo is None:
+        return {}
+    hooks = Path(repo.common_dir) / "hooks"
+    out = {}
+    for folder, dirs, files in os.walk(hooks):
+        for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+            p = Path(folder) / name
+            out[_label(repo, p)] = p
+    return out
+
+
+def _execute(g: Any, args: Iterable[str], **kwargs: Any) -> Any:
+    """`git <args>` through GitPython's Git object `g` (a repository's, or one bound to a folder),
+    with every repository-controlled program off; (status, stdout, stderr)."""
+    cmd = ["git", *_FIXED, *_no_programs(_config_entries(g)), *args]
+    return g.execute(cmd, with_extended_output=True, with_exceptions=False, env=_ENV, **kwargs)
+
 
 def _repo(root: Path):
     import git
 
     try:
-        return git.Repo(root, search_parent_directories=True)
+        repo = git.Repo(root, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
+    # GitPython's own object reads (its cat-file processes) carry the same switches
+    repo.git.update_environment(**_ENV)
+    repo.git.set_persistent_git_options(no_pager=True, no_replace_objects=True, c=_FIXED[len(_GLOBAL_OPTIONS) + 1::2])
+    return repo
 
 
 def _git(root: Path, *args: str, what: str | None = None, **kwargs: Any) -> str:
@@ -31,7 +211,7 @@ def _git(root: Path, *args: str, what: str | None = None, **kwargs: Any) -> str:
     repo = _repo(root)
     if repo is None:
         raise DitarError(f"{what} failed: {root} is not a git repository")
-    status, out, err = repo.git.execute(["git", *args], with_extended_output=True, with_exceptions=False, **kwargs)
+    status, out, err = _execute(repo.git, args, **kwargs)
     if status != 0:  # some refusals ("nothing to commit") are printed on stdout
         msg = err or out
         raise DitarError(f"{what} failed: {(msg.decode(errors='replace') if isinstance(msg, bytes) else msg).strip()}")
@@ -75,6 +255,27 @@ def dirty_paths(root: Path) -> list[str]:
     return [p for _, p in _status(root)]
 
 
+def commit_info(root: Path, project: str | None = None) -> dict[str, Any]:
+    """What pytest-benchmark records about the code it timed, in its own keys (its
+    `get_commit_info`, without running plain git): id, time, author_time, dirty (tracked changes),
+    project (the origin's name, else the folder's), branch."""
+    st = state(root)
+    info: dict[str, Any] = {"id": "unversioned", "time": None, "author_time": None, "dirty": False,
+                            "project": project or Path(root).resolve().name, "branch": "(unknown)"}
+    if not st.is_repo or not st.head:
+        return info
+    try:
+        times: list[str | None] = list(_git(root, "log", "-1", "--format=%cI%n%aI", st.head).splitlines()) or [None]
+    except DitarError:
+        times = [None]
+    origin = next((v or "" for _, k, v in repository_config(root) if k == "remote.origin.url"), "")
+    names = [p for p in re.split(r"[/:\s\\]|\.git", origin) if p]
+    return {**info, "id": st.head, "time": times[0], "author_time": times[-1],
+            "dirty": any(p not in st.untracked for p in st.dirty_paths),
+            "project": project or (names[-1] if names else Path(st.toplevel or root).name),
+            "branch": st.branch or "(detached head)"}
+
+
 def require_clean_repo(root: Path, ignore: Iterable[str]) -> RepoState:
     """The state of a repository with a commit and a clean tree, after git-ignoring `ignore`.
 
@@ -91,7 +292,7 @@ def require_clean_repo(root: Path, ignore: Iterable[str]) -> RepoState:
 
 
 def changed_files(root: Path, base: str, head: str = "HEAD") -> list[str]:
-    out = _git(root, "diff", "--name-only", base, head, what=f"git diff {base}..{head}")
+    out = _git(root, "diff", "--no-ext-diff", "--no-textconv", "--name-only", base, head, what=f"git diff {base}..{head}")
     return [p for p in out.splitlines() if p]
 
 
@@ -115,7 +316,8 @@ def commit_message(root: Path, rev: str = "HEAD") -> str:
 def diff_patch(root: Path, base: str, head: str) -> str:
     """`git format-patch --stdout base..head`, byte for byte (a patch needs its last newline)."""
     try:
-        return _git(root, "format-patch", "--stdout", f"{base}..{head}", strip_newline_in_stdout=False)
+        return _git(root, "format-patch", "--no-ext-diff", "--no-textconv", "--stdout", f"{base}..{head}",
+                    strip_newline_in_stdout=False)
     except DitarError:
         return ""
 
@@ -135,8 +337,7 @@ def revert_to_parent(root: Path, expected_head: str) -> str:
     if not head.parents:
         raise DitarError("the candidate is the root commit; not reverting")
     parent = head.parents[0].hexsha
-    status, out, err = repo.git.execute(["git", "reset", "-q", "--keep", parent], with_extended_output=True,
-                                        with_exceptions=False)
+    status, out, err = _execute(repo.git, ["reset", "-q", "--keep", parent])
     if status != 0:
         touched = set(changed_files(root, parent, head.hexsha))
         local = [p for p in dirty_paths(root) if p in touched]
@@ -166,7 +367,7 @@ def put_branch_back(root: Path, branch: str, target: str) -> None:
         raise DitarError(f"{root}: not a git repository; {branch} not put back")
     on_branch = not repo.head.is_detached and repo.active_branch.name == branch
     args = ["reset", "-q", "--keep", target] if on_branch else ["checkout", "-q", "-B", branch, target]
-    status, out, err = repo.git.execute(["git", *args], with_extended_output=True, with_exceptions=False)
+    status, out, err = _execute(repo.git, args)
     if status == 0:
         return
     by_hand = f"git reset --keep {target[:7]}" if on_branch else f"git checkout -B {branch} {target[:7]}"
@@ -184,10 +385,7 @@ def create_branch(root: Path, name: str) -> None:
     repo = _repo(root)
     if repo is None:
         raise DitarError(f"{root}: not a git repository (run `git init` and commit first)")
-    if name in [h.name for h in repo.heads]:
-        repo.git.checkout(name)
-    else:
-        repo.git.checkout("-b", name)
+    _git(root, "checkout", "-q", *([name] if name in [h.name for h in repo.heads] else ["-b", name]))
 
 
 def branch_exists(root: Path, name: str) -> bool:
@@ -237,7 +435,9 @@ def init_repo(path: Path, message: str, *, user: tuple[str, str], branch: str = 
     """`git init` at `path`, commit everything there as `user` (name, email); returns the commit."""
     import git
 
-    git.Repo.init(path, initial_branch=branch)
+    status, out, err = _execute(git.Git(path), ["init", "-q", "-b", branch])
+    if status != 0:
+        raise DitarError(f"git init {path} failed: {(err or out).strip()}")
     _git(path, "add", "-A")
     return _commit_as(path, user, "-m", message)
 
@@ -335,14 +535,102 @@ def blob_ids(root: Path, files: Mapping[str, Path], write: bool = False) -> dict
 
 def tree_blobs(root: Path, rev: str) -> dict[str, str]:
     """Every file of `rev`'s tree as path -> blob id (`ls-tree -r`), without reading the blobs."""
+    return {path: sha for path, (mode, sha) in _tree(root, rev).items() if mode != "160000"}
+
+
+def _tree(root: Path, rev: str) -> dict[str, tuple[str, str]]:
+    """Every entry of `rev`'s tree, folders flattened: path -> (mode, object id); blobs (files,
+    symlinks: 120000) and submodules' commits (160000)."""
     out = {}
     for rec in _git(root, "ls-tree", "-r", "-z", rev, what=f"git ls-tree {rev}").split("\0"):
         if rec:
             meta, _, path = rec.partition("\t")
-            _mode, kind, sha = meta.split()
-            if kind == "blob":
-                out[path] = sha
+            mode, kind, sha = meta.split()
+            if kind in ("blob", "commit"):
+                out[path] = (mode, sha)
     return out
+
+
+def _blob_id(data: bytes, like: str) -> str:
+    """The id git gives a blob of `data`, in the hash of the object id `like` (SHA-1 or SHA-256)."""
+    h = hashlib.sha1() if len(like) == 40 else hashlib.sha256()
+    h.update(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
+
+
+def content_changes(root: Path, rev: str, checkout: Path, under: Iterable[str] = ("",),
+                    skip: Iterable[str] = ()) -> list[str]:
+    """Where the files of `checkout` (a checkout of `rev` from the repository holding `root`) are
+    not `rev`'s, by content: "<path> modified" (bytes that are another blob than the commit's: what
+    an index flag, assume-unchanged or skip-worktree, hides from `git status`), "<path> missing",
+    "<path> added" (untracked and git-ignored files alike). Paths are relative to `checkout`; only
+    those under `under` (folders, "" for all) count, and none inside a folder named in `skip`.
+
+    The files are read and hashed here, and the commit's tree is read from the object store:
+    git's index and status are never asked. A file whose bytes differ from the blob only by git's
+    own conversions on checkout (line endings, a filter driver of the user's such as git-lfs)
+    matches when git hashes it back to the blob, as it would add it; the repository's own filter
+    drivers are off for that too. The checkout's own `.git` (a worktree's file) is git's, not the
+    commit's."""
+    prefixes = tuple(u.strip("/") for u in under)
+    skip = set(skip)
+
+    def wanted(rel: str) -> bool:
+        return any(not p or rel == p or rel.startswith(p + "/") for p in prefixes) \
+            and not skip & set(rel.split("/")[:-1])
+
+    tree = {p: ms for p, ms in _tree(root, rev).items() if wanted(p)}
+    modules = [p for p, (mode, _) in tree.items() if mode == "160000"]
+    found: dict[str, str] = {}  # path -> "file" | "link"
+    tops = [p for p in prefixes if not any(q != p and (not q or p.startswith(q + "/")) for q in prefixes)]
+    for top in dict.fromkeys(tops):
+        start = checkout / top if top else checkout
+        if os.path.islink(start) or start.is_file():
+            found[top] = "link" if os.path.islink(start) else "file"
+            continue
+        for folder, dirs, files in os.walk(start):
+            rel_dir = os.path.relpath(folder, checkout)
+            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+            if rel_dir in modules:
+                dirs[:] = []  # a submodule's checkout is its own repository's
+                continue
+            if not rel_dir:  # the checkout's own .git (a folder, or a worktree's file) is git's
+                files = [f for f in files if f != ".git"]
+                dirs[:] = [d for d in dirs if d != ".git"]
+            for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+                rel = f"{rel_dir}/{name}" if rel_dir else name
+                if wanted(rel):
+                    found[rel] = "link" if os.path.islink(os.path.join(folder, name)) else "file"
+            dirs[:] = [d for d in dirs if d not in skip and not os.path.islink(os.path.join(folder, d))]
+    out, convert = [], []
+    for rel in sorted(tree.keys() | found.keys()):
+        mode, sha = tree.get(rel, ("", ""))
+        if mode == "160000":
+            continue
+        if rel not in found:
+            out.append(f"{rel} missing")
+        elif not mode:
+            out.append(f"{rel} added")
+        else:
+            path = checkout / rel
+            try:
+                data = os.fsencode(os.readlink(path)) if found[rel] == "link" else path.read_bytes()
+            except OSError:
+                out.append(f"{rel} missing")
+                continue
+            if (found[rel] == "link") != (mode == "120000"):
+                out.append(f"{rel} modified")
+            elif _blob_id(data, sha) != sha:
+                convert.append((rel, sha))
+    for rel, sha in convert:  # as git would add it: its conversions applied, the user's filters run
+        try:
+            again = _git(root, "hash-object", f"--path={rel}", "--", str(checkout / rel)).strip()
+        except DitarError:
+            again = ""
+        if again != sha:
+            out.append(f"{rel} modified")
+    return sorted(out)
 
 
 def save_tree(root: Path, ref: str, files: Mapping[str, Path], message: str, parent: str | None = None,
@@ -378,10 +666,3 @@ def read_tree(root: Path, rev: str) -> list[tuple[str, bytes]]:
         out.append((path, bytes(raw[eol + 1:eol + 1 + size])))
         pos = eol + 1 + size + 1  # the content, then a newline
     return out
-
-
-def worktree_changes(path: Path) -> list[str]:
-    """Every path where the checkout at `path` differs from its HEAD: modified, deleted, untracked
-    and git-ignored files alike (a planted __pycache__ included). Empty: exactly the commit."""
-    out = _git(path, "status", "--porcelain", "--ignored", "--untracked-files=all")
-    return [line[3:] for line in out.splitlines() if line.strip()]

@@ -90,6 +90,15 @@ def reap(scratch: Path) -> None:
 
 
 @pytest.fixture
+def research_unsandboxed(pytester, model_cache, tmp_path_factory) -> Project:
+    """The stock research project with `"sandbox": "off"` set before its baseline: the workers run
+    unsandboxed, so a candidate's writes outside its worker land. For the judge's second line (what
+    it detects, restores and refuses when something changed behind it, as a user's stray process
+    could), which the sandbox otherwise keeps candidates from reaching (tests/adversarial/test_sandbox.py)."""
+    return research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
+
+
+@pytest.fixture
 def slow_research(pytester, model_cache, tmp_path_factory) -> Project:
     """A baseline that does a redundant full pass: dropping it is a real ~2x exact speedup."""
     from .attacks import REDUNDANT

@@ -21,10 +21,10 @@ def _writes_during_build(source: str, rel: str, text: str) -> str:
     return source.replace(BUILD, BUILD + f"    open({root} + '/' + {rel!r}, 'a').write({text!r})\n", 1)
 
 
-def test_revert_keeps_an_uncommitted_edit_to_a_tracked_file(research):
+def test_revert_keeps_an_uncommitted_edit_to_a_tracked_file(research_unsandboxed):
     """The attack: an uncommitted edit to a tracked file, made while a run was in flight, was wiped
     by the revert (`git reset --hard`)."""
-    proj = research
+    proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
     note = "# a note typed while the run was in flight\n"
     sha, res, line = proj.experiment(_writes_during_build(ALTERS, ".gitignore", note), "exact", "Lower guidance")
@@ -35,10 +35,10 @@ def test_revert_keeps_an_uncommitted_edit_to_a_tracked_file(research):
     assert proj.ledger()[-1]["commit"] == sha
 
 
-def test_revert_git_refuses_is_recorded_and_left_to_finish_by_hand(research):
+def test_revert_git_refuses_is_recorded_and_left_to_finish_by_hand(research_unsandboxed):
     """The candidate's own file was edited mid-run: reset --keep refuses, so the commit stays, the
     verdict is still recorded, and one line says how to finish."""
-    proj = research
+    proj = research_unsandboxed  # the write must land: the judge's answer is the test
     note = "# edited while the run was in flight\n"
     sha, res, line = proj.experiment(_writes_during_build(ALTERS, "mutable/pipeline.py", note), "exact", "Lower guidance")
     assert line.startswith("DITAR VERDICT: DISCARD"), line
@@ -92,11 +92,11 @@ AMENDED = STOCK + "\n# amended in: never judged\n"
 
 
 @pytest.mark.parametrize("move", ["amend", "commit on top", "detach"])
-def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_champion(research, move):
+def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_champion(research_unsandboxed, move):
     """The attacks: the candidate amends HEAD to other code while it is judged (the branch ended on
     untested code under the judged commit's verdict), or commits on top (the revert refused, and the
     discarded commit stayed on the branch), or detaches HEAD."""
-    proj = research
+    proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
     root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
     argvs = {"amend": [("commit", "-qa", "--amend", "--no-edit")],

@@ -99,10 +99,10 @@ def test_recover_refuses_a_healthy_state_unless_forced(research):
     assert res.returncode == 0 and "nothing differed" in res.stdout, res.stdout + res.stderr
 
 
-def test_candidate_deleting_the_state_directory_is_a_crash_and_the_state_is_restored(research):
+def test_candidate_deleting_the_state_directory_is_a_crash_and_the_state_is_restored(research_unsandboxed):
     """The attack: a candidate that deletes .autoresearch/<tag> during generate lost the baseline,
     ledger and logs; the run ended in INTERNALERROR and `dit-ar status` said all was well."""
-    proj = research
+    proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
     src = _at_root(STOCK.replace(GEN, GEN + f"        import shutil; shutil.rmtree(_os.path.join(_ROOT, {STATE!r}), ignore_errors=True)\n", 1))
     sha, res, line = proj.experiment(src, "exact", "Tidy up")
@@ -122,10 +122,10 @@ def test_candidate_deleting_the_state_directory_is_a_crash_and_the_state_is_rest
     assert proj.ditar("verify", "--sample", "0").returncode == 0
 
 
-def test_a_file_error_while_recording_is_a_crash_with_a_reason(research):
+def test_a_file_error_while_recording_is_a_crash_with_a_reason(research_unsandboxed):
     """A candidate that turns the run's summary.json into a directory: the write fails with an
     OSError, which is a CRASH with one line, never a traceback."""
-    proj = research
+    proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
     block = ("        import glob\n"
              f"        for d in glob.glob(_os.path.join(_ROOT, {STATE + '/runs/*'!r})):\n"
@@ -174,13 +174,13 @@ ROLLED_BACK = "ditar: the run of {} ended before it recorded: its state changes 
 
 
 @pytest.mark.parametrize("first", ["experiment", "status"])
-def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never_counts(research, tmp_path, first):
+def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never_counts(research_unsandboxed, tmp_path, first):
     """The attack: a candidate appends a KEEP row for its own commit with the package's Ledger (the
     chain verifies) and kills its judge before the judge records: the next run took the forged
     commit for the champion ("HEAD is the champion"), and `dit-ar status` showed it as champion.
     Now the pre-run backup marks the run as in flight, and whoever comes next (the next gated run,
     or `dit-ar status`) rolls its state changes back before reading the ledger."""
-    proj = research
+    proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base, before = proj.head(), proj.ledger()
     sha = proj.commit_candidate(_forges_keep_and_kills_its_judge(ALTERS, tmp_path / "killed"), "exact", "Lower guidance")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")

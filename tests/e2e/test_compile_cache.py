@@ -1,12 +1,15 @@
-"""Compile-aware gates (issue 19): torch.compile's caches live in one folder per tag and device,
-shared by the candidate's and the champion's workers across runs, outside the state the gate
-watches and backs up; each worker's build time and the lanes' warm-up are reported apart; and a
-build may take longer than one request's timeout.
+"""Compile-aware gates (issue 19, issue 24): torch.compile's caches live in one folder per tag and
+device, written by the champion's side (the champion, its twin, the holdout's baseline) across
+runs and read by the candidate through an overlay of its own sandbox, so the champion never loads
+what a candidate compiled; the folder lies outside the state the gate watches and backs up; each
+worker's build time and the lanes' warm-up are reported apart; and a build may take longer than
+one request's timeout.
 
 A real Inductor compile is too slow for CI here (a two-op function took 54.5 s cold and 7.1 s warm
 on the 2-core CI host while other tests ran), so the gated runs check the wiring with a candidate
 whose build() does what a compiler does with the cache: reads the variables, finds the entries
-earlier builds left, adds its own, and replaces a scratch folder.
+earlier builds left, adds its own, and replaces a scratch folder. It says what it saw on its
+stdout, which the judge keeps beside the run (the sandbox lets it write nowhere else outside).
 """
 import json
 import re
@@ -19,6 +22,7 @@ from candidates import STOCK
 from conftest import REPO, research_project
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
+MARK = "DITAR-TEST-CACHE "
 
 RECORD = '''
 def _use_the_compile_cache():
@@ -33,19 +37,22 @@ def _use_the_compile_cache():
     # a folder an earlier build made goes, as a compiler's temporary folders do
     shutil.rmtree(cache / "scratch", ignore_errors=True)
     (cache / "scratch" / name).mkdir(parents=True)
-    with open({out!r}, "a") as fh:
-        fh.write(json.dumps({{"file": __file__, "env": env, "before": before, "wrote": name}}) + "\\n")
+    print({mark!r} + json.dumps({{"file": __file__, "env": env, "before": before, "wrote": name}}), flush=True)
 '''
 
 
-def _source(out: Path, build_sleep_s: float = 0.0, note: str = "") -> str:
+def _source(build_sleep_s: float = 0.0, note: str = "") -> str:
     head, sep, body = STOCK.partition("def build(")
     call = "    _use_the_compile_cache()\n" + (f"    import time; time.sleep({build_sleep_s})\n" if build_sleep_s else "")
-    return head + RECORD.format(keys=CACHE_VARS, out=str(out)) + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1) + note
+    return head + RECORD.format(keys=CACHE_VARS, mark=MARK) + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1) + note
 
 
-def _records(out: Path) -> list[dict]:
-    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+def _records(proj, sha: str) -> list[dict]:
+    """What the builds of the run of `sha` printed, from the worker logs it kept."""
+    out = []
+    for log in sorted((proj.root / ".autoresearch/t/runs").glob(f"*-{sha[:7]}*/workers/*/*.log")):
+        out += [json.loads(line[len(MARK):]) for line in log.read_text().splitlines() if line.startswith(MARK)]
+    return out
 
 
 def _summary(proj, sha: str) -> dict:
@@ -56,38 +63,41 @@ def _summary(proj, sha: str) -> dict:
     raise AssertionError(f"no summary.json for {sha}")
 
 
-def test_the_candidate_and_the_champion_share_one_compile_cache_per_tag_and_device_across_runs(
+def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_only_reads_it(
         pytester, model_cache, tmp_path_factory):
     from pytest_ditar.hardware.cachekey import device_key
 
-    out = tmp_path_factory.mktemp("compile-cache-record") / "builds.jsonl"
-    proj = research_project(pytester, tmp_path_factory, mutable_source=_source(out))  # the champion uses it too
-    out.unlink()  # the baseline's build ran in the template project
+    proj = research_project(pytester, tmp_path_factory, mutable_source=_source())  # the champion uses it too
     cache = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve()
-    copied = {p.name for p in (cache / "entries").iterdir()}  # the template's baseline build left these
+    entries = cache / "entries"
+    copied = {p.name for p in entries.iterdir()} if entries.is_dir() else set()  # none: the baseline's build is no champion's
     timeout = proj.config()["item_timeout_s"]
     assert proj.config().get("build_timeout_s", 1800) > timeout + 2  # the repository's 1800 s applies
 
     # Run 1: a build longer than a request's timeout (a cold compile) is not a timeout.
-    sha1, res1, line1 = proj.experiment(_source(out, build_sleep_s=timeout + 2), "exact", "compile in build()")
+    sha1, res1, line1 = proj.experiment(_source(build_sleep_s=timeout + 2), "exact", "compile in build()")
     assert not line1.startswith("DITAR VERDICT: CRASH"), res1.stdout[-3000:]
     assert "timeout" not in line1 and "state directory damaged" not in res1.stdout, res1.stdout[-3000:]
-    first = _records(out)
-    # Run 2: the same code again (a comment apart); its builds find what run 1's left.
-    _, res2, line2 = proj.experiment(_source(out, note="\n# again\n"), "exact", "the same, re-run")
+    # Run 2: the same code again (a comment apart); its builds find what run 1's champion left.
+    sha2, res2, line2 = proj.experiment(_source(note="\n# again\n"), "exact", "the same, re-run")
     assert not line2.startswith("DITAR VERDICT: CRASH"), res2.stdout[-3000:]
     assert "state directory damaged" not in res2.stdout, res2.stdout[-3000:]  # the scratch folder it removed is no state
-    second = _records(out)[len(first):]
 
-    for run in (first, second):
+    runs = []
+    for sha in (sha1, sha2):
+        run = _records(proj, sha)
         champion = [r for r in run if "/worktrees/" in r["file"]]
         candidate = [r for r in run if Path(r["file"]).resolve() == (proj.root / "mutable/pipeline.py").resolve()]
         assert len(champion) == 1 and len(candidate) == 1, run  # the holdout's baseline is the champion's worker
-        for r in run:
+        for r in run:  # one folder, named alike for both sides
             assert r["env"] == {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
                                 "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}, r
-    assert {r["wrote"] for r in first} <= set.intersection(*(set(r["before"]) for r in second))  # shared across runs
-    assert {p.name for p in (cache / "entries").iterdir()} == copied | {r["wrote"] for r in first + second}
+        runs.append((champion[0], candidate[0]))
+    (champ1, cand1), (champ2, cand2) = runs
+    assert champ1["wrote"] in champ2["before"] and champ1["wrote"] in cand2["before"]  # the champion's: kept, shared
+    assert cand1["wrote"] not in champ2["before"] + cand2["before"]  # the candidate's: only in its own sandbox
+    assert {p.name for p in entries.iterdir()} == copied | {champ1["wrote"], champ2["wrote"]}
+    assert not {cand1["wrote"], cand2["wrote"]} & {p.name for p in (cache / "scratch").iterdir()}
 
     # A cache, not state: not in the backup ref, and the runs' verdicts were not about it.
     backed = proj.git("ls-tree", "-r", "--name-only", "refs/ditar/t").splitlines()

@@ -69,19 +69,21 @@ def test_perf_lane_refuses_to_run_inside_a_worker(research):
 def test_each_batch_is_generated_once_across_workers(research, tmp_path):
     """Items of one harness batch share a worker: no batch is generated twice, both workers work."""
     proj = research
-    log = tmp_path / "generate.log"
+    # The candidate's stdout is its worker's log (its sandbox lets it write nowhere else outside);
+    # a gated quality phase keeps every worker's log beside the run, one folder per xdist worker.
     logging = STOCK.replace(
         "    def generate(self, request: Request) -> Generated:\n",
         "    def generate(self, request: Request) -> Generated:\n"
-        f"        import os; open({str(log)!r}, 'a').write(f'{{os.getpid()}} {{list(request.seeds)}}\\n')\n", 1)
+        "        print(f'DITAR-TEST-GENERATE {list(request.seeds)}', flush=True)\n", 1)
     assert logging != STOCK
     proj.commit_candidate(logging, "exact", "log each generate call")
-    res = proj.pytest("-m", "quality", "-n", "2")
+    res = proj.pytest("-m", "quality", "-n", "2", "--ditar-phase=quality")
     assert res.ret == 0, res.stdout.str()[-3000:]
-    calls = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    calls = [(log.parent.name, line.split(" ", 1)[1]) for log in proj.root.glob(".autoresearch/t/runs/*/workers/*/candidate.log")
+             for line in log.read_text().splitlines() if line.startswith("DITAR-TEST-GENERATE ")]
     seeds = [s for _, batch in calls for s in json.loads(batch)]
     assert sorted(seeds) == sorted(set(seeds)) and len(seeds) == 6  # every corpus item once
-    assert len({pid for pid, _ in calls}) == 2  # the batches were spread over both workers
+    assert len({who for who, _ in calls}) == 2  # the batches were spread over both workers
     # the header names each worker's device and target instead of fingerprinting the controller
     out = res.stdout.str()
     assert "ditar: device=one per xdist worker (gwN -> cuda:N where CUDA is) target=" in out

