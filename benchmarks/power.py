@@ -235,13 +235,17 @@ def loop_mode(args) -> dict:
         (ws / "mutable/pipeline.py").write_text(planted(src, new, f"trial {n}"))
         subject = "A/A: a comment changed" if kind == "aa" else f"Planted win of {args.effect:.0%}"
         git(ws, "commit", "-qam", f"{subject}\n\nDitar-Class: exact")
+        before = set((ws / ".autoresearch/power/runs").glob("*/summary.json"))
         t0 = time.perf_counter()
         res = ditar(ws, "experiment", "--classification", "exact", "--description", subject, check=False)
         wall = time.perf_counter() - t0
         last = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr.strip()[-300:]
         status = last.split()[2] if last.startswith("DITAR VERDICT") else "REFUSED"
-        runs = sorted((ws / ".autoresearch/power/runs").glob("*/summary.json"), key=lambda p: p.stat().st_mtime)
+        runs = sorted(set((ws / ".autoresearch/power/runs").glob("*/summary.json")) - before,
+                      key=lambda p: p.stat().st_mtime)  # this trial's run only: a refused one wrote none
         summary = json.loads(runs[-1].read_text()) if runs else {}
+        if status == "REFUSED":  # nothing was judged or reverted: take the commit back, or every later trial is refused
+            git(ws, "reset", "-q", "--hard", "HEAD~1")
         lane = summary.get("lanes", {}).get(cfg["objective_lane"], {})
         m = lane.get("measurement", {})
         row = {"trial": n, "kind": kind, "verdict": status, "wall_s": wall, "rounds": len(m.get("samples", [])),

@@ -16,7 +16,6 @@ files and the Python environment the judge imports.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import marshal
 import os
@@ -25,16 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest_ditar
+from pytest_ditar.store.snapshot import sha256_file
 
 FIX = "or re-run `dit-ar baseline --force` if you changed it yourself"
-
-
-def _sha(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _stat(path: Path) -> list[int]:
@@ -45,7 +37,7 @@ def _stat(path: Path) -> list[int]:
 def model_stamp(model_dir: Path) -> dict[str, Any]:
     """{relative path: {"sha256", "stat"}} of every file in `model_dir`."""
     root = Path(model_dir)
-    return {f.relative_to(root).as_posix(): {"sha256": _sha(f), "stat": _stat(f)}
+    return {f.relative_to(root).as_posix(): {"sha256": sha256_file(f), "stat": _stat(f)}
             for f in sorted(root.rglob("*")) if f.is_file()}
 
 
@@ -57,7 +49,7 @@ def model_changes(recorded: Mapping[str, Any], model_dir: Path) -> list[str]:
     out += [f"{rel} added" for rel in sorted(now.keys() - recorded.keys())]
     for rel in sorted(recorded.keys() & now.keys()):
         want = recorded[rel]
-        if _stat(now[rel]) != list(want.get("stat", ())) and _sha(now[rel]) != want.get("sha256"):
+        if _stat(now[rel]) != list(want.get("stat", ())) and sha256_file(now[rel]) != want.get("sha256"):
             out.append(f"{rel} changed")
     return out
 
@@ -87,7 +79,7 @@ def environment_stamp(repo_root: Path) -> dict[str, str]:
         if spec is not None and spec.origin and os.path.isfile(spec.origin):
             files.append(Path(spec.origin))
     files += _package_files(repo_root)
-    return {str(f): _sha(f) for f in files}
+    return {str(f): sha256_file(f) for f in files}
 
 
 def environment_changes(recorded: Mapping[str, str], repo_root: Path) -> list[str]:
