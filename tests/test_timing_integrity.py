@@ -253,3 +253,18 @@ def test_champion_drift_is_judged_against_the_hosts_own_speed():
     assert "champion drift" not in verdict(0.003).reason  # the host is 1.5x slower too
     out = verdict(0.002)
     assert out.verdict == "UNSTABLE" and "champion drift" in out.reason
+
+
+def test_the_hosts_speed_excuses_a_slower_champion_and_never_accuses_one():
+    """Under a bursty hog the judge's short probe lands in a burst or in a gap: its median flips
+    between the two, and a host that looked faster than at the baseline made an honest champion
+    look sandbagged (a 2x win UNSTABLE on a noisy CPU host). The host's speed is the probes'
+    trimmed mean, and it can only take drift off, never add it."""
+    from pytest_ditar.loop.lanes import host_ratio
+
+    quiet = [0.002] * 20
+    bursty = [0.002] * 11 + [0.004] * 9  # 45% of the probes in a burst: the median says "quiet"
+    assert 1.35 < host_ratio(bursty, quiet) < 1.5  # the mean sees the bursts' share
+    assert host_ratio(quiet, bursty) == 1.0  # faster now than at the baseline: no accusation
+    assert host_ratio([0.002] * 19 + [0.5], quiet) < 1.05  # one stray probe does not excuse a sandbagger
+    assert host_ratio(quiet * 10, [0.002] * 2) == 1.0  # too few stored probes: no correction

@@ -45,12 +45,24 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
     return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s)
 
 
+def _trimmed_mean(xs: list[float], cut: float = 0.1) -> float:
+    k = int(len(xs) * cut)
+    kept = sorted(xs)[k:len(xs) - k] or sorted(xs)
+    return statistics.fmean(kept)
+
+
 def host_ratio(now: list[float], stored: list[float]) -> float:
     """How much slower the host is now than when the champion's samples were stored (the judge's
-    fixed workload, runtime.lanes.host_speed), clamped to [0.5, 2]; 1 when either is missing."""
+    fixed workload, runtime.lanes.host_speed), in [1, 2]; 1 when either has under 3 probes.
+
+    A trimmed mean, not a median: a probe is short and lands in a burst of a bursty host's load or
+    between two, so the median flips from one mode to the other while the mean follows the share of
+    time the host is busy, which is what a longer call feels. Never below 1: a host that looks
+    faster than at the baseline does not make a champion at its old speed suspect (the probe is
+    too short to say that), it only excuses a slower one."""
     if len(now) < 3 or len(stored) < 3:
         return 1.0
-    return min(2.0, max(0.5, statistics.median(now) / statistics.median(stored)))
+    return min(2.0, max(1.0, _trimmed_mean(now) / _trimmed_mean(stored)))
 
 
 def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,

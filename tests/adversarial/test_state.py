@@ -104,14 +104,14 @@ def test_14b_forged_keep_and_a_killed_judge_win_nothing(research, scratch):
         "the forged KEEP made the candidate champion" + j.show(scratch) + st.stdout[-1500:]
 
 
-def test_16_user_edit_during_a_run_survives_the_revert(research, scratch):
-    proj = research
+def test_16_user_edit_during_a_run_survives_the_revert(research_unsandboxed, scratch):
+    """The candidate stands in for the user editing a tracked file while the run is in flight, so its
+    workers run unsandboxed here (a sandboxed one cannot write it: tests/adversarial/test_sandbox.py)."""
+    proj = research_unsandboxed
     base, before = proj.head(), proj.ledger()
     j = experiment(proj, arm(A16_USER_EDIT, scratch), "lower guidance (the user edits .gitignore meanwhile)")
     assert_not_kept(j, KEYS["user_edit"], scratch)
-    if not engaged(scratch, "user_edit"):
-        pytest.skip("the candidate could not write the tracked file (sandboxed?): this test cannot stand in for "
-                    "the user any more; make the edit from the test while the run is in flight")
+    assert engaged(scratch, "user_edit"), "the stand-in for the user never wrote the tracked file" + j.show(scratch)
     assert USER_NOTE in (proj.root / ".gitignore").read_text(), "the revert wiped the user's uncommitted edit"
     rows = assert_rows_kept(proj, before)
     assert [r["commit"] for r in rows[len(before):]] == [j.sha]
