@@ -115,6 +115,10 @@ def _attack_champion_files(spec):
                 _try_write("champion worktree", src, mode="a", text=f"\nimport time; time.sleep(0.02)  # {TOKEN}\n")
                 _try_write("champion worktree", src.parent / "__pycache__" / f"pipeline.cpython-311.{TOKEN}.pyc",
                            mode="mkdir+w", text="")
+                # its git index (where an assume-unchanged flag would hide that edit from git status)
+                dotgit = src.parent.parent / ".git"
+                gitdir = dotgit.read_text().split("gitdir:", 1)[-1].strip() if dotgit.is_file() else str(dotgit)
+                _try_write("champion worktree", _Path(gitdir) / "index", mode="r+b")
         if seen:
             break
         _time.sleep(0.05)
