@@ -54,14 +54,19 @@ def _plant_everything(root: Path, marker: Path) -> None:
 
 
 @pytest.fixture
-def planted(tmp_path):
+def two_commit_repo(tmp_path):
     root = tmp_path / "r"
     root.mkdir()
     (root / "a.txt").write_text("a\n")
     (root / "b.txt").write_text("b\n")
     first = gitops.init_repo(root, "first", user=USER)
     (root / "a.txt").write_text("a2\n")
-    second = gitops.commit_tracked(root, "second", user=USER)
+    return root, first, gitops.commit_tracked(root, "second", user=USER)
+
+
+@pytest.fixture
+def planted(two_commit_repo, tmp_path):
+    root, first, second = two_commit_repo
     marker = tmp_path / "ran.jsonl"
     _plant_everything(root, marker)
     subprocess.run(["git", "status"], cwd=root, capture_output=True)  # plain git runs them: the plant works
@@ -104,17 +109,6 @@ def test_a_replace_ref_does_not_change_what_a_commit_holds(two_commit_repo):
     assert _raw_git(root, "show", f"{first}:a.txt") == "a2"
     assert dict(gitops.read_tree(root, first)) == {"a.txt": b"a\n", "b.txt": b"b\n"}
     assert gitops.tree_blobs(root, first) != gitops.tree_blobs(root, second)
-
-
-@pytest.fixture
-def two_commit_repo(tmp_path):
-    root = tmp_path / "r"
-    root.mkdir()
-    (root / "a.txt").write_text("a\n")
-    (root / "b.txt").write_text("b\n")
-    first = gitops.init_repo(root, "first", user=USER)
-    (root / "a.txt").write_text("a2\n")
-    return root, first, gitops.commit_tracked(root, "second", user=USER)
 
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
