@@ -7,7 +7,9 @@ champion, then prints the table and writes JSON + markdown:
     python benchmarks/ladder.py --suite dit-xl-2-256 --out ladder        # on the GPU
     python benchmarks/ladder.py --suite tiny --rungs sdpa,lean,mislabelled  # CPU dry run
 
-`--resume` continues a ladder in the same --workdir (split a long ladder across calls);
+`--resume` continues a ladder in the same --workdir (split a long ladder across calls, the
+baseline kept); `--compile-reference MODES` then times the final champion beside torch.compile of
+the stock pipeline in the same call (benchmarks/compile_reference.py, compile_reference.json);
 `--budget-s` stops before a rung that would not finish in time (the JSON is written after every
 rung, so a cut run keeps what it measured). Every candidate runs in worker processes of its own
 (pytest_ditar.runtime.worker); each rung's row carries the median round trip of its lanes (the
@@ -85,6 +87,12 @@ def setup(ws: Path, suite: str) -> None:
     make_workspace(ROOT, ws, suite)
 
 
+def research(ws: Path, suite: str) -> None:
+    """setup(), then `dit-ar init --tag ladder` in it: a research branch, its baseline not stored yet."""
+    setup(ws, suite)
+    ditar(ws, "init", "--tag", "ladder")
+
+
 def configure_semantic(ws: Path) -> None:
     """Random-init evaluators at real size, outside the repo, named in the (fixed) config."""
     from pytest_ditar.runtime.random_evaluators import write_random_evaluators
@@ -126,6 +134,9 @@ def main() -> int:
     ap.add_argument("--semantic", action="store_true",
                     help="configure full-size random-init CLIP ViT-B-32 + LPIPS alex, so approximate and "
                          "quantization rungs run the whole firewall (scores meaningless; timing and path real)")
+    ap.add_argument("--compile-reference", metavar="MODES", default=None,
+                    help="after the rungs, time the champion beside torch.compile of the stock pipeline in these "
+                         "comma-separated modes (reduce-overhead, max-autotune), side by side in this call")
     args = ap.parse_args()
     if args.write_patches:
         return write_patches(Path(args.write_patches))
@@ -184,7 +195,8 @@ def main() -> int:
             row["lanes"][lane] = {"verdict": oc.get("verdict"), "speedup": oc.get("speedup"),
                                   "ci": [oc.get("ci_low"), oc.get("ci_high")], "median_s": med,
                                   "cumulative_vs_baseline": (base_med[lane] / med) if med else None,
-                                  "peak_vram_gib": oc.get("peak_vram_gib"), "achieved_tflops": data.get("achieved_tflops"),
+                                  "peak_vram_gib": oc.get("peak_vram_gib"),
+                                  "achieved_tflops": data.get("achieved_tflops"),
                                   "round_trip_ms": round_trip_ms(data)}
         if status == "KEEP":
             state["flags"] = flags
@@ -194,6 +206,10 @@ def main() -> int:
         print(f"[ladder] {name}: {verdict} [{wall:.0f} s]", flush=True)
     (out / "ladder.json").write_text(json.dumps(state, indent=1, default=str))
     print_table(state, base_med)
+    if args.compile_reference:
+        import compile_reference
+
+        compile_reference.run(ws, args.compile_reference.split(","), out)
     return 0
 
 
@@ -228,17 +244,19 @@ def print_table(state: dict, base_med: dict) -> None:
         b1, b8 = r["lanes"].get("latency_b1", {}), r["lanes"].get("throughput_b8", {})
         ci = f"[{b1['ci'][0]:.2f},{b1['ci'][1]:.2f}]" if b1.get("ci") and b1["ci"][0] else "-"
         f = lambda x, fmt: (fmt.format(x) if isinstance(x, (int, float)) and x < 1e8 else "-")  # noqa: E731
-        vram = max([l.get("peak_vram_gib") or 0 for l in r["lanes"].values()], default=0)
+        vram = max([ln.get("peak_vram_gib") or 0 for ln in r["lanes"].values()], default=0)
         t = r.get("timings") or {}
         # the run's own integrity checks (issue 15): timed-output audits and the caching probe, share of the wall
         checks = (t.get("perf.audit") or 0) + (t.get("perf.probe") or 0)
         share = f"{checks:.2f}s {100 * checks / t['wall']:.1f}%" if checks and t.get("wall") else "-"
         print(f"{r['rung']:<13}{r['class']:<13}{r['verdict']:<8}{f(b1.get('speedup'), '{:.3f}x'):>11}{ci:>15}"
               f"{f(b1.get('cumulative_vs_baseline'), '{:.2f}x'):>8}{f(b8.get('cumulative_vs_baseline'), '{:.2f}x'):>8}"
-              f"{f(b8.get('achieved_tflops'), '{:.0f}'):>11}{f(r['worst_psnr'], '{:.1f}'):>9}{f(r['worst_ssim'], '{:.4f}'):>9}"
+              f"{f(b8.get('achieved_tflops'), '{:.0f}'):>11}{f(r['worst_psnr'], '{:.1f}'):>9}"
+              f"{f(r['worst_ssim'], '{:.4f}'):>9}"
               f"{f(vram or None, '{:.2f}'):>9}{r['wall_s']:>7.0f}{f(t.get('perf.overhead'), '{:.3f}x'):>9}"
               f"{f(100 * t['firewall.fraction'] if t.get('firewall.fraction') else None, '{:.1f}%'):>9}{share:>12}"
-              f"{f(b1.get('round_trip_ms'), '{:.2f}') + '/' + f(b8.get('round_trip_ms'), '{:.2f}'):>13}  {r['reason'][:90]}")
+              f"{f(b1.get('round_trip_ms'), '{:.2f}') + '/' + f(b8.get('round_trip_ms'), '{:.2f}'):>13}"
+              f"  {r['reason'][:90]}")
 
 
 if __name__ == "__main__":

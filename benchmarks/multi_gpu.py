@@ -55,16 +55,16 @@ def workspace(suite: str, ws: Path, scale: int) -> Path:
     base = spec["corpus"]
     spec["corpus"] = [dict(it, id=f"{it['id']}-r{r}", seed=it["seed"] + 100_000 * r) if r else dict(it)
                       for r in range(scale) for it in base]
-    spec["lanes"] = [dict(l, repeats=3, warmup=1) for l in spec["lanes"]]
+    spec["lanes"] = [dict(ln, repeats=3, warmup=1) for ln in spec["lanes"]]
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@l", "commit", "-qam", f"corpus x{scale}, short lanes"],
-                   cwd=ws, check=True)
+    subprocess.run(["git", "-c", "user.name=b", "-c", "user.email=b@l", "commit", "-qam",
+                    f"corpus x{scale}, short lanes"], cwd=ws, check=True)
     return ws
 
 
 def time_line(stdout: str) -> dict:
     """`ditar: time[ on N workers]: start-up 3.3s, build 2.6s window (5.2s busy), quality 0.1s ...; wall 8.6s`."""
-    line = next((l for l in stdout.splitlines() if l.startswith("ditar: time")), "")
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("ditar: time")), "")
     out: dict = {"line": line}
     for name in ("start-up", "build", "quality"):
         m = re.search(rf"\b{name} ([0-9.]+)s( window \(([0-9.]+)s busy\))?", line)
@@ -147,7 +147,7 @@ def startup_probe(suite_name: str, device: str) -> dict:
     res = subprocess.run([sys.executable, "-c", STARTUP_PROBE, device, str(ROOT / "suites" / suite_name), str(ROOT)],
                          capture_output=True, text=True)
     t_end = time.time()
-    line = next((l for l in res.stdout.splitlines() if l.startswith("MARKS ")), None)
+    line = next((ln for ln in res.stdout.splitlines() if ln.startswith("MARKS ")), None)
     if res.returncode or line is None:
         return {"error": (res.stdout + res.stderr)[-2000:]}
     marks = [(k.replace("_", " "), float(v)) for k, v in (kv.split("=") for kv in line.split()[1:])]
@@ -160,16 +160,17 @@ def startup_probe(suite_name: str, device: str) -> dict:
 
 
 def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> dict:
-    from inprocess import InProcessCandidate
-    from pytest_ditar.core import stats
-    from pytest_ditar.runtime.harness import batches, make_spec, run_batch
-    from pytest_ditar.interface import Request
-    from pytest_ditar.runtime.models import resolve_model_dir
-    from pytest_ditar.runtime.multigpu import group_outputs, group_times
-    from pytest_ditar.runtime.lanes import lane_request
-    from pytest_ditar.core.quality import check_contract, compute_metrics
     from pytest_ditar.config.project import DEFAULT_THRESHOLDS, Thresholds
     from pytest_ditar.config.suite import load_suite
+    from pytest_ditar.core import stats
+    from pytest_ditar.core.quality import check_contract, compute_metrics
+    from pytest_ditar.interface import Request
+    from pytest_ditar.runtime.harness import batches, make_spec, run_batch
+    from pytest_ditar.runtime.lanes import lane_request
+    from pytest_ditar.runtime.models import resolve_model_dir
+    from pytest_ditar.runtime.multigpu import group_outputs, group_times
+
+    from inprocess import InProcessCandidate
 
     suite = load_suite(ROOT / "suites" / suite_name)
     spec = make_spec(suite, resolve_model_dir(suite), device)
@@ -178,7 +179,7 @@ def cfg_split_lane(suite_name: str, device: str, blocks: int, repeats: int) -> d
     for d, src in ((lean, "faster_exact.py"), (split, "cfg_split.py")):
         d.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / "pytest_ditar/demo/candidates" / src, d / "pipeline.py")
-    lane = next(l for l in suite.lanes if l.name == "latency_b1")
+    lane = next(ln for ln in suite.lanes if ln.name == "latency_b1")
     req = lane_request(suite, lane)
     one, two = [], []
     for _ in range(blocks):  # alternating blocks: drift lands on both sides
@@ -263,7 +264,8 @@ def main() -> int:
             t = q[f"{side}_time"]
             print(f"| quality phase, {q['items']} items, {label} | command {q[f'{side}_gpu_s']:.1f} s "
                   f"(start-up {t.get('start-up', float('nan')):.1f} s, build {t.get('build', float('nan')):.1f} s, "
-                  f"quality window {t.get('quality', float('nan')):.2f} s, build to last item {t.get('work', float('nan')):.2f} s; "
+                  f"quality window {t.get('quality', float('nan')):.2f} s, "
+                  f"build to last item {t.get('work', float('nan')):.2f} s; "
                   f"ok={q[f'{side}_ok']}) |")
         w, k = q["window_speedup"] or float("nan"), q["work_speedup"] or float("nan")
         print(f"| quality phase, {q['items']} items, 2 devices vs 1 | command {q['speedup']:.2f}x, "
@@ -271,7 +273,8 @@ def main() -> int:
     print(f"| {c['lane']} 1-GPU lean | median {c['one_gpu_median_ms']:.2f} ms |")
     print(f"| {c['lane']} 2-GPU CFG split | median {c['two_gpu_median_ms']:.2f} ms, {c['speedup']:.3f}x "
           f"ci95 [{c['ci95'][0]:.3f}, {c['ci95'][1]:.3f}] {c['verdict']}; exact contract {c['exact_contract']} |")
-    print(f"| exclusivity | {e['real_check']}" + (f"; simulated: {e['simulated_check']}" if "simulated_check" in e else "") + " |")
+    print(f"| exclusivity | {e['real_check']}"
+          + (f"; simulated: {e['simulated_check']}" if "simulated_check" in e else "") + " |")
     print(f"json {out / 'multi_gpu.json'}")
     return 0
 

@@ -29,12 +29,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from pytest_ditar.config.project import load_config  # noqa: E402
-from pytest_ditar.loop.lanes import judge  # noqa: E402
-from pytest_ditar.runtime.lanes import measure_lane  # noqa: E402
-from pytest_ditar.core.quality import check_contract, compute_metrics  # noqa: E402
-from pytest_ditar.loop.session import DitarSession  # noqa: E402
-from pytest_ditar.core.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
 from pytest_ditar.config.suite import load_suite  # noqa: E402
+from pytest_ditar.core.quality import check_contract, compute_metrics  # noqa: E402
+from pytest_ditar.core.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
+from pytest_ditar.loop.lanes import judge  # noqa: E402
+from pytest_ditar.loop.session import DitarSession  # noqa: E402
+from pytest_ditar.runtime.lanes import measure_lane  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from ladder import DEFAULTS, render  # noqa: E402  (the rung template and its switches)
@@ -82,7 +82,8 @@ def main() -> int:
     ap.add_argument("--suite", default="tiny")
     ap.add_argument("--aa-runs", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=None, help="rounds per lane (default: the suite's repeats)")
-    ap.add_argument("--arms", default="plain,gc_off", help=f"host settings probed on the objective lane ({', '.join(ARMS)})")
+    ap.add_argument("--arms", default="plain,gc_off",
+                    help=f"host settings probed on the objective lane ({', '.join(ARMS)})")
     ap.add_argument("--out", default="perf_lanes.json")
     args = ap.parse_args()
 
@@ -98,7 +99,8 @@ def run(sess: DitarSession, cfg, args) -> int:
     device = sess.resolved_device()
     fp = sess.fingerprint()  # on a GPU, from the candidate's worker: the judge holds no CUDA context
     default_arm = "gc_off_pin" if cfg.perf.pin_cpu else "gc_off"
-    print(f"device: {fp.device_name} ({device}); suite {sess.suite.name}; harness default arm {default_arm}", flush=True)
+    print(f"device: {fp.device_name} ({device}); suite {sess.suite.name}; harness default arm {default_arm}",
+          flush=True)
     t0 = time.perf_counter()
     stock = sess.worker(cfg.candidate_path, "stock")
     lean = sess.worker(candidate_dir(render(dict(DEFAULTS))), "lean")
@@ -124,7 +126,7 @@ def run(sess: DitarSession, cfg, args) -> int:
         out.write_text(json.dumps(result, indent=1, default=str))
         print(f"  [{time.perf_counter() - t0:6.1f}s] {stage}", flush=True)
 
-    objective = next(l for l in sess.suite.lanes if l.name == cfg.objective_lane)
+    objective = next(ln for ln in sess.suite.lanes if ln.name == cfg.objective_lane)
     rounds = lambda lane: args.rounds or lane.repeats  # noqa: E731
     for arm in args.arms.split(","):
         m = measure(stock, objective, stock, repeats=rounds(objective), **ARMS[arm])
@@ -133,7 +135,7 @@ def run(sess: DitarSession, cfg, args) -> int:
              f"paired {result['probe'][arm]['paired']['ci_half_width'] * 100:.2f}%")
     # The objective lane last and its A/A runs at the very end: a run cut by the device's time
     # limit still has every lane's noise floor and both candidates' verdicts.
-    for lane in sorted(sess.suite.lanes, key=lambda l: l.name == cfg.objective_lane):
+    for lane in sorted(sess.suite.lanes, key=lambda ln: ln.name == cfg.objective_lane):
         kw = dict(repeats=rounds(lane), pin_cpu=cfg.perf.pin_cpu)
         entry: dict = {"rounds": rounds(lane), "aa": []}
         cal = measure(stock, lane, stock, **kw)
@@ -141,7 +143,8 @@ def run(sess: DitarSession, cfg, args) -> int:
         # stored the way a baseline stores it: the paired floor judges interleaved (paired) lanes
         noise = {**entry["calibration"]["unpaired"], "paired": entry["calibration"]["paired"]}
         entry["stock_median_s"] = statistics.median(cal.samples)
-        entry["min_effect"] = calibrated_min_effect(NoiseFloor(**noise["paired"]), cfg.perf.min_speedup, cfg.perf.noise_k)
+        entry["min_effect"] = calibrated_min_effect(NoiseFloor(**noise["paired"]), cfg.perf.min_speedup,
+                                                    cfg.perf.noise_k)
         result["lanes"][lane.name] = entry
         save(f"{lane.name}: calibrated, half-width {noise['ci_half_width'] * 100:.2f}% "
              f"(paired {noise['paired']['ci_half_width'] * 100:.2f}%)")
@@ -182,7 +185,8 @@ def print_table(result: dict, device_name: str) -> None:
     print(f"\nA/A noise of the objective lane by host setting on {device_name} ({result['suite']}), CI half-width:")
     print(f"{'arm':<12}{'median ms':>10}{'robust CV':>10}{'unpaired':>10}{'paired':>9}")
     for arm, f in result["probe"].items():
-        print(f"{arm:<12}{statistics.median(f['samples']) * 1e3:>10.2f}{max(f['unpaired']['cv_a'], f['unpaired']['cv_b']) * 100:>9.2f}%"
+        print(f"{arm:<12}{statistics.median(f['samples']) * 1e3:>10.2f}"
+              f"{max(f['unpaired']['cv_a'], f['unpaired']['cv_b']) * 100:>9.2f}%"
               f"{f['unpaired']['ci_half_width'] * 100:>9.2f}%{f['paired']['ci_half_width'] * 100:>8.2f}%")
     print(f"\nlanes (harness default arm {result['default_arm']}):")
     print(f"{'lane':<15}{'stock ms':>9}{'noise ±%':>9}{'paired ±%':>10}{'min eff%':>9}{'A/A KEEP':>9}"
@@ -197,8 +201,8 @@ def print_table(result: dict, device_name: str) -> None:
               f"{cell(e['graphs']):>27}{e['graphs_aa']['unpaired']['ci_half_width'] * 100:>14.2f}"
               f"{e['lean']['in_lane_overhead']:>11.3f}x{cal.get('round_trip_ms') or float('nan'):>14.3f}")
     for name, ex in result.get("exact", {}).items():
-        print(f"{name} vs stock (exact contract): {ex['passed']}/{ex['total']} pass, worst PSNR {ex['worst_psnr']:.2f} dB, "
-              f"worst latent rel-L2 {ex['worst_rel_l2']:.2e}")
+        print(f"{name} vs stock (exact contract): {ex['passed']}/{ex['total']} pass, "
+              f"worst PSNR {ex['worst_psnr']:.2f} dB, worst latent rel-L2 {ex['worst_rel_l2']:.2e}")
 
 
 if __name__ == "__main__":

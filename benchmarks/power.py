@@ -319,6 +319,7 @@ def lanes_mode(args) -> dict:
     from pytest_ditar.runtime.lanes import measure_lane, new_stream
     from pytest_ditar.runtime.models import resolve_model_dir
     from pytest_ditar.runtime.worker import CandidateWorker
+
     from worker_overhead import device_label, write_candidate
 
     t_start = time.perf_counter()

@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pytest_ditar.store.ledger import Ledger  # noqa: E402
 from pytest_ditar.report.html import build_report  # noqa: E402
+from pytest_ditar.store.ledger import Ledger  # noqa: E402
 
 BUDGET_S = 5.0
 
@@ -94,7 +94,8 @@ def fabricate(state: Path, rows: int = 100, items: int = 12, size: int = 256, se
                 quality[i] = _metrics(rng, ok, ok and cls == "exact")
                 if not ok:
                     _save_png(run_dir / "failures" / f"{i}.png", _perturb(rng, base_imgs[i], 25))
-            row.update(status="DISCARD", reason=f"quality failed on {len(failed)} item(s)", quality_pass=items - len(failed))
+            row.update(status="DISCARD", reason=f"quality failed on {len(failed)} item(s)",
+                       quality_pass=items - len(failed))
             counts["quality_failures"] += 1
         else:
             sp = pick.uniform(1.02, 1.25) if kind == "KEEP" else pick.uniform(0.85, 1.03)
@@ -103,7 +104,8 @@ def fabricate(state: Path, rows: int = 100, items: int = 12, size: int = 256, se
                        status=kind, reason="" if kind == "KEEP" else "not faster than the champion beyond noise")
             for i in ids:
                 quality[i] = _metrics(rng, True, cls == "exact")
-            lanes = {ln: {"outcome": {"name": ln, "objective": ln == "latency_b1", "verdict": "FASTER" if kind == "KEEP" else "SAME",
+            lanes = {ln: {"outcome": {"name": ln, "objective": ln == "latency_b1",
+                                      "verdict": "FASTER" if kind == "KEEP" else "SAME",
                                       "speedup": sp, "ci_low": sp - half, "ci_high": sp + half, "reason": "fabricated"}}
                      for ln in ("latency_b1", "throughput_b8")}
             if kind == "KEEP":
@@ -144,10 +146,13 @@ def main(argv: list[str] | None = None) -> int:
               "cold_s": round(times[0], 3), "warm_median_s": round(statistics.median(times[1:] or times), 3),
               "html_mib": round(html_mib, 2), "progress_png_kib": round(png_kib, 1), "fabricate_s": round(t_fab, 2),
               "budget_s": BUDGET_S, "within_budget": times[0] < BUDGET_S,
-              "python": platform.python_version(), "cpu": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
-    print(f"{'rows':>5} {'keep':>5} {'disc':>5} {'crash':>5} {'qfail':>5} {'cold s':>7} {'warm s':>7} {'html MiB':>9} {'budget':>7}")
-    print(f"{args.rows:>5} {counts['KEEP']:>5} {counts['DISCARD']:>5} {counts['CRASH']:>5} {counts['quality_failures']:>5} "
-          f"{result['cold_s']:>7.3f} {result['warm_median_s']:>7.3f} {html_mib:>9.2f} {'OK' if result['within_budget'] else 'OVER':>7}")
+              "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+              "cpus": os.cpu_count()}
+    print(f"{'rows':>5} {'keep':>5} {'disc':>5} {'crash':>5} {'qfail':>5} "
+          f"{'cold s':>7} {'warm s':>7} {'html MiB':>9} {'budget':>7}")
+    print(f"{args.rows:>5} {counts['KEEP']:>5} {counts['DISCARD']:>5} {counts['CRASH']:>5} "
+          f"{counts['quality_failures']:>5} {result['cold_s']:>7.3f} {result['warm_median_s']:>7.3f} "
+          f"{html_mib:>9.2f} {'OK' if result['within_budget'] else 'OVER':>7}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")

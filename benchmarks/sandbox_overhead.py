@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +147,8 @@ def main() -> int:
         for boxed in (False, True):
             key = f"{'zygote' if zyg else 'spawn'}{'+sandbox' if boxed else ''}"
             result["startup"][key] = startup(spec, cand, tmp, args.workers, zyg, boxed)
-            print(key, json.dumps({k: round(v, 4) for k, v in result["startup"][key].items() if k.endswith("median_s")}))
+            print(key, json.dumps({k: round(v, 4) for k, v in result["startup"][key].items()
+                                   if k.endswith("median_s")}))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     import shutil

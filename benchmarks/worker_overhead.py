@@ -243,7 +243,8 @@ def transport_cost(worker: CandidateWorker, reps: int, timeout_s: float, suite) 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="tiny", help="suite under suites/ (tiny on CPU; dit-xl-2-256 on the GPU)")
-    ap.add_argument("--candidate", default=str(ROOT / "mutable"), help="candidate package dir (default: mutable/, stock)")
+    ap.add_argument("--candidate", default=str(ROOT / "mutable"),
+                    help="candidate package dir (default: mutable/, stock)")
     ap.add_argument("--render", metavar="SWITCHES",
                     help="instead of --candidate: the ladder's template with these switches, 'champion' (the "
                          "ladder's exact champion: lean, fused QKV, batched conditioning, CUDA graphs) or "
@@ -261,8 +262,9 @@ def main() -> int:
 
     import torch
 
-    from inprocess import InProcessCandidate
     from pytest_ditar.runtime.models import resolve_model_dir
+
+    from inprocess import InProcessCandidate
 
     t_start = time.perf_counter()
     suite = load_suite(ROOT / "suites" / args.suite)
@@ -297,11 +299,12 @@ def main() -> int:
         worker.built(args.timeout)
         probe.built(args.timeout)
         probe.pause()  # idle until its turn, like every worker not being timed
-        result["build_s"] = {"inprocess": inproc.build_s, "worker": worker.build_s, "worker_pid": worker.info.get("pid")}
+        result["build_s"] = {"inprocess": inproc.build_s, "worker": worker.build_s,
+                             "worker_pid": worker.info.get("pid")}
         print(f"worker overhead: suite {suite.name}, candidate {label}, on {result['device_name']} ({device}), "
               f"torch {torch.__version__}; builds: in-process {inproc.build_s:.1f} s, worker {worker.build_s:.1f} s",
               flush=True)
-        wanted = args.lanes.split(",") if args.lanes else [l.name for l in suite.lanes]
+        wanted = args.lanes.split(",") if args.lanes else [ln.name for ln in suite.lanes]
         for lane in suite.lanes:
             if lane.name not in wanted:
                 continue
@@ -312,7 +315,8 @@ def main() -> int:
             r["wall_s"] = time.perf_counter() - t0
             result["lanes"][lane.name] = r
             save()
-            print(f"  {lane.name}: in-process {r['inprocess_median_ms']:.3f} ms, worker {r['worker_median_ms']:.3f} ms, "
+            print(f"  {lane.name}: in-process {r['inprocess_median_ms']:.3f} ms, "
+                  f"worker {r['worker_median_ms']:.3f} ms, "
                   f"paired {r['paired_ratio']:.4f}x, round trip {r['round_trip_median_ms']:.3f} ms "
                   f"[{r['wall_s']:.1f} s]", flush=True)
         result["pause_resume"] = pause_resume_cost(worker, args.pause_reps)
@@ -353,11 +357,13 @@ def print_table(result: dict) -> None:
         target = "-" if r["target"] is None else f"{r['target'] * 100:.1f}%"
         ci = f"{r['paired_ratio']:.4f}x [{r['paired_ci95'][0]:.4f}, {r['paired_ci95'][1]:.4f}]"
         print(f"{name:<14}{r['rounds']:>7}{r['inprocess_median_ms']:>12.3f}{r['worker_median_ms']:>11.3f}{ci:>33}"
-              f"{r['ratio_of_medians']:>12.4f}x{r['round_trip_median_ms']:>14.3f}{r['round_trip_fraction'] * 100:>9.2f}%"
+              f"{r['ratio_of_medians']:>12.4f}x{r['round_trip_median_ms']:>14.3f}"
+              f"{r['round_trip_fraction'] * 100:>9.2f}%"
               f"{r['worker_own_vs_inprocess']:>11.4f}x{target:>8}{met:>23}{str(r['outputs_identical']):>9}")
     p = result.get("pause_resume")
     if p:
-        print(f"pause+resume pair (judge's SIGSTOP+SIGCONT): median {p['pair_median_ms']:.3f} ms, p90 {p['pair_p90_ms']:.3f} ms; "
+        print(f"pause+resume pair (judge's SIGSTOP+SIGCONT): median {p['pair_median_ms']:.3f} ms, "
+              f"p90 {p['pair_p90_ms']:.3f} ms; "
               f"a small op right after a resume {p['small_op_after_resume_median_ms']:.3f} ms vs warm "
               f"{p['small_op_warm_median_ms']:.3f} ms ({p['after_resume_extra_ms']:+.3f} ms)")
     t = result.get("transport")

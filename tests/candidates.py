@@ -14,12 +14,14 @@ GEN_CALL = "        out = self.pipe(class_labels=list(request.labels)"
 # A baseline with a redundant full pass whose result is thrown away: removing it is a real,
 # exact 2x speedup that any CPU measures reliably.
 REDUNDANT = _patch(GEN_CALL, "        self.pipe(class_labels=list(request.labels), guidance_scale=self.spec.guidance,\n"
-                             "                  generator=[torch.Generator('cpu').manual_seed(s) for s in request.seeds],\n"
+                             "                  generator=[torch.Generator('cpu').manual_seed(s) "
+                             "for s in request.seeds],\n"
                              "                  num_inference_steps=request.steps, output_type='np')\n" + GEN_CALL)
 SLOWER = REDUNDANT
 ALTERS = _patch("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
 RAISES = _patch("    def generate(self, request: Request) -> Generated:\n",
-                "    def generate(self, request: Request) -> Generated:\n        raise RuntimeError('kernel exploded')\n")
+                "    def generate(self, request: Request) -> Generated:\n"
+                "        raise RuntimeError('kernel exploded')\n")
 NAN = _patch("        return Generated(latents=self._latents, images=images)",
              "        return Generated(latents=self._latents * float('nan'), images=images)")
 HANG = _patch("    def generate(self, request: Request) -> Generated:\n",
@@ -28,3 +30,15 @@ NOISY = _patch("    def generate(self, request: Request) -> Generated:\n",
                "    def generate(self, request: Request) -> Generated:\n"
                "        import random, time; time.sleep(random.choice([0.0, 0.05, 0.12]))\n")
 COMMENT_ONLY = STOCK + "\n# a comment: same code, a different commit\n"
+
+
+def slowed(fraction: float) -> str:
+    """Each call sleeps `fraction` of its own time after it: that much slower, the outputs unchanged."""
+    return _patch("    def generate(self, request: Request) -> Generated:\n",
+                  "    def generate(self, request: Request) -> Generated:\n"
+                  "        import time\n"
+                  "        t0 = time.perf_counter()\n"
+                  "        out = self._generate(request)\n"
+                  f"        time.sleep({fraction!r} * (time.perf_counter() - t0))\n"
+                  "        return out\n\n"
+                  "    def _generate(self, request: Request) -> Generated:\n")

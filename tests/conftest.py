@@ -102,7 +102,7 @@ class Project:
 
     def ledger(self, tag: str = "t") -> list[dict]:
         p = self.root / ".autoresearch" / tag / "ledger.jsonl"
-        return [json.loads(l) for l in p.read_text().splitlines()] if p.exists() else []
+        return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
 
 
 def small_suite(n_items: int = 6, latency_repeats: int = 12) -> dict:
@@ -182,3 +182,21 @@ def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPat
 def research(pytester: pytest.Pytester, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
     """A project on autoresearch/t with its baseline of the stock pipeline stored."""
     return research_project(pytester, tmp_path_factory)
+
+
+GENERATE = "    def generate(self, request: Request) -> Generated:\n"
+
+
+def busy_while_marked(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, source: str,
+                      condition: str, seconds: float) -> Project:
+    """A research project whose baseline `source` sleeps `seconds` in each call where `condition`
+    (on `request`) holds while a marker file exists; the marker is written once the baseline is
+    stored, so the champion then runs those calls far slower than its stored samples (drift)."""
+    marker = tmp_path_factory.mktemp("busy-host") / "busy"
+    assert GENERATE in source
+    slowed = source.replace(GENERATE, GENERATE + "        import os, time\n"
+                            f"        if {condition} and os.path.exists({str(marker)!r}):\n"
+                            f"            time.sleep({seconds!r})\n")
+    proj = research_project(pytester, tmp_path_factory, mutable_source=slowed)
+    marker.write_text("the champion's host is busy now\n")
+    return proj

@@ -59,7 +59,8 @@ class Demo(Command):
 def _run(cmd: list[str], cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     res = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if check and res.returncode != 0:
-        raise DitarError(f"demo step failed: {' '.join(cmd[:6])}...: {(res.stderr or res.stdout).strip().splitlines()[-1:]}")
+        raise DitarError(f"demo step failed: {' '.join(cmd[:6])}...: "
+                         f"{(res.stderr or res.stdout).strip().splitlines()[-1:]}")
     return res
 
 
@@ -71,7 +72,8 @@ def make_workspace(project_root: Path, ws: Path, suite: str = "tiny") -> Path:
         if src.is_dir():
             shutil.copytree(src, ws / rel, ignore=shutil.ignore_patterns("__pycache__", ".index"))
     if not (ws / "mutable" / "pipeline.py").is_file():
-        raise DitarError(f"{project_root}: no mutable/pipeline.py to start the demo from (run it from a pytest-ditar checkout)")
+        raise DitarError(f"{project_root}: no mutable/pipeline.py to start the demo from "
+                         "(run it from a pytest-ditar checkout)")
     cfg = json.loads((project_root / DEFAULT_CONFIG).read_text())
     cfg.update(suite=suite, fixed_paths=["config/", "suites/", "conftest.py"])
     (ws / DEFAULT_CONFIG).parent.mkdir(exist_ok=True)
@@ -98,7 +100,7 @@ def _commit_candidate(ws: Path, source: str, cls: str, subject: str) -> None:
 
 
 def _last_line(res: subprocess.CompletedProcess) -> str:
-    lines = [l for l in res.stdout.splitlines() if l.strip()]
+    lines = [line for line in res.stdout.splitlines() if line.strip()]
     return lines[-1] if lines else res.stderr.strip()
 
 

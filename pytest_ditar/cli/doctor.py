@@ -38,11 +38,13 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
         return [("config", FAIL, str(exc))]
     try:
         suite = load_suite(cfg.suite_dir)
-        rows.append(("suite", PASS, f"{suite.name}: {len(suite.corpus)} items, lanes {', '.join(l.name for l in suite.lanes)}"))
+        rows.append(("suite", PASS,
+                     f"{suite.name}: {len(suite.corpus)} items, lanes {', '.join(ln.name for ln in suite.lanes)}"))
         suite.lane(cfg.objective_lane)
     except DitarError as exc:
         rows.append(("suite", FAIL, str(exc)))
         return rows
+    rows.append(model_row(suite))
     rows += class_rows(cfg)
     rows.append(sandbox_row(cfg))
     from pytest_ditar.loop.session import resolve_tag
@@ -52,7 +54,8 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     tag = resolve_tag(cfg, tag)
     want = cfg.branch_prefix + tag
     rows.append(("branch", PASS if st.branch == want else FAIL,
-                 f"{st.branch}" + ("" if st.branch == want else f" (expected {cfg.branch_prefix}<tag>; run `dit-ar init --tag T`)")))
+                 f"{st.branch}" + ("" if st.branch == want
+                                   else f" (expected {cfg.branch_prefix}<tag>; run `dit-ar init --tag T`)")))
     rows.append(("clean tree", PASS if st.is_repo and not st.dirty_paths else FAIL,
                  "clean" if not st.dirty_paths else ", ".join(st.dirty_paths[:4])))
     from pytest_ditar.store.paths import TagPaths
@@ -61,7 +64,8 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
     try:
         snap = load_snapshot(paths.baseline)
-        rows.append(("baseline", PASS, f"{len(snap.item_ids)} items, commit {str(snap.manifest.get('git_sha'))[:7]}, verifies"))
+        rows.append(("baseline", PASS,
+                     f"{len(snap.item_ids)} items, commit {str(snap.manifest.get('git_sha'))[:7]}, verifies"))
     except DitarError as exc:
         rows.append(("baseline", FAIL, str(exc)))
     from pytest_ditar.store.ledger import Ledger
@@ -78,6 +82,16 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
 
     rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
     return rows
+
+
+def model_row(suite) -> tuple[str, str, str]:
+    """Where the workers load the model from (PipelineSpec.model_dir), and their CPU threads."""
+    from pytest_ditar.cli.suite import cpu_threads, model_where
+    from pytest_ditar.core.vocabulary import ENV_CPU_THREADS
+
+    where = model_where(suite)
+    return ("model", FAIL if where.startswith("not found") else PASS,
+            f"{where}; a CPU worker runs {cpu_threads()} torch thread(s) ({ENV_CPU_THREADS})")
 
 
 def sandbox_row(cfg) -> tuple[str, str, str]:
@@ -103,7 +117,8 @@ def class_rows(cfg) -> list[tuple[str, str, str]]:
     rows = []
     for cls, why in availability(cfg):
         if why is None:
-            how = "CLIP score and LPIPS from local files" if needed(cfg.thresholds_for(cls)) else "latent and pixel floors"
+            how = ("CLIP score and LPIPS from local files" if needed(cfg.thresholds_for(cls))
+                   else "latent and pixel floors")
             rows.append((f"class {cls}", PASS, f"available ({how})"))
         else:
             rows.append((f"class {cls}", WARN, f"unavailable: {why}; {OWNER}"))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.core.vocabulary import CLASSES
+from pytest_ditar.loop.options import Exit
 
 
 class Experiment(Command):
@@ -28,37 +29,87 @@ class Experiment(Command):
         parser.add_argument("--workers", type=int, default=0,
                             help="shard the quality phase over N pytest-xdist workers (one GPU each), then time the "
                                  "lanes serially and decide once")
+        parser.add_argument("--json", action="store_true",
+                            help="print the run's outcome as one JSON document on stdout, pytest's output going to "
+                                 "stderr (schema: docs/verdict-json.md)")
         parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments after --")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        # The gate's pytest is never an xdist worker, even when dit-ar itself runs inside one.
-        for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
-            os.environ.pop(var)
         cfg = config_path(args)
-        cmd = [sys.executable, "-m", "pytest", *plugin_flag(), "-p", "no:cacheprovider", f"--ditar-config={cfg}",
-               "--ditar-gate", f"--ditar-class={args.classification}", f"--ditar-description={args.description}", "-q",
-               *(a for a in args.pytest_args if a != "--")]
-        if args.tag:
-            cmd.append(f"--ditar-tag={args.tag}")
-        if args.device:
-            cmd.append(f"--ditar-device={args.device}")
+        cmd = pytest_command(args, cfg, "--ditar-gate", f"--ditar-description={args.description}")
         if args.no_revert:
             cmd.append("--ditar-no-revert")
         root, refusal = _bound_check(cfg, args.tag)
         if refusal:  # a person bounded the session (`dit-ar init --max-experiments/--until`)
-            print(f"DITAR REFUSED: {refusal}")
-            return 2
+            line = f"DITAR REFUSED: {refusal}"
+            print(_document(line, Exit.BOUND_REACHED, cfg, args.tag) if args.json else line)
+            return Exit.BOUND_REACHED
         from pytest_ditar.vcs.repo import judge_env
 
         # every git command of the gate's pytest runs no repository code, whoever starts it
         # (pytest-benchmark runs plain git while it adds its options, before any hook of ours)
         os.environ.update(judge_env(root))
+        tee = _Tee() if args.json else None
+        call = tee.call if tee else subprocess.call
         if args.workers:
             from pytest_ditar.loop.phases import run_two_phase
 
-            return run_two_phase(cmd, args.workers, root)
-        return subprocess.call(cmd, cwd=root)
+            rc = run_two_phase(cmd, args.workers, root, call=call)
+        else:
+            rc = call(cmd, cwd=root)
+        if tee:
+            print(_document(tee.last, rc, cfg, args.tag))
+        return rc
+
+
+class _Tee:
+    """Runs the gate's pytest with its output copied to stderr as it comes, keeping the verdict line."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+
+    def call(self, cmd: list[str], cwd: Path) -> int:
+        with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True, bufsize=1) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sys.stderr.write(line)
+                if line.startswith("DITAR "):
+                    self.last = line.strip()
+            return proc.wait()
+
+
+def _document(line: str | None, rc: int, cfg: Path, tag: str | None) -> str:
+    """The --json document: the verdict line's fields and, for a decided run, its summary.json's."""
+    import json
+
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.core.verdict_json import parse_line, record
+    from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.store.paths import TagPaths
+
+    commit = parse_line(line or "").get("commit")
+    summary, run_dir = None, None
+    if commit:
+        conf = load_config(cfg)
+        newest = TagPaths.of(conf.root, conf.state_dir, resolve_tag(conf, tag)).newest_run(commit)
+        if newest is not None:
+            summary, run_dir = json.loads((newest / "summary.json").read_text()), str(newest)
+    return json.dumps(record(line, int(rc), summary, run_dir), indent=1)
+
+
+def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str) -> list[str]:
+    """The gate's pytest command line for `args` (class, tag, device, extra pytest arguments), run
+    outside any xdist worker's environment even when dit-ar itself runs inside one."""
+    for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
+        os.environ.pop(var)
+    cmd = [sys.executable, "-m", "pytest", *plugin_flag(), "-p", "no:cacheprovider", f"--ditar-config={cfg}", *flags,
+           f"--ditar-class={args.classification}", "-q", *(a for a in args.pytest_args if a != "--")]
+    if args.tag:
+        cmd.append(f"--ditar-tag={args.tag}")
+    if args.device:
+        cmd.append(f"--ditar-device={args.device}")
+    return cmd
 
 
 def plugin_flag() -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import cast
 
 from pytest_ditar.cli.command import Command, config_path
 
@@ -64,9 +65,10 @@ class Init(Command):
         gitops.create_branch(cfg.root, branch)
         paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
         paths.dir.mkdir(parents=True, exist_ok=True)
+        head = cast(str, st.head)  # require_clean_repo: a repository with a commit
         if not paths.session_file.exists():
-            write_json_atomic(paths.session_file, {"tag": tag, "branch": branch, "start_commit": st.head})
-        start = json.loads(paths.session_file.read_text()).get("start_commit") or st.head  # a resumed tag keeps its own
+            write_json_atomic(paths.session_file, {"tag": tag, "branch": branch, "start_commit": head})
+        start = json.loads(paths.session_file.read_text()).get("start_commit") or head  # a resumed tag keeps its own
         print(f"on {branch} (start {start[:7]}); state in {paths.dir}")
         _bound(paths.dir, args)
         cmd = f"dit-ar --config {os.path.relpath(cfg.path)}"

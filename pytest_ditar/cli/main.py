@@ -11,27 +11,31 @@ import sys
 
 from pytest_ditar.cli.baseline import Baseline
 from pytest_ditar.cli.command import Command
+from pytest_ditar.cli.compare import Compare
 from pytest_ditar.cli.demo import Demo
 from pytest_ditar.cli.doctor import Doctor
 from pytest_ditar.cli.experiment import Experiment
 from pytest_ditar.cli.init import Init
+from pytest_ditar.cli.profile import Profile
 from pytest_ditar.cli.recover import Recover
 from pytest_ditar.cli.report import Report
 from pytest_ditar.cli.search import Search
 from pytest_ditar.cli.status import Status
 from pytest_ditar.cli.suite import Suite
+from pytest_ditar.cli.trial import Try
 from pytest_ditar.cli.verify import Verify
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
 
 # In the order `dit-ar --help` lists them.
-COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Suite, Experiment, Status, Demo, Verify, Recover,
-                                       Report, Search)
+COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Suite, Experiment, Try, Profile, Status, Compare, Demo,
+                                       Verify, Recover, Report, Search)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dit-ar", description="DiT inference autoresearch gates (pytest-ditar)")
-    p.add_argument("--config", default=os.environ.get(ENV_CONFIG, DEFAULT_CONFIG), help="config file (default: %(default)s)")
+    p.add_argument("--config", default=os.environ.get(ENV_CONFIG, DEFAULT_CONFIG),
+                   help="config file (default: %(default)s)")
     p.add_argument("--tag", default=None, help="session tag (default: from the autoresearch/<tag> branch)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:

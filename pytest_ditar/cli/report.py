@@ -23,7 +23,8 @@ class Report(Command):
         cfg, _suite, tag = light_session(args)
         state = TagPaths.of(cfg.root, cfg.state_dir, tag).dir
         if not state.is_dir():
-            raise DitarError(f"{state}: no research state for tag '{tag}' (run `dit-ar init` and `dit-ar baseline` first)")
+            raise DitarError(f"{state}: no research state for tag '{tag}' "
+                             "(run `dit-ar init` and `dit-ar baseline` first)")
         index = build_report(state, args.out, lane=cfg.objective_lane, target=cfg.target, title=f"pytest-ditar: {tag}")
         print(f"report {index}")
         print(f"plot   {index.parent / 'progress.png'}")

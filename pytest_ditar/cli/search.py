@@ -26,7 +26,8 @@ class Search(Command):
         parser.add_argument("--json", action="store_true", help="print hits as a JSON list")
         # dest differs from "tag" because the top-level dit-ar parser has its own --tag (session tag)
         parser.add_argument("--tag", dest="search_tag", default=None, help="only pages carrying this tag")
-        parser.add_argument("--class", dest="cls", default=None, choices=HANDBOOK_CLASSES, help="only pages of this class")
+        parser.add_argument("--class", dest="cls", default=None, choices=HANDBOOK_CLASSES,
+                            help="only pages of this class")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:

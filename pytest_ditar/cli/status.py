@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
-from pytest_ditar.core.decision import kept_rows
-from pytest_ditar.core.vocabulary import STATUSES
+from pytest_ditar.core.decision import champion_row, kept_rows, status_counts
+from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
 
 
 class Status(Command):
@@ -44,7 +45,8 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
     state = paths.dir
     ledger = Ledger(state)
-    out: dict[str, Any] = {"tag": tag, "suite": suite.name, "objective_lane": cfg.objective_lane, "state_dir": str(state)}
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "tag": tag, "suite": suite.name,
+                           "objective_lane": cfg.objective_lane, "state_dir": str(state)}
     out["initialised"] = _initialised(cfg, paths)
     # The same checks a gated run makes before the candidate runs: a missing ledger or baseline,
     # an edited manifest (its anchor) or champion is broken, never "0 rows, verifies".
@@ -58,12 +60,13 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     out["ledger"] = {"rows": len(rows), "exists": ledger.jsonl_path.is_file(), "verifies": report.ok,
                      "problems": list(report.problems[:5]), "repairable": list(getattr(report, "repairable", ()))}
     out["cumulative_class"] = cumulative_class([str(r["class"]) for r in kept])
-    # Each KEEP's ratio is against the champion before it, measured in its own run: their product is
-    # an estimate, so the direct comparison of the stored samples stands beside it.
-    out["champion"] = ({"commit": kept[-1]["commit"], "lane": kept[-1]["lane"], "speedup_vs_previous": kept[-1]["metric"],
-                        "product_of_kept_ratios": _product([r["metric"] for r in kept]),
-                        "stored_vs_baseline": _stored_ratio(paths, str(kept[-1]["commit"]), cfg.objective_lane)}
-                       if kept else None)
+    # The figure to cite (program.md section 5): the KEEPs' speedups chained, with a CI
+    # (core.cumulative). The stored medians were timed apart, under each run's own load: beside it only.
+    champ = champion_row(exps)
+    out["champion"] = ({"commit": champ["commit"], "lane": champ["lane"], "speedup_vs_previous": champ["metric"],
+                        "cumulative": _chained(kept),
+                        "stored_vs_baseline": _stored_ratio(paths, str(champ["commit"]), cfg.objective_lane)}
+                       if champ else None)
     from pytest_ditar.config.semantic import availability
     from pytest_ditar.loop.bound import experiments_run, read_bound
 
@@ -71,9 +74,10 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     bound = read_bound(state)
     out["bound"] = {**bound.__dict__, "now": bound.describe(experiments_run(state)),
                     "reached": bound.reached(experiments_run(state))}
-    out["counts"] = {s: sum(1 for r in exps if r["status"] == s) for s in STATUSES}
+    out["counts"] = status_counts(exps)
     out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
-                                            "quality_pass", "quality_total", "description", "reason")} for r in exps[-n:]]
+                                            "quality_pass", "quality_total", "description", "reason")}
+                     for r in exps[-n:]]
     return out
 
 
@@ -105,26 +109,33 @@ def _baseline(base_dir) -> dict[str, Any] | None:
 def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
     """Baseline median / champion median on `lane`, from the samples each stored when it was measured
     (different runs: the host's load between them counts too). None when either is missing."""
-    from pytest_ditar.store.snapshot import load_snapshot
+    from pytest_ditar.store.snapshot import lane_samples, load_snapshot
 
     try:
-        base = load_snapshot(paths.baseline, verify=False).read_json("lanes.json")[lane]["samples"]
-        champ = load_snapshot(paths.champion(commit), "champion", verify=False).read_json("lanes.json")[lane]
-        champ = champ["measurement"]["samples"]
+        base = lane_samples(load_snapshot(paths.baseline, verify=False).read_json("lanes.json"))[lane]
+        stored = load_snapshot(paths.champion(commit), "champion", verify=False).read_json("lanes.json")
+        champ = lane_samples(stored)[lane]
         b, c = statistics.median(base), statistics.median(champ)
     except Exception:  # noqa: BLE001 - an older or damaged snapshot: nothing to compare, said as n/a
         return None
     return {"lane": lane, "baseline_median_s": b, "champion_median_s": c, "ratio": b / c if c else None}
 
 
-def _product(xs: list[Any]) -> float | None:
-    p = 1.0
-    for x in xs:
+def _chained(kept: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The champion over the baseline: the kept rows' speedups chained (core.cumulative)."""
+    from pytest_ditar.core.cumulative import chained
+
+    def f(x: Any) -> float | None:
         try:
-            p *= float(x)
+            return float(x)
         except (TypeError, ValueError):
             return None
-    return p
+
+    try:
+        point, lo, hi = chained((f(r["metric"]), f(r.get("ci_low")), f(r.get("ci_high"))) for r in kept)
+    except (TypeError, ValueError):  # a kept row without a speedup: nothing to chain
+        return None
+    return {"speedup": point, "ci95": [lo, hi] if lo is not None else None, "keeps": len(kept)}
 
 
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
@@ -151,12 +162,14 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         print("baseline  missing")
     c = st["champion"]
     if c:
-        prod = f"{c['product_of_kept_ratios']:.3f}x" if c["product_of_kept_ratios"] else "n/a"
+        cu = c["cumulative"]
+        ci = f" ci95=[{cu['ci95'][0]:.3f},{cu['ci95'][1]:.3f}]" if cu and cu["ci95"] else ""
+        chain = f"{cu['speedup']:.3f}x{ci} chained over {cu['keeps']} KEEP(s)" if cu else "n/a"
         d = c["stored_vs_baseline"]
         direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
                   if d and d["ratio"] else "n/a")
-        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  product of kept runs' ratios {prod}; "
-              f"stored medians vs the baseline's {direct}")
+        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  speedup over the baseline {chain} (cite this); "
+              f"stored medians, timed apart: {direct}")
     else:
         print("champion  the baseline (nothing kept yet)")
     cnt = st["counts"]

@@ -1,13 +1,15 @@
 """`dit-ar suite`: the active suite as the candidate meets it (model, pipeline settings, dtypes,
 corpus, lanes, the contract types), the class floors, the classes this session can judge, and what
-the suite can and cannot tell apart. Reads the config and the suite only: no torch, no model."""
+the suite can and cannot tell apart. Reads the config and the suite only: no torch, and the model's
+directory is named, never built."""
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from pytest_ditar.cli.command import Command, light_session
-from pytest_ditar.core.vocabulary import CLASSES
+from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS
 
 
 class Suite(Command):
@@ -38,13 +40,31 @@ TINY_MEASURED = (("a bf16 transformer", "numerical", 0.0089, 53.3, 0.9999),
 # by rel-L2 0.36-1.3 (PSNR 12-26 dB).
 TINY_DIFFERENT = 0.36
 
+def model_where(suite: Any) -> str:
+    """The directory PipelineSpec.model_dir will name, and whether it is there yet."""
+    from pytest_ditar.core.errors import ConfigError
+    from pytest_ditar.runtime.models import model_location
+
+    try:
+        path = model_location(suite)
+    except ConfigError as exc:
+        return f"not found ({exc})"
+    return f"{path}" + ("" if (path / "model_index.json").is_file() else " (built there on first use)")
+
+
+def cpu_threads() -> str:
+    return os.environ.get(ENV_CPU_THREADS) or "1"
+
+
 def describe(cfg: Any, suite: Any) -> list[str]:
     p, m = suite.pipeline, suite.model
     items = suite.corpus
     where = suite.path.relative_to(cfg.root) if suite.path.is_relative_to(cfg.root) else suite.path
     weights = f", weights {m.weights_dir}" if m.weights_dir else ""
     lines = [f"suite     {suite.name} ({where})",
-             f"model     {m.source}, arch {m.arch}, seed {m.seed}{weights}",
+             f"model     {m.source}, arch {m.arch}, seed {m.seed}{weights}: {model_where(suite)}",
+             (f"worker    {cpu_threads()} torch intra-op thread(s) on CPU ({ENV_CPU_THREADS}, default 1); "
+              "one GPU per worker on CUDA"),
              (f"pipeline  {p.scheduler}, {p.steps} steps, guidance {p.guidance:g}, {p.resolution} px, "
               f"quality batch {p.batch}"),
              f"dtype     cpu {p.dtype_cpu}, cuda {p.dtype_cuda} (PipelineSpec.dtype on that device)",

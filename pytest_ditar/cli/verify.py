@@ -12,7 +12,8 @@ class Verify(Command):
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--sample", type=int, default=3, help="baseline items to re-generate (default: %(default)s)")
+        parser.add_argument("--sample", type=int, default=3,
+                            help="baseline items to re-generate (default: %(default)s)")
         parser.add_argument("--device", default=None)
 
     @classmethod

@@ -6,7 +6,9 @@ falls back to a default during an unattended session.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -189,15 +191,30 @@ def build_dataclass(cls: type, raw: Any, where: str, prefix: str = "", **extra: 
 
 
 def load_config(path: str | Path) -> Config:
+    """The config at `path`. A run asks for it more than once (the plugin's activation, then the
+    session): the text is read each time and parsed only when it differs, so every reader sees
+    the file as it is now, and a run parses it once."""
     path = Path(path).resolve()
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found (pass --config/--ditar-config, or create {DEFAULT_CONFIG})")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: malformed config{at}: {getattr(exc, 'problem', exc)}") from None
+    return _parse(path, path.read_text())
+
+
+@functools.lru_cache(maxsize=16)
+def _parse(path: Path, text: str) -> Config:
+    """A pure function of the file's name and text (a frozen Config), hence cached."""
+    if path.suffix.lower() == ".json":  # JSON by its own rules: YAML 1.1 reads 1e-2 as a string
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}: malformed config at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    else:
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"{path}: malformed config{at}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys to values")
     where = str(path)
@@ -264,7 +281,8 @@ def _load_thresholds(raw: Any, where: str) -> Mapping[str, Thresholds]:
 DEFAULT_THRESHOLDS: dict[str, dict[str, Any]] = {
     "exact": {"latent_rel_l2_max": 1e-2, "psnr_min": 38.0, "ssim_min": 0.98},
     "numerical": {"latent_rel_l2_max": 5e-2, "psnr_min": 30.0, "ssim_min": 0.95},
-    "approximate": {"psnr_min": 18.0, "ssim_min": 0.6, "lpips_max": 0.3, "clip_drop_max": 0.02, "semantic_required": True},
+    "approximate": {"psnr_min": 18.0, "ssim_min": 0.6, "lpips_max": 0.3, "clip_drop_max": 0.02,
+                    "semantic_required": True},
     "quantization": {"psnr_min": 25.0, "ssim_min": 0.85, "lpips_max": 0.15, "clip_drop_max": 0.01,
                      "semantic_required": True, "zero_regression": True, "required_scores": ["clip_score"]},
 }

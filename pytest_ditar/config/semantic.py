@@ -61,26 +61,35 @@ def resolve(cfg: Config, key: str, value: str) -> Path:
     path = Path(value).expanduser()
     path = path if path.is_absolute() else (cfg.root / path)
     if not path.is_file():
-        raise ConfigError(f"{cfg.path}: key 'semantic.{key}': {path} is not a local file (weights are never downloaded)")
+        raise ConfigError(f"{cfg.path}: key 'semantic.{key}': {path} is not a local file "
+                          "(weights are never downloaded)")
     return path.resolve()
+
+
+def setting(cfg: Config, key: str) -> str:
+    """`semantic.<key>` (clip_model, clip_weights or lpips_weights); a one-line ConfigError when unset."""
+    value: str | None = getattr(cfg.semantic, key)
+    if not value:
+        raise ConfigError(f"{cfg.path}: key 'semantic.{key}' is not set "
+                          "(the semantic evaluators load local files only)")
+    return value
 
 
 def check_config(cfg: Config) -> None:
     """Raise a one-line ConfigError naming the key when an evaluator cannot be loaded locally."""
     sem = cfg.semantic
-    for key in ("clip_model", "clip_weights", "lpips_weights"):
-        if not getattr(sem, key):
-            raise ConfigError(f"{cfg.path}: key 'semantic.{key}' is not set (the semantic evaluators load local files only)")
-    if is_path(sem.clip_model):
-        if not sem.clip_model.endswith(".json"):
-            raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' must be an open_clip "
+    clip_model, clip_weights, lpips_weights = [setting(cfg, key)
+                                               for key in ("clip_model", "clip_weights", "lpips_weights")]
+    if is_path(clip_model):
+        if not clip_model.endswith(".json"):
+            raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{clip_model}' must be an open_clip "
                               "architecture name (e.g. ViT-B-32) or a local open_clip model-config .json file")
-        resolve(cfg, "clip_model", sem.clip_model)
-    elif ":" in sem.clip_model:
-        raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{sem.clip_model}' names a remote source; "
+        resolve(cfg, "clip_model", clip_model)
+    elif ":" in clip_model:
+        raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{clip_model}' names a remote source; "
                           "use an open_clip architecture name (e.g. ViT-B-32) or a local model-config .json")
-    resolve(cfg, "clip_weights", sem.clip_weights)
-    resolve(cfg, "lpips_weights", sem.lpips_weights)
+    resolve(cfg, "clip_weights", clip_weights)
+    resolve(cfg, "lpips_weights", lpips_weights)
     import importlib.util
 
     missing = [m for m in ("open_clip", "lpips") if importlib.util.find_spec(m) is None]
@@ -88,7 +97,8 @@ def check_config(cfg: Config) -> None:
         raise ConfigError(f"{cfg.path}: key 'semantic' is set but {', '.join(missing)} is not installed "
                           "(pip install 'pytest-ditar[clip]')")
     if sem.lpips_net not in LPIPS_NETS:
-        raise ConfigError(f"{cfg.path}: key 'semantic.lpips_net' must be one of {', '.join(LPIPS_NETS)}, got '{sem.lpips_net}'")
+        raise ConfigError(f"{cfg.path}: key 'semantic.lpips_net' must be one of {', '.join(LPIPS_NETS)}, "
+                          f"got '{sem.lpips_net}'")
 
 
 def is_path(value: str) -> bool:

@@ -73,7 +73,7 @@ class Suite:
         for ln in self.lanes:
             if ln.name == name:
                 return ln
-        raise ConfigError(f"{self.path}: no lane named '{name}' (lanes: {', '.join(l.name for l in self.lanes)})")
+        raise ConfigError(f"{self.path}: no lane named '{name}' (lanes: {', '.join(ln.name for ln in self.lanes)})")
 
     def steps_for(self, item: CorpusItem) -> int:
         return item.steps or self.pipeline.steps
@@ -85,7 +85,8 @@ _TOP_KEYS = {"name", "model", "pipeline", "corpus", "lanes", "description"}
 def load_suite(suite_dir: Path) -> Suite:
     path = suite_dir / "suite.yaml"
     if not path.is_file():
-        raise ConfigError(f"{path}: suite file not found (check the config key 'suite' names a folder under suites/ with a suite.yaml)")
+        raise ConfigError(f"{path}: suite file not found "
+                          "(check the config key 'suite' names a folder under suites/ with a suite.yaml)")
     text = path.read_text()
     try:
         raw = yaml.safe_load(text)
@@ -102,7 +103,8 @@ def load_suite(suite_dir: Path) -> Suite:
             raise ConfigError(f"{where}: missing required key '{key}'")
     model = build_dataclass(ModelSource, raw["model"], where, prefix="model.")
     if model.source not in ("embedded-tiny", "random-init", "local"):
-        raise ConfigError(f"{where}: key 'model.source' must be embedded-tiny, random-init or local, got '{model.source}'")
+        raise ConfigError(f"{where}: key 'model.source' must be embedded-tiny, random-init or local, "
+                          f"got '{model.source}'")
     pipeline = build_dataclass(PipelineSettings, raw["pipeline"], where, prefix="pipeline.")
     if not isinstance(raw["corpus"], list) or not raw["corpus"]:
         raise ConfigError(f"{where}: key 'corpus' must be a non-empty list of items")

@@ -20,7 +20,9 @@ def audit_batch(cls: str, t: Thresholds, latents: np.ndarray, images: np.ndarray
     Without a reference (no champion in the run) only the self-checks apply."""
     if latents.shape[0] != images.shape[0]:
         return 0, f"{latents.shape[0]} latents for {images.shape[0]} images"
-    if ref_latents is not None and (latents.shape != ref_latents.shape or images.shape != ref_images.shape):
+    # the champion's latents and images come as a pair: both or neither
+    if ref_latents is not None and ref_images is not None \
+            and (latents.shape != ref_latents.shape or images.shape != ref_images.shape):
         return 0, f"output shape {tuple(images.shape)} differs from the champion's {tuple(ref_images.shape)}"
     for i in range(images.shape[0]):
         problem = _one(cls, t, latents[i], images[i],
@@ -36,7 +38,7 @@ def _one(cls: str, t: Thresholds, lat: np.ndarray, img: np.ndarray, ref_lat: np.
         return "non-finite latents"
     if img.min() == img.max():
         return "constant image"
-    if ref_lat is None:
+    if ref_lat is None or ref_img is None:
         return None
     c, b = lat.astype(np.float64), ref_lat.astype(np.float64)
     ref_max = float(np.max(np.abs(b)))

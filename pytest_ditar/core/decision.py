@@ -86,13 +86,16 @@ class LaneOutcome:
 class RunError:
     """A harness/candidate failure; any of these makes the run a CRASH.
 
-    `item` and `seconds` are optional detail for non_finite/oom and timeout messages.
+    `item` and `seconds` are optional detail for non_finite/oom and timeout messages; `where` is
+    the candidate's own frame that raised ("mutable/pipeline.py:57 in generate"), so the reason
+    alone says where to look.
     """
 
     kind: str
     message: str
     item: str | None = None
     seconds: float | None = None
+    where: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ERROR_KINDS:
@@ -101,7 +104,10 @@ class RunError:
             )
 
     def describe(self) -> str:
-        """Human reason for the ledger and verdict line."""
+        """Human reason for the ledger and verdict line, ending with the candidate's frame if known."""
+        return self._what() + (f" ({self.where})" if self.where else "")
+
+    def _what(self) -> str:
         detail = f": {self.message}" if self.message else ""
         if self.kind == "exception":
             return f"candidate raised: {self.message or 'unknown error'}"
@@ -120,7 +126,10 @@ class RunError:
 class Decision:
     status: Status
     reason: str  # the deciding (first) reason
-    reasons: tuple[str, ...]  # every objection found, in rule order
+    reasons: tuple[str, ...]  # every objection found, in rule order (a KEEP's: its own, then its notes)
+    unmeasured: tuple[str, ...] = ()  # a KEEP's guard lanes that could not be measured (UNSTABLE, MISSING)
+    judged: bool = True  # False: the gate could not judge the change itself (core.rerun.judged)
+    rerun_of: int | None = None  # the run that first tried this change on this champion, unjudged
 
 
 def validate_class(name: str) -> str:
@@ -232,7 +241,18 @@ def decide(
         return Decision("DISCARD", reasons[0], reasons)
     assert objective is not None  # no objection implies a FASTER objective lane
     keep = f"lane {objective.name} faster: {_speed_text(objective)}"
-    return Decision("KEEP", keep, (keep,))
+    # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not
+    # be measured (champion drift, a shared GPU, no champion samples) shows none, so it blocks
+    # nothing, but it is said on the verdict line and in the reasons, never hidden.
+    unmeasured = [lane for lane in lanes if not lane.objective and lane.verdict in UNMEASURED]
+    notes = tuple(_with_reason(f"guard lane {lane.name} not measured ({lane.verdict})", lane.reason)
+                  for lane in unmeasured)
+    return Decision("KEEP", keep, (keep, *notes), tuple(lane.name for lane in unmeasured))
+
+
+# Guard-lane verdicts that measured nothing: on a KEEP, the lane is named (verdict_line `unmeasured=`).
+# (An UNSTABLE guard lane whose reason is interference is a DISCARD before this; see decide.)
+UNMEASURED: tuple[str, ...] = ("UNSTABLE", "MISSING")
 
 
 _TOKEN_WS = re.compile(r"\s+")
@@ -260,7 +280,8 @@ def verdict_line(
 ) -> str:
     """The last line of every gated run, e.g.
     `DITAR VERDICT: KEEP lane=latency_b1 speedup=1.183x ci95=[1.171,1.195] quality=32/32
-    class=exact commit=abc1234` (one line), plus ` reason="..."` unless KEEP and
+    class=exact commit=abc1234` (one line), plus ` reason="..."` unless KEEP,
+    ` unmeasured=throughput_b8` (comma-separated) for a KEEP's guard lanes that could not be measured,
     ` off_target=1` for off-target hardware and ` sandbox=off` where the project owner turned the
     workers' sandbox off."""
     speed = _fmt(speedup)
@@ -282,6 +303,8 @@ def verdict_line(
         one_line = re.sub(r"[\r\n]+", " ", decision.reason).strip()
         escaped = one_line.replace("\\", "\\\\").replace('"', '\\"')
         parts.append(f'reason="{escaped}"')
+    if decision.status == "KEEP" and decision.unmeasured:
+        parts.append(f"unmeasured={_token(','.join(decision.unmeasured))}")
     if off_target:
         parts.append("off_target=1")
     if sandbox_off:
@@ -290,5 +313,18 @@ def verdict_line(
 
 
 def kept_rows(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
-    """The KEEP rows of a ledger, oldest first: the last one is the champion (loop.champion)."""
+    """The KEEP rows of a ledger, oldest first: the last one is the champion (champion_row)."""
     return [r for r in rows if r.get("status") == "KEEP"]
+
+
+def champion_row(rows: Iterable[Mapping[str, object]]) -> Mapping[str, object] | None:
+    """The champion's ledger row, the last KEEP; None before any (then the baseline is the
+    champion: loop.champion.commit). Every reader of the champion asks here."""
+    kept = kept_rows(rows)
+    return kept[-1] if kept else None
+
+
+def status_counts(rows: Iterable[Mapping[str, object]]) -> dict[str, int]:
+    """How many rows end in each verdict, every status named (0 where none)."""
+    statuses = [r.get("status") for r in rows]
+    return {s: statuses.count(s) for s in STATUSES}

@@ -16,16 +16,20 @@ class SnapshotError(DitarError):
 class CandidateError(Exception):
     """The candidate pipeline failed while running (becomes a CRASH verdict)."""
 
-    def __init__(self, kind: str, message: str, item: str | None = None, seconds: float | None = None):
+    def __init__(self, kind: str, message: str, item: str | None = None, seconds: float | None = None,
+                 where: str | None = None):
         super().__init__(message)
         self.kind = kind  # exception | non_finite | oom | timeout
         self.message = message  # detail only; decision.RunError.describe adds the wording
         self.item = item
         self.seconds = seconds
+        # the candidate's own innermost frame, "mutable/pipeline.py:57 in generate": where to look
+        self.where = where
 
     def __str__(self) -> str:
         where = f" in item {self.item}" if self.item else ""
         after = f" after {self.seconds:g}s" if self.seconds is not None else ""
         label = {"exception": "candidate raised", "non_finite": "non-finite output", "oom": "out of memory",
                  "timeout": "timeout"}.get(self.kind, self.kind)
-        return f"{label}{where}{after}" + (f": {self.message}" if self.message else "")
+        return f"{label}{where}{after}" + (f": {self.message}" if self.message else "") \
+            + (f" ({self.where})" if self.where else "")

@@ -95,7 +95,8 @@ def after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str
     3 calls of either kind."""
     seq = call_sequence(orders)
     vals = list(samples.get(side, ()))
-    after, other = [], []
+    after: list[float] = []
+    other: list[float] = []
     k, prev = 0, ""
     for rnd, s in seq:
         if s == side:

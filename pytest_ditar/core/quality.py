@@ -98,7 +98,8 @@ def check_contract(item_id: str, cls: str, m: Metrics, t: Thresholds) -> Contrac
     if t.clip_drop_max is not None and m.clip_score is not None and m.clip_score_baseline is not None:
         drop = m.clip_score_baseline - m.clip_score
         if drop > t.clip_drop_max:
-            fails.append(f"clip_score dropped {drop:.4f} > {t.clip_drop_max:g} ({m.clip_score:.4f} vs baseline {m.clip_score_baseline:.4f})")
+            fails.append(f"clip_score dropped {drop:.4f} > {t.clip_drop_max:g} "
+                         f"({m.clip_score:.4f} vs baseline {m.clip_score_baseline:.4f})")
     return ContractResult(item_id, cls, m, tuple(fails))
 
 
@@ -149,9 +150,11 @@ def zero_regression(score: str, baseline: Mapping[str, float], candidate: Mappin
     worst_drop = drops[worst] if worst else 0.0
     mean_drop = float(np.mean(list(drops.values()))) if ids else 0.0
     if worst is not None and worst_drop > per_item_tolerance:
-        return RegressionResult(score, False, f"{score} dropped {worst_drop:.4g} on {worst} (> {per_item_tolerance:g})", None, worst, worst_drop)
+        return RegressionResult(score, False, f"{score} dropped {worst_drop:.4g} on {worst} (> {per_item_tolerance:g})",
+                                None, worst, worst_drop)
     if mean_drop > 0:
-        return RegressionResult(score, False, f"{score} mean dropped {mean_drop:.4g} over {len(ids)} items", None, worst, worst_drop)
+        return RegressionResult(score, False, f"{score} mean dropped {mean_drop:.4g} over {len(ids)} items",
+                                None, worst, worst_drop)
     p = None
     nonzero = [d for d in drops.values() if d != 0]
     if len(nonzero) >= 6:
@@ -164,3 +167,20 @@ def zero_regression(score: str, baseline: Mapping[str, float], candidate: Mappin
 def aggregate(results: Sequence[ContractResult]) -> tuple[int, int, tuple[str, ...]]:
     failed = [f"{r.item_id}: {r.failures[0]}" for r in results if not r.passed]
     return len(results) - len(failed), len(results), tuple(failed)
+
+
+def margins(results: Sequence[ContractResult], floors: Thresholds) -> list[str]:
+    """Each floor of the class with the worst item's value and its distance to it: how close a
+    candidate came to failing (the smoke check and `dit-ar try` print these)."""
+    out = []
+    checks = (("latent rel-L2", "latent_rel_l2", floors.latent_rel_l2_max, max, "<="),
+              ("PSNR", "psnr", floors.psnr_min, min, ">="), ("SSIM", "ssim", floors.ssim_min, min, ">="),
+              ("LPIPS", "lpips", floors.lpips_max, max, "<="))
+    for label, key, floor, worst_of, op in checks:
+        vals = [getattr(r.metrics, key) for r in results if getattr(r.metrics, key) is not None]
+        if floor is None or not vals:
+            continue
+        worst = worst_of(vals)
+        room = (worst - floor) if op == ">=" else (floor - worst)
+        out.append(f"{label} worst {worst:.4g} ({op} {floor:g}: {'+' if room >= 0 else ''}{room:.4g})")
+    return out

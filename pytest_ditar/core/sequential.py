@@ -39,7 +39,7 @@ alpha_k with alpha_1 + ... + alpha_K = alpha (Bonferroni): by the union bound th
 rate holds under any stopping rule, early stops for futility and the time budget included.
 Futility (either reference's sign test rules the win out at alpha_k) ends a lane NOT_FASTER early.
 An undecided lane is NOT_FASTER, or UNSTABLE when its spread is over `max_cv` (too noisy to decide
-within its budget); a decided lane is never thrown away for its spread. tests/test_sequential.py
+within its budget); a decided lane is never thrown away for its spread. tests/unit/core/test_sequential.py
 checks the false-KEEP rate at the boundary by simulation: Gaussian, heavy-tailed, one-sided
 bursts of 20-60 rounds, Markov switching, AR(1) up to phi 0.9, H200 rounds resampled in blocks.
 """
@@ -54,7 +54,7 @@ import numpy as np
 from scipy import stats as _sps
 
 CONTINUE: Final = "CONTINUE"
-FASTER: Final = "FASTER"
+FASTER: Final = "FASTER"  # a look's decision, the same word as core.stats' verdict
 FUTILE: Final = "FUTILE"
 CANDIDATE: Final = "candidate"
 CHAMPION: Final = "champion"
@@ -108,16 +108,6 @@ class Look:
     voided: int = 0  # rounds not counted (a side's call over void_ratio x its median, or foreign work)
 
 
-def log_ratios(champ: Sequence[float], cand: Sequence[float]) -> np.ndarray:
-    a = np.asarray(champ, dtype=np.float64)
-    b = np.asarray(cand, dtype=np.float64)
-    if a.shape != b.shape or a.size == 0:
-        raise ValueError(f"paired samples must be non-empty and of equal length, got {a.size} and {b.size}")
-    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b)) and np.all(a > 0) and np.all(b > 0)):
-        raise ValueError("timing samples must be finite and > 0")
-    return np.log(a) - np.log(b)
-
-
 def _check_threshold(threshold: float) -> None:
     if not (math.isfinite(threshold) and threshold >= 0.0):
         raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold!r}")
@@ -154,7 +144,8 @@ def _batch_p(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
     mean, sd = fr.mean(axis=1), fr.std(axis=1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(sd > 0, mean / (sd / math.sqrt(b)), np.where(mean > 0, np.inf, np.where(mean < 0, -np.inf, 0.0)))
-    return _sps.t.sf(t, b - 1)
+    p: np.ndarray = _sps.t.sf(t, b - 1)
+    return p
 
 
 def void_mask(refs: Sequence[np.ndarray], void_ratio: float = VOID_RATIO) -> np.ndarray:
@@ -245,6 +236,18 @@ def simulate(sides: Mapping[str, np.ndarray], threshold: float, the_plan: Plan, 
     return decision, rounds
 
 
+def resolvable(spread: float, rounds: int, alpha: float, threshold: float, power: float = 0.8) -> float:
+    """The smallest speedup an undecided lane's rounds could have resolved (at `power`), as a
+    fraction: the sign test at `alpha` on `rounds` rounds whose log ratios spread `spread`
+    (robust sd, taken as Gaussian: the density at the median is 1 / (spread * sqrt(2 pi))), beyond
+    1 + threshold. Said beside "undecided", it tells a user whether the budget or the host was short."""
+    if rounds < 1 or not (spread > 0.0 and math.isfinite(spread)):
+        return threshold
+    z = float(_sps.norm.isf(alpha) + _sps.norm.ppf(power))
+    shift = z * spread * math.sqrt(math.pi / 2.0) / math.sqrt(rounds)
+    return (1.0 + threshold) * math.exp(shift) - 1.0
+
+
 def verdict(sides: Mapping[str, Sequence[float]], threshold: float, looks: Sequence[Look], the_plan: Plan, *,
             undecided: str | None, max_cv: float, max_void: float = MAX_VOID, n_boot: int = 2000) -> Any:
     """The lane's core.stats.Comparison after its last look: speedup, 95% CI and spread against
@@ -260,16 +263,19 @@ def verdict(sides: Mapping[str, Sequence[float]], threshold: float, looks: Seque
     champ, cand = list(sides[CHAMPION]), list(sides[CANDIDATE])
     c = stats.compare(champ, cand, min_effect=threshold, alpha=the_plan.alpha, max_cv=max(max_cv, 1e9),
                       n_boot=n_boot, paired=True)
-    head = f"{c.speedup:.3f}x ci95=[{c.ci_low:.3f},{c.ci_high:.3f}]"
+    head = f"{c.speedup:.3f}x {stats.fmt_ci(c.ci_low, c.ci_high)}"
     at = f"look {last.index + 1} of {len(the_plan.looks)}, {last.rounds} rounds"
     if last.voided:
         at += f" ({last.voided} void)"
     refs = "champion and twin" if sides.get(TWIN) else "champion"
     bar = f"1+{threshold * 100:.1f}%"
-    spread = float(np.subtract(*np.percentile(log_ratios(champ, cand), [75.0, 25.0])) / 1.349)
+    spread = stats.log_spread(stats.log_ratios(champ, cand))  # as compare(paired=True) measures it
     ended = undecided or "the plan's last look"
+    counted = last.rounds - last.voided
+    reach = (f"; at a spread of {spread * 100:.1f}% a round, {counted} rounds resolve wins of about "
+             f"1+{resolvable(spread, counted, last.alpha, threshold) * 100:.1f}% and more")
 
-    def out(verdict_: str, why: str) -> Any:
+    def out(verdict_: stats.Verdict, why: str) -> Any:
         return replace(c, verdict=verdict_, reason=f"{head}: {why}" if verdict_ != stats.FASTER else why, why=why)
 
     if last.decision == FASTER:
@@ -282,8 +288,9 @@ def verdict(sides: Mapping[str, Sequence[float]], threshold: float, looks: Seque
         return out(stats.NOT_FASTER, f"not faster beyond {bar}: ruled out at {at} (p={last.p_futile:.2g})")
     if last.rounds and last.voided > max_void * last.rounds:
         return out(stats.UNSTABLE, f"{last.voided} of {last.rounds} rounds void (a reference's call over "
-                                   f"{VOID_RATIO:g}x its median, or on a busy device) at {at}, {ended}: too noisy to decide")
+                                   f"{VOID_RATIO:g}x its median, or on a busy device) at {at}, {ended}: "
+                                   "too noisy to decide")
     if spread > max_cv:
         return out(stats.UNSTABLE, f"undecided at {at}, {ended}, with a lane spread of {spread * 100:.1f}% > "
-                                   f"{max_cv * 100:.1f}%: too noisy to decide within the budget")
-    return out(stats.NOT_FASTER, f"not faster beyond {bar}: undecided at {at}, {ended} (p={last.p_faster:.2g})")
+                                   f"{max_cv * 100:.1f}%: too noisy to decide within the budget{reach}")
+    return out(stats.NOT_FASTER, f"not faster beyond {bar}: undecided at {at}, {ended} (p={last.p_faster:.2g}){reach}")

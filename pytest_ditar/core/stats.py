@@ -228,7 +228,18 @@ def _log_ratios(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per-round log(a_i / b_i) of two interleaved sample sets."""
     if a.size != b.size:
         raise ValueError(f"paired samples must have equal length, got {a.size} and {b.size}")
-    return np.log(a) - np.log(b)
+    ratios: np.ndarray = np.log(a) - np.log(b)
+    return ratios
+
+
+def log_ratios(champ: Samples, cand: Samples) -> np.ndarray:
+    """Per-round log(champ_i / cand_i) of one interleaved lane (> 0: the candidate was faster)."""
+    return _log_ratios(_as_samples(champ, "champ", min_n=1), _as_samples(cand, "cand", min_n=1))
+
+
+def log_spread(logs: np.ndarray) -> float:
+    """The robust spread of per-round log ratios, IQR / 1.349: what a paired lane's UNSTABLE gate reads."""
+    return float(np.subtract(*np.percentile(logs, [75.0, 25.0])) / _IQR_TO_SIGMA)
 
 
 def _paired_ratio_ci(logs: np.ndarray, n_boot: int, seed: int, conf: float) -> tuple[float, float, float]:
@@ -329,7 +340,7 @@ def _fmt_pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
-def _fmt_ci(low: float, high: float) -> str:
+def fmt_ci(low: float, high: float) -> str:
     return f"ci95=[{low:.3f},{high:.3f}]"
 
 
@@ -370,7 +381,7 @@ def compare(
     if paired:
         logs, (champ_med, cand_med, speedup, low, high) = _paired_effect(champ_arr, cand_arr, n_boot, seed)
         p_faster, p_slower = _paired_p(logs, "greater"), _paired_p(logs, "less")
-        spread, which = float(np.subtract(*np.percentile(logs, [75.0, 25.0])) / _IQR_TO_SIGMA), "per-round ratio"
+        spread, which = log_spread(logs), "per-round ratio"
         # Separation for a paired design: three rounds in four beat the champion by the min effect.
         dominates = float(np.quantile(logs, 0.25)) > math.log1p(min_effect)
         sep_text = "three in four rounds beat the champion"
@@ -385,7 +396,7 @@ def compare(
         dominates = float(np.quantile(cand_arr, 0.75)) * (1.0 + min_effect) < float(np.quantile(champ_arr, 0.25))
         sep_text = "the candidate's 75th percentile beats the champion's 25th"
 
-    head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
+    head = f"{speedup:.3f}x {fmt_ci(low, high)}"
     verdict: Verdict
     noisy = spread > max_cv
     # The reason is "<head>: <why>", except where why stands alone: an UNSTABLE lane's numbers
@@ -488,7 +499,7 @@ def regression_check(
     else:
         champ_med, cand_med, speedup, low, high = _ratio_of_medians(champ_arr, cand_arr, n_boot, seed)
         p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
-    head = f"{speedup:.3f}x {_fmt_ci(low, high)}"
+    head = f"{speedup:.3f}x {fmt_ci(low, high)}"
     verdict: RegressionVerdict
     if high < 1.0 - tolerance:
         verdict = REGRESSED

@@ -16,10 +16,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 # Phases grouped the way the run summary and the benchmarks report them.
 GROUPS = {
+    # before any candidate code runs: the state's verification, git, the guards
+    "guards": ("gate.guards",),
     "build": ("build.candidate", "build.worktree"),
     "quality": ("quality.generate", "quality.metrics"),
     "firewall": ("holdout", "semantic"),
@@ -58,6 +60,9 @@ class PhaseClock:
     # "twin-<sha7>"). The build spans above only count the judge's wait, which overlaps other
     # work: these say what a build (a compile, say) cost.
     builds: dict[str, float] = field(default_factory=dict)
+    # How long the workers' zygote took to import torch and diffusers: what a CPU build mostly waits
+    # on (it overlaps the judge's start-up and guards; a worker's own build starts after it).
+    imports_s: float = 0.0
     process_start: float | None = field(default_factory=process_start_epoch)
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
     started: float = field(default_factory=lambda: time.perf_counter())
@@ -120,7 +125,7 @@ class PhaseClock:
     def to_payload(self) -> dict[str, Any]:
         """What a worker sends the controller (JSON-able)."""
         return {"seconds": dict(self.seconds), "first": dict(self.first), "last": dict(self.last),
-                "timed_s": self.timed_s, "builds": dict(self.builds)}
+                "timed_s": self.timed_s, "builds": dict(self.builds), "imports_s": self.imports_s}
 
     def absorb(self, payload: dict[str, Any]) -> None:
         """Fold a worker's clock in: busy seconds add up, windows widen to cover it."""
@@ -134,6 +139,7 @@ class PhaseClock:
         self.timed_s += float(payload.get("timed_s", 0.0))
         for k, v in payload.get("builds", {}).items():  # each judge built its own: the longest is what one cost
             self.built(k, v)
+        self.imports_s = max(self.imports_s, float(payload.get("imports_s", 0.0)))
 
     def as_dict(self, wall_s: float | None = None) -> dict[str, float | None]:
         wall = wall_s if wall_s is not None else self.wall()
@@ -147,6 +153,7 @@ class PhaseClock:
         out["startup"] = None if startup is None else round(startup, 4)
         out["workers"] = self.workers
         out.update({f"worker_build.{k}": round(v, 4) for k, v in sorted(self.builds.items())})
+        out["zygote_imports"] = round(self.imports_s, 4)
         out["perf.timed"] = round(self.timed_s, 4)
         out["perf.overhead"] = round(perf / self.timed_s, 4) if self.timed_s else None
         out["firewall.fraction"] = round(self.group("firewall") / wall, 4) if wall else None
@@ -157,12 +164,15 @@ class PhaseClock:
         d = self.as_dict(wall_s)
         parts = [f"start-up {_s(d['startup'])}"] if d["startup"] is not None else []
         for g in GROUPS:
-            if not d[f"group.{g}"]:
+            busy, window = d[f"group.{g}"], d[f"window.{g}"]
+            if not busy:
                 continue
-            if self.workers > 1 and d[f"window.{g}"] is not None:  # concurrent: the window is what the wall sees
-                parts.append(f"{g} {_s(d[f'window.{g}'])} window ({_s(d[f'group.{g}'])} busy)")
+            if self.workers > 1 and window is not None:  # concurrent: the window is what the wall sees
+                parts.append(f"{g} {_s(window)} window ({_s(busy)} busy)")
             else:
-                parts.append(f"{g} {_s(d[f'group.{g}'])}")
+                parts.append(f"{g} {_s(busy)}")
+        if self.imports_s:
+            parts.append(f"zygote imports {_s(self.imports_s)}")
         if self.builds:
             parts.append("built in " + " / ".join(f"{k} {_s(v)}" for k, v in sorted(self.builds.items())))
         warm, warm_champion = (d.get(k) or 0.0 for k in WARMUP)
@@ -172,7 +182,8 @@ class PhaseClock:
             parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
         checks = sum(d.get(k) or 0.0 for k in INTEGRITY)
         if checks:
-            parts.append(f"audit+probe {_s(checks)} ({100 * checks / d['wall']:.1f}% of the run)")
+            wall = cast(float, d["wall"])  # as_dict always sets it
+            parts.append(f"audit+probe {_s(checks)} ({100 * checks / wall:.1f}% of the run)")
         if d["group.firewall"]:
             parts.append(f"firewall {100 * (d['firewall.fraction'] or 0):.1f}% of the run")
         if self.workers > 1 and d["window.all"] is not None:

@@ -29,3 +29,11 @@ ENV_CACHE = "DITAR_CACHE"  # where generated model directories are cached
 ENV_WEIGHTS_DIR = "DITAR_WEIGHTS_DIR"  # a local pipeline directory, over the suite's model.weights_dir
 ENV_PROGRESS = "DITAR_PROGRESS"  # 0: no progress bars; 1: bars even without a terminal
 ENV_ZYGOTE = "DITAR_ZYGOTE"  # 0: spawn every worker's interpreter directly instead of forking it from the zygote
+
+# The version of what the judge writes for other programs to read (summary.json, ledger rows,
+# `dit-ar status --json`): raised whenever a key changes meaning or goes away.
+SCHEMA_VERSION = 1
+
+# The largest JSON message either half of the worker protocol reads (a request, a header, a zygote
+# reply); arrays travel beside it in shared memory (runtime.worker, runtime.worker_main, runtime.zygote).
+WIRE_MAX_MESSAGE = 1 << 20

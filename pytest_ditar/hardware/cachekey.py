@@ -55,7 +55,7 @@ def _gpu(index: int) -> tuple[str, str]:
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001, S110 - nothing to release
+        except Exception:  # noqa: BLE001 - nothing to release
             pass
 
 

@@ -11,6 +11,8 @@ code import this module on machines without torch.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import importlib.metadata
 import os
 import platform
@@ -181,12 +183,12 @@ class _NvmlInfo:
 def _nvml_info(props: Any, index: int) -> _NvmlInfo:
     """Driver, max clocks and power limit from NVML; empty when NVML is absent or fails."""
     try:
-        import pynvml  # type: ignore[import-not-found]
-    except Exception:
+        import pynvml
+    except Exception:  # noqa: BLE001 - no NVML library
         return _NvmlInfo(driver=_driver_from_proc())
     try:
         pynvml.nvmlInit()
-    except Exception:
+    except Exception:  # noqa: BLE001 - no driver
         return _NvmlInfo(driver=_driver_from_proc())
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -197,7 +199,7 @@ def _nvml_info(props: Any, index: int) -> _NvmlInfo:
         if uuid is not None:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            except Exception:
+            except Exception:  # noqa: BLE001 - a UUID NVML does not know: no handle
                 handle = None
         if handle is None and not os.environ.get("CUDA_VISIBLE_DEVICES"):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -211,19 +213,19 @@ def _nvml_info(props: Any, index: int) -> _NvmlInfo:
                         pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
                     ),
                 )
-            except Exception:
+            except Exception:  # noqa: BLE001 - a driver that cannot say
                 clocks = None
             try:
                 power = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
-            except Exception:
+            except Exception:  # noqa: BLE001 - a driver that cannot say
                 power = None
         return _NvmlInfo(driver=driver, clocks=clocks, power_limit_w=power)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a failing query: the driver from /proc
         return _NvmlInfo(driver=_driver_from_proc())
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001 - nothing to release
             pass
 
 
@@ -251,12 +253,30 @@ def nvml_device_count() -> int | None:
         import pynvml
 
         pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
     except Exception:  # noqa: BLE001 - no NVML library or driver
         return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+    except Exception:  # noqa: BLE001 - a driver that cannot say
+        return None
+    finally:
+        # Shut down again: an NVML left initialized is inherited by every fork (the zygote's
+        # workers), and inside the workers' sandbox that stale state counted 0 GPUs, so torch
+        # refused device 0 ("Invalid device id") while CUDA itself saw the GPU (H200 host).
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
     if visible is not None:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     return count
+
+
+def cuda_nodes_present() -> bool:
+    """Whether this host has an NVIDIA GPU device node that CUDA_VISIBLE_DEVICES leaves usable: the
+    zygote's answer to diffusers' import-time question, which touches neither CUDA nor NVML."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def cuda_device_count() -> int:
@@ -283,7 +303,8 @@ def collect(device: str = "cpu") -> Fingerprint:
     record a CPU timing as a GPU one). Works without torch for "cpu" (torch fields empty).
     """
     dev = device.strip().lower()
-    common = {
+    # Any: as keyword arguments, each would be checked against every field of Fingerprint
+    common: dict[str, Any] = {
         "diffusers": _pkg_version("diffusers"),
         "python": platform.python_version(),
         "platform": platform.machine(),
@@ -295,7 +316,7 @@ def collect(device: str = "cpu") -> Fingerprint:
         torch = None  # type: ignore[assignment]
 
     if dev == "cpu":
-        flags = (
+        flags: dict[str, Any] = (
             _torch_flags(torch)
             if torch is not None
             else dict.fromkeys(
@@ -326,9 +347,15 @@ def collect(device: str = "cpu") -> Fingerprint:
     index = torch.device(dev).index
     if index is None:
         index = torch.cuda.current_device()
-    props = torch.cuda.get_device_properties(index)
+    try:
+        props = torch.cuda.get_device_properties(index)
+    except AssertionError:  # torch counts devices through NVML; CUDA saw them (is_available above)
+        raise RuntimeError(f"device {device!r}: CUDA sees a GPU, but torch counts {torch.cuda.device_count()} "
+                           f"through NVML and refuses index {index}: NVML cannot see this GPU from this process "
+                           "(`dit-ar doctor` says whether the workers' sandbox is the cause)") from None
     nvml = _nvml_info(props, index)
     cudnn_version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    cuda_flags: dict[str, Any] = _torch_flags(torch)
     return Fingerprint(
         device_type="cuda",
         device_name=str(props.name),
@@ -341,7 +368,7 @@ def collect(device: str = "cpu") -> Fingerprint:
         clocks=nvml.clocks,
         power_limit_w=nvml.power_limit_w,
         **common,
-        **_torch_flags(torch),
+        **cuda_flags,
     )
 
 
@@ -387,7 +414,7 @@ def object_dtypes(candidate: object, depth: int = 3) -> set[str]:
     dtypes: set[str] = set()
     frontier = [candidate]
     for _ in range(depth + 1):
-        nxt = []
+        nxt: list[Any] = []
         for obj in frontier:
             if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
                 continue

@@ -6,7 +6,7 @@ def stack_rows(target: str, ok: str, warn: str, fail: str) -> list[tuple[str, st
     """(check, status, detail) rows: torch, diffusers, the device against the target, attention backends."""
     import importlib.metadata as md
 
-    rows = []
+    rows: list[tuple[str, str, str]] = []
     try:
         import torch
 
@@ -28,7 +28,8 @@ def stack_rows(target: str, ok: str, warn: str, fail: str) -> list[tuple[str, st
     rows.append(("device", ok if "ON-TARGET" in header else warn, header))
     if device == "cuda":
         b = torch.backends.cuda
-        backends = [name for name, on in (("flash", b.flash_sdp_enabled()), ("efficient", b.mem_efficient_sdp_enabled()),
+        backends = [name for name, on in (("flash", b.flash_sdp_enabled()),
+                                          ("efficient", b.mem_efficient_sdp_enabled()),
                                           ("cudnn", b.cudnn_sdp_enabled()), ("math", b.math_sdp_enabled())) if on]
         rows.append(("attention", ok, "SDPA backends enabled: " + ", ".join(backends)))
     else:

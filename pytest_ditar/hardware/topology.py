@@ -52,8 +52,9 @@ def collect(nvml: Any = None) -> Topology:
     """Read the topology with pynvml (or an injected module with the same calls)."""
     if nvml is None:
         try:
-            import pynvml as nvml
+            import pynvml
 
+            nvml = pynvml
             nvml.nvmlInit()
         except Exception:  # noqa: BLE001
             return Topology(note="n/a on CPU (no NVML)")
@@ -126,6 +127,7 @@ def doctor_rows(topo: Topology, lanes_gpus: dict[str, int] | None = None) -> lis
                                                 f"this machine has {len(topo.gpus)}"))
         slow = [ln for ln in topo.links if ln.slow]
         if slow:
-            rows.append(("2-gpu lanes", "warn", f"{', '.join(sorted(multi))} would exchange every step over a slow "
-                                                f"link ({'; '.join(f'{l.a}-{l.b}: {l.describe()}' for l in slow)})"))
+            rows.append(("2-gpu lanes", "warn",
+                         f"{', '.join(sorted(multi))} would exchange every step over a slow "
+                         f"link ({'; '.join(f'{link.a}-{link.b}: {link.describe()}' for link in slow)})"))
     return rows

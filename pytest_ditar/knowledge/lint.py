@@ -1,8 +1,8 @@
 """Handbook lint: valid frontmatter, a source for every measurement, defined footnotes.
 
-What `tests/test_handbook_frontmatter.py` (and any doctor-style check) runs over each page. The
-number-source convention is documented in knowledge/handbook/README.md ("Number-source
-convention").
+What `tests/unit/knowledge/test_handbook_frontmatter.py` (and any doctor-style check) runs over
+each page. The number-source convention is documented in knowledge/handbook/README.md
+("Number-source convention").
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def unsourced_numbers(page: Page) -> list[str]:
             m = MEASUREMENT_RE.search(clean)
             if m and not sourced:
                 problems.append(
-                    f"{page.rel}:{page.body_line + lineno - 1}: '{m.group(0)}' has no source marker: {line.strip()[:100]}"
+                    f"{page.rel}:{page.body_line + lineno - 1}: '{m.group(0)}' has no source marker: "
+                    f"{line.strip()[:100]}"
                 )
     return problems
 

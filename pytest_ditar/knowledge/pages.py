@@ -83,7 +83,8 @@ def split_frontmatter(text: str) -> tuple[dict[str, Any] | None, str, int, str |
 def split_sections(body: str, title: str = "") -> tuple[Section, ...]:
     """Split a markdown body at headings (ignoring '#' lines inside code fences)."""
     sections: list[Section] = []
-    heading, level, start_line, buf = title, 0, 0, []
+    heading, level, start_line = title, 0, 0
+    buf: list[str] = []
     in_fence = False
     for i, line in enumerate(body.splitlines(), start=1):
         if FENCE_RE.match(line):
@@ -109,7 +110,8 @@ def load_page(path: Path, handbook_dir: Path) -> Page:
     meta = meta or {}
     rel = path.relative_to(handbook_dir).as_posix()
     title = str(meta.get("title", rel))
-    return Page(path=path, rel=rel, meta=meta, body=body, body_line=body_line, sections=split_sections(body, title=title))
+    return Page(path=path, rel=rel, meta=meta, body=body, body_line=body_line,
+                sections=split_sections(body, title=title))
 
 
 def load_pages(handbook_dir: Path) -> list[Page]:

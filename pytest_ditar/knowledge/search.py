@@ -133,7 +133,8 @@ def _build(handbook_dir: Path, out_dir: Path) -> None:
     import bm25s
 
     pages = load_pages(handbook_dir)
-    meta, corpus = [], []
+    meta: list[dict[str, Any] | None] = []
+    corpus: list[list[str]] = []
     for page in pages:
         for sec in page.sections:
             corpus.append(tokenize(_section_text(page, sec)) or ["__empty__"])

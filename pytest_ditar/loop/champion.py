@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from pytest_ditar.core.decision import kept_rows
+from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store.ledger import Ledger
@@ -20,8 +20,8 @@ BUILD_PHASE = "perf.build_champion"  # the clock's name for checking out and bui
 
 def kept_commit(ledger: Ledger) -> str | None:
     """The last KEEP's commit; None before any keep."""
-    rows = kept_rows(ledger.rows() if ledger.jsonl_path.exists() else [])
-    return str(rows[-1]["commit"]) if rows else None
+    row = champion_row(ledger.rows())
+    return str(row["commit"]) if row else None
 
 
 def baseline_commit(sess: DitarSession) -> str | None:

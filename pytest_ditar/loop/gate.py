@@ -2,15 +2,17 @@
 code runs, and at session end turns results into KEEP / DISCARD / CRASH with git actions.
 
 It sees plain data only (RunOptions, collected ids, test outcomes) and returns what pytest must
-do (an exit status, lines to print); pytest itself stays in pytest_ditar.plugin. About 430
-lines: every refusal a gated run can end in is decided here, in the order it is checked, so the
-order can be read in one place; what a decided run writes lives in record.py."""
+do (an exit status, lines to print); pytest itself stays in pytest_ditar.plugin. Every refusal a
+gated run can end in is one check of loop.preflight's REFUSAL_CHAIN, made in order before any
+candidate code runs; the worker start-up is loop.startup's; what a decided run writes lives in
+record.py, which returns what it did (record.Outcome) for the gate to keep. No function outside
+this class writes its attributes (tests/unit/loop/test_gate_shape.py).
+"""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, cast
 
 from pytest_ditar.core.decision import (
     Decision,
@@ -24,35 +26,16 @@ from pytest_ditar.core.decision import (
     validate_class,
 )
 from pytest_ditar.core.errors import CandidateError, DitarError
-from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics
-from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES, TRAILER
-from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, stamps
+from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics, margins
+from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES
+from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, startup
 from pytest_ditar.loop.options import Exit, RunOptions
+from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
 from pytest_ditar.loop.session import DitarSession
-from pytest_ditar.loop.verify import state_refusal
+from pytest_ditar.loop.testlog import TestLog
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
-
-
-@dataclass(frozen=True)
-class ExperimentMeta:
-    cls: str
-    description: str
-
-
-def read_meta(root: Path, cls_opt: str | None, desc_opt: str | None) -> ExperimentMeta | None:
-    """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject."""
-    msg = gitops.commit_message(root)
-    subject = msg.strip().splitlines()[0] if msg.strip() else ""
-    cls = cls_opt
-    if not cls:
-        for line in msg.splitlines():
-            if line.strip().lower().startswith(TRAILER.lower()):
-                cls = line.split(":", 1)[1].strip()
-    if not cls:
-        return None
-    return ExperimentMeta(validate_class(cls), desc_opt or subject)
 
 
 class Gate:
@@ -72,19 +55,27 @@ class Gate:
         self.head: str | None = None  # the commit judged
         self.parent: str | None = None  # its parent, the champion: where a revert puts the branch
         self.branch: str | None = None  # the research branch it was judged on
-        self.moved: str | None = None  # how git changed during the run, once seen at record time
-        self.record_backup: str | None = None  # the backup written right after the ledger row
         self.baseline_commit: str | None = None
         self.champion_commit: str | None = None  # the last KEEP, else the baseline commit
         self.summary_lines: list[str] = []
         self.state_watch: backup.Watch | None = None  # the state directory as the candidate found it
         self.git_watch: dict | None = None  # the repository's git config and hooks then (loop.gitpins)
         self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
+        self.test_log = TestLog()  # tests.log's reports, each failure text once
+        self.guard_line: str | None = None  # a guard's last line (DITAR GUARD: PASS/FAIL)
+        self.start_failures: list[str] = []  # early starts that failed (loop.startup): built again when needed
+        if opts.guard is not None:  # a guard writes nothing under the state dir: its checkouts go elsewhere
+            import tempfile
+
+            sess.worktree_root = Path(tempfile.mkdtemp(prefix="ditar-guard-"))
+            sess.beside_champion = True  # paired rounds even where the tree is the champion's commit
+            sess.use_run_dir(Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))  # failure images, kept for the user
 
     # ---- header ---------------------------------------------------------------------------
     def header(self) -> list[str]:
         s = self.sess
-        lines = [f"ditar: suite={s.suite.name} items={len(s.suite.corpus)} lanes={','.join(l.name for l in s.suite.lanes)} "
+        lines = [f"ditar: suite={s.suite.name} items={len(s.suite.corpus)} "
+                 f"lanes={','.join(ln.name for ln in s.suite.lanes)} "
                  f"objective={s.cfg.objective_lane} tag={s.tag} state={s.state_dir}"]
         if self.opts.xdist_controller:
             # The controller runs no candidate: fingerprinting it would only start CUDA here before
@@ -140,75 +131,38 @@ class Gate:
     # ---- before the candidate runs --------------------------------------------------------
     def before_tests(self) -> bool:
         """Return False when the candidate must not run (a refused or guarded run)."""
-        s = self.sess
-        st = gitops.state(self.root)
-        self.head = st.head
-        research = bool(st.branch and st.branch.startswith(s.cfg.branch_prefix))
-        demanded = self.opts.gate_demanded
-        foreign = guards.config_refusal(s.cfg, st.toplevel)  # a gated run takes only the repository's config
-        if foreign and demanded:
-            self.refusal = foreign
-            return False
-        if foreign or not (research or demanded) or not self.full_collection():
-            if demanded:
-                self.refusal = ("--ditar-gate needs a research branch and the full corpus and objective lane "
-                                f"(branch={st.branch}, items={len(self.items_collected)}/{len(s.suite.corpus)})")
-                return False
-            return self._report_mode(st)  # reported, never recorded
-        paths = TagPaths(s.state_dir)
-        # a run that ended before it recorded (killed): its state changes are rolled back before
-        # anything reads the ledger for the champion
-        settled = backup.settle(self.root, paths)
-        self.summary_lines += [settled.line] if settled.line else []
-        # what the verdict rests on must verify before any candidate code runs; then git
-        self.refusal = settled.busy or settled.error or state_refusal(self.root, paths, settle=False) \
-            or guards.git_refusal(st, s.cfg.branch_prefix + s.tag) or record.finish_revert(self, st)
-        if self.refusal:
-            return False
-        st = gitops.state(self.root)
-        self.head, self.parent, self.branch = st.head, st.parent, st.branch
-        base = s.baseline()
-        self.baseline_commit = base.manifest.get("git_sha")
-        self.champion_commit = best = champion.kept_commit(self.ledger) or self.baseline_commit
-        if not (self.head and self.head != best):  # HEAD is the champion: nothing to judge
-            if demanded:
-                self.refusal = f"HEAD {str(self.head)[:7]} is the champion; commit a candidate first"
-                return False
-            return self._report_mode(st)
-        pin = guards.config_pin(s.cfg, base.manifest.get("config_sha256"), st, self.baseline_commit)
-        self.summary_lines += [pin.note] if pin.note else []
-        self.guards += [pin.guard] if pin.guard else []  # the candidate's own edit: judged
-        # git's own files as the baseline pinned them, and the candidate's files as its commit holds
-        # them, by content (an index flag hides an edit from git status)
-        self.refusal = gitpins.refusal(self.root, base.manifest) or guards.hidden_refusal(self.root, st, s.cfg.mutable_paths) \
-            or stamps.refusal(base.manifest, s.model_dir(), self.root)  # the model and the environment, as stamped
-        if self.refusal:
-            return False
-        from pytest_ditar.loop.bound import bound_refusal
+        with self.sess.clock.span("gate.guards"):  # state verification, git and the guards, timed as one
+            return self._before_tests()
 
-        # a bounded session refuses a plain `pytest --ditar-gate` too, not only `dit-ar experiment`
-        self.refusal = bound_refusal(s.state_dir) \
-            or (guards.one_commit_refusal(self.root, st, best, self.ledger.rows(), paths) if best else None) \
-            or pin.refusal or s.sandbox_refusal()  # fail closed: no gated run without the workers' sandbox
-        if self.refusal:
+    def _before_tests(self) -> bool:
+        """The refusal chain (loop.preflight), then what a gated run starts with (`_go`)."""
+        pre = Preflight(self.sess, self.opts, self.ledger, full=self.full_collection(),
+                        items=len(self.items_collected))
+        stop = pre.run()
+        self.summary_lines += pre.notes
+        self.guards += pre.guards
+        self.head, self.parent, self.branch, self.meta = pre.head, pre.parent, pre.branch, pre.meta
+        self.baseline_commit, self.champion_commit = pre.baseline_commit, pre.champion_commit
+        if isinstance(stop, Refusal):
+            self.refusal = stop.reason
             return False
-        try:
-            self.meta = read_meta(self.root, self.opts.cls, self.opts.description)
-        except ValueError as exc:
-            self.refusal = f"commit {self.head[:7]}: {exc}"
-            return False
-        if self.meta is None:
-            self.refusal = (f"commit {self.head[:7]} has no class: add a '{TRAILER} exact' trailer to the commit message "
-                            "(git commit --amend) or pass --ditar-class")
-            return False
-        s.cls = cumulative_class([*self._kept_classes(), self.meta.cls])
+        if isinstance(stop, ReportOnly):
+            return self._report_mode(pre.st)
+        return self._go(pre.base)
+
+    def _go(self, base: Any) -> bool:
+        """Every check passed: the run is gated. The guards that judge (a DISCARD, not a refusal)
+        run now; then the watches, the memory cap and the workers' builds."""
+        s, meta = self.sess, cast(ExperimentMeta, self.meta)
+        s.cls = cumulative_class([*self._kept_classes(), meta.cls])
         self.guards += guards.check_guards(self.root, mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
                                            recorded_hashes=base.manifest.get("fixed_paths", {}),
                                            baseline_commit=self.baseline_commit)
         self.guards.append(self._class_gate(s.cls))
         self.gated = True
         s.run_dir()  # exists before any candidate code runs
-        self.state_watch = backup.watch(self.root, paths, self.head)  # the state as the candidate finds it
+        # the state as the candidate finds it
+        self.state_watch = backup.watch(self.root, TagPaths(s.state_dir), str(self.head))
         self.git_watch = gitpins.pins(self.root)  # and the repository's git config and hooks
         if any(not g.ok for g in self.guards):
             with contextlib.suppress(OSError):  # tests.log, as on any DISCARD: why no test ran
@@ -221,7 +175,8 @@ class Gate:
             if refusal:
                 self.refuse(refusal)  # nothing to decide on: refuse, record nothing
                 return False
-        self._start_workers()
+        self.start_failures += startup.start_builds(s, self.opts, self.lanes_collected, self.head,
+                                                    self.champion_commit, self.baseline_commit)
         return True
 
     def refuse(self, reason: str) -> None:
@@ -253,7 +208,7 @@ class Gate:
         return self.refusal is None
 
     def _kept_classes(self) -> list[str]:
-        rows = self.ledger.rows() if self.ledger.jsonl_path.exists() else []
+        rows = self.ledger.rows()
         return [str(r["class"]) for r in kept_rows(rows)]
 
     def _class_gate(self, cls: str) -> GuardResult:
@@ -278,41 +233,9 @@ class Gate:
             return None
 
     def prestart(self) -> None:
-        """Start the candidate's worker process at configure time (no candidate code runs before
-        its build is sent): its interpreter and torch import overlap collection and the guards."""
-        if self.opts.xdist_controller:
-            return  # the controller runs no candidate; its xdist workers start their own
-        try:
-            self.sess.worker(self.sess.cfg.candidate_path, "candidate")
-        except Exception:  # noqa: BLE001 - the fixtures build it again and report what went wrong
-            pass
-
-    def _start_workers(self) -> None:
-        """Send the candidate's, the champion's and the holdout baseline's builds now, so they
-        overlap: the second and third start-ups then cost no wall time."""
-        if self.opts.xdist_controller:
-            return
-        try:
-            self.sess.start_candidate()
-        except Exception:  # noqa: BLE001 - get_candidate builds it again and reports what went wrong
-            pass
-        lanes = [l for l in self.sess.suite.lanes if l.name in self.lanes_collected]
-        if self.opts.xdist_controller or self.opts.phase == phases.QUALITY \
-                or not any(getattr(l, "gpus", 1) == 1 for l in lanes):  # multi-GPU lanes interleave nothing
-            return
-        try:
-            champion.build(self.sess, self.champion_commit, self.head, start_only=True)
-            objective = self.sess.cfg.objective_lane
-            if self.sess.cfg.perf.twin and self.champion_commit and self.champion_commit != self.head \
-                    and any(l.name == objective for l in lanes) and self.sess.cfg.perf.interleave:
-                # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
-                self.sess.build_twin(self.champion_commit, start_only=True)
-            if self.baseline_commit and self.baseline_commit not in (self.champion_commit, self.head) \
-                    and self.sess.cfg.holdout.count:
-                # the holdout's reference is the baseline code: a third worker, started now too
-                self.sess.build_at_commit(self.baseline_commit, "holdout", start_only=True)
-        except Exception:  # noqa: BLE001 - the lanes and the holdout build again and report what went wrong
-            pass
+        """The candidate's worker, started at configure time (loop.startup)."""
+        failed = startup.prestart(self.sess, self.opts)
+        self.start_failures += [failed] if failed else []
 
     def follow(self, cls: str | None, run_dir: str | None, gated: bool) -> None:
         """An xdist worker takes the controller's go-ahead: its (cumulative) class judges every item,
@@ -331,25 +254,59 @@ class Gate:
         if self.opts.baseline:
             return Exit.OK if self.refusal is None else Exit.TESTS_FAILED
         if not self.gated:
-            record.unrecorded(self, "ended without a verdict")  # refused after its pre-run backup
-            return Exit.USAGE_ERROR if self.refusal else exitstatus
-        status = Exit.TESTS_FAILED if self.refusal else exitstatus
+            self._note(record.unrecorded(self, "ended without a verdict"))  # refused after its pre-run backup
+            if self.opts.guard is not None and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
+                return self._guard()
+            return Exit.REFUSED if self.refusal else exitstatus
+        self.test_log.close(self.sess.run_dir())
         harm = self.state_harm or backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)
         if harm:  # before anything else: the candidate may have taken the ledger with it
-            return record.damaged(self, harm, exitstatus)
+            return self.keep(record.damaged(self, harm, exitstatus))
         if exitstatus in (Exit.INTERRUPTED, Exit.INTERNAL_ERROR):
             # A harness failure is not the candidate's fault: no verdict, no git action.
             self.refusal = f"{Exit(exitstatus).name.lower().replace('_', ' ')}: no verdict recorded, nothing reverted"
-            record.unrecorded(self, "ended without a verdict")
-            return status
+            self._note(record.unrecorded(self, "ended without a verdict"))
+            return exitstatus  # pytest's own code: the operator's Ctrl-C, or pytest's error
         if self.opts.phase == phases.QUALITY:
-            # phase 1: record for the decide phase; no verdict, no git action
+            # phase 1: record for the decide phase; no verdict, no git action (pytest's code: 0 or 1 goes on)
             self.summary_lines.append(phases.record_quality(self))
-            record.unrecorded(self, "quality phase recorded")
-            return status
+            self._note(record.unrecorded(self, "quality phase recorded"))
+            return exitstatus
         decision = self._decide()
         harm = backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)  # the holdout ran it too
-        return record.damaged(self, harm, exitstatus) if harm else record.finish(self, decision, status)
+        return self.keep(record.damaged(self, harm, exitstatus) if harm else record.finish(self, decision))
+
+    def internal(self, what: str, trace: str | None) -> int | None:
+        """Something in the judge failed after the candidate ran: a CRASH (record.internal); the exit
+        status, or None where it is not this run's to decide."""
+        outcome = record.internal(self, what, trace)
+        return None if outcome is None else self.keep(outcome)
+
+    def keep(self, outcome: record.Outcome) -> int:
+        """What the record did, kept: the verdict line and decision, or the refusal; its summary lines."""
+        if outcome.decision is not None:
+            self.decision, self.verdict = outcome.decision, outcome.verdict
+        if outcome.refusal is not None:
+            self.refusal = outcome.refusal
+        self._note(outcome.notes)
+        return outcome.exit
+
+    def _note(self, notes: Iterable[str]) -> None:
+        self.summary_lines.extend(notes)
+
+    def _guard(self) -> int:
+        """A guard's outcome: 0 where nothing regressed, 1 otherwise (core.guard)."""
+        from pytest_ditar.core import guard
+
+        s = self.sess
+        lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
+        fails = guard.failures([(k, r.passed) for k, r in s.quality.items()], lanes, sorted(self.lanes_collected),
+                               [str(e) for e in _dedupe(s.errors)], float(self.opts.guard or 0.0))
+        self.guard_line = guard.line(fails, lanes, float(self.opts.guard or 0.0))
+        self.summary_lines += [f"ditar: guard: {f}" for f in fails]
+        self.summary_lines.append(f"ditar: guard: workers' logs and any failure images in {s.run_dir()} "
+                                  "(outside the state dir)")
+        return Exit.TESTS_FAILED if fails else Exit.OK
 
     def _decide(self) -> Decision:
         s = self.sess
@@ -364,7 +321,7 @@ class Gate:
         held, note = holdout.run_for_gate(self)  # fresh seeds; before `errors`: the candidate may crash on them
         if note:
             self.summary_lines.append(note)
-        errors = [RunError(e.kind, e.message, e.item, e.seconds) for e in _dedupe(s.errors)]
+        errors = [RunError(e.kind, e.message, e.item, e.seconds, e.where) for e in _dedupe(s.errors)]
         results = list(s.quality.values())
         passed, total, failures = aggregate(results)
         claim_ok, claim_reason = self._class_claim() if results and not errors else (True, "")
@@ -374,8 +331,9 @@ class Gate:
                                  holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
         lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
-        if not any(l.objective for l in lanes):
-            lanes.append(LaneOutcome(s.cfg.objective_lane, True, "MISSING", None, None, None, "objective lane did not run"))
+        if not any(ln.objective for ln in lanes):
+            lanes.append(LaneOutcome(s.cfg.objective_lane, True, "MISSING", None, None, None,
+                                     "objective lane did not run"))
         return decide(guards=self.guards, quality=quality, lanes=lanes, errors=errors,
                       vram_budget_gib=self.vram_budget_gib(), expected_items=len(s.suite.corpus))
 
@@ -396,22 +354,16 @@ class Gate:
                 return False, f"labelled '{cls}' but differs from the champion on {item_id}: {res.failures[0]}"
         return True, ""
 
-    def log_report(self, nodeid: str, when: str, outcome: str, longrepr: str = "") -> None:
-        """One test report, as plain values: a gated run logs every failure and every call."""
+    def log_report(self, nodeid: str, when: str, outcome: str, longrepr: str = "") -> str | None:
+        """One test report, as plain values: a gated run logs every failure and every call (tests.log,
+        loop.testlog). Returns the id of an earlier test that failed with the same text, else None:
+        the plugin then shortens this report to a pointer, so an error is printed once, not per item."""
         if self.gated and self.state_watch:
             harm = backup.put_back(self.root, TagPaths(self.sess.state_dir), self.state_watch)
             self.state_harm = self.state_harm or harm  # the first damage seen names the CRASH
-        if not self.gated or (when != "call" and outcome == "passed"):
-            return
-        try:
-            run_dir = self.sess.run_dir()
-            run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run_dir / "tests.log", "a") as fh:
-                fh.write(f"{nodeid} {when} {outcome}\n")
-                if outcome == "failed":
-                    fh.write(longrepr + "\n\n")
-        except OSError:
-            pass  # a log lost to a candidate that removed the run's directory: finish() finds the damage
+        if when != "call" and outcome == "passed":
+            return None
+        return self.test_log.add(nodeid, when, outcome, longrepr, self.sess.run_dir() if self.gated else None)
 
     # ---- output ---------------------------------------------------------------------------
     def summary(self) -> list[str]:
@@ -421,6 +373,9 @@ class Gate:
         if s.quality and not self.gated:
             passed, total, _ = aggregate(list(s.quality.values()))
             out.append(f"ditar: quality {passed}/{total} passed (class {s.cls}) - report only, nothing recorded")
+            room = margins(list(s.quality.values()), s.cfg.thresholds_for(s.cls))
+            if room:  # how close the edit came to each floor of the class
+                out.append(f"ditar: margins to the '{s.cls}' floors: " + "; ".join(room))
         for lr in s.lanes.values():
             oc = getattr(lr, "outcome", None)
             if oc:
@@ -436,6 +391,8 @@ class Gate:
     def final_line(self) -> str | None:
         if self.verdict:
             return self.verdict
+        if self.guard_line:
+            return self.guard_line
         if self.refusal:
             return f"DITAR REFUSED: {self.refusal}"
         return None

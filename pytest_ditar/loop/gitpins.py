@@ -86,7 +86,7 @@ def _detail(what: list[str]) -> str:
 
 def _fix(found: list[tuple[str, str, list[str]]]) -> str:
     """What undoes `found`, with the commands where they are plain (keys or hooks added)."""
-    undo: list[str] | None = []
+    undo: list[str] = []
     for kind, label, what in found:
         if kind == "hook" and what == ["added"]:
             undo.append(f"rm {label}")
@@ -94,7 +94,7 @@ def _fix(found: list[tuple[str, str, list[str]]]) -> str:
             where = "" if label == ".git/config" else f" --file {label}"
             undo += [f"git config{where} --unset-all {w.removesuffix(' added')}" for w in what]
         else:
-            undo = None
+            undo = []  # not plain: no commands
             break
     verb = ("remove" if all(k == "hook" for k, _, _ in found) else "restore") + (" them" if len(found) > 1 else " it")
     return f"{verb} ({'; '.join(undo)})" if undo else verb

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.loop import backup
 from pytest_ditar.store.paths import TagPaths
@@ -63,7 +64,8 @@ def config_refusal(cfg: Any, toplevel: Path | None) -> str | None:
         return (f"config {path} sets root to {cfg.root}, not its own project {cfg.own_root}: a gated run uses "
                 "the project its config file lives in (remove 'root' from it)")
     if path != cfg.repo_config.resolve():
-        return f"config {path} is not the repository's config file {cfg.repo_config}: a gated run uses only that file (drop --config)"
+        return (f"config {path} is not the repository's config file {cfg.repo_config}: "
+                "a gated run uses only that file (drop --config)")
     return None
 
 
@@ -95,8 +97,8 @@ def hidden_refusal(root: Path, st: gitops.RepoState, mutable_paths: Iterable[str
     path, _, what = found[0].rpartition(" ")
     more = f" (+{len(found) - 1} more)" if len(found) > 1 else ""
     if what == "added":
-        return (f"guard clean_tree: {path}{more} is not in HEAD {st.head[:7]} and git ignores it, yet the candidate can "
-                "import it: commit it or delete it")
+        return (f"guard clean_tree: {path}{more} is not in HEAD {st.head[:7]} and git ignores it, "
+                "yet the candidate can import it: commit it or delete it")
     return (f"guard clean_tree: {path}{more} is {what} against HEAD {st.head[:7]} though git status shows no change "
             f"(an index flag: assume-unchanged or skip-worktree): git update-index --no-assume-unchanged "
             f"--no-skip-worktree {path}, then commit or stash it")
@@ -157,8 +159,8 @@ class ConfigPin:
 def config_pin(cfg: Any, recorded: str | None, st: gitops.RepoState, baseline_commit: str | None) -> ConfigPin:
     """A gated run uses the repository's config file at the hash the baseline recorded."""
     if not recorded:
-        return ConfigPin(note="ditar: note: the baseline records no config_sha256 (an older baseline): the config is not "
-                              "pinned; re-baseline with a new tag to pin it")
+        return ConfigPin(note="ditar: note: the baseline records no config_sha256 (an older baseline): "
+                              "the config is not pinned; re-baseline with a new tag to pin it")
     current = cfg.repo_config_sha256()
     if current == recorded:
         return ConfigPin()
@@ -168,8 +170,9 @@ def config_pin(cfg: Any, recorded: str | None, st: gitops.RepoState, baseline_co
         return ConfigPin(guard=GuardResult("config", False, f"{rel} changed by the candidate ({now}, the baseline's "
                                                             f"{recorded[:12]})"))
     c7 = str(baseline_commit)[:7]
-    return ConfigPin(refusal=f"{rel} ({now}) differs from the baseline's {recorded[:12]}: restore {rel} from the baseline "
-                             f"commit {c7} (git checkout {c7} -- {rel}), or re-baseline with a new tag")
+    return ConfigPin(refusal=f"{rel} ({now}) differs from the baseline's {recorded[:12]}: "
+                             f"restore {rel} from the baseline commit {c7} (git checkout {c7} -- {rel}), "
+                             "or re-baseline with a new tag")
 
 
 def check_guards(root: Path, *, mutable_paths: Iterable[str], fixed_paths: Iterable[str],
@@ -180,7 +183,8 @@ def check_guards(root: Path, *, mutable_paths: Iterable[str], fixed_paths: Itera
     mutable_paths = list(mutable_paths)
     if baseline_commit and st.head:
         if not gitops.is_ancestor(root, baseline_commit):
-            results.append(GuardResult("mutable_only", False, f"baseline commit {baseline_commit[:7]} is not an ancestor of HEAD"))
+            results.append(GuardResult("mutable_only", False,
+                                       f"baseline commit {baseline_commit[:7]} is not an ancestor of HEAD"))
         else:
             outside = [p for p in gitops.changed_files(root, baseline_commit) if not is_mutable(p, mutable_paths)]
             results.append(GuardResult("mutable_only", not outside,
@@ -199,3 +203,8 @@ def feature_guard(dtypes: set[str], target: str) -> GuardResult:
 
     problems = check_features(dtypes, get_profile(target))
     return GuardResult("features", not problems, "; ".join(problems))
+
+
+def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[Mapping[str, Any]]) -> str | None:
+    """The change at HEAD was judged on this champion already, or left unjudged twice (core.rerun)."""
+    return rerun.refusal(rows, rerun.patch_key(gitops.diff_patch(root, champion, head)), champion)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError
@@ -38,7 +38,8 @@ class HoldoutReport:
                             for r in self.results}}
 
 
-def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None, rng: random.Random | None = None) -> tuple[CorpusItem, ...]:
+def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None,
+         rng: random.Random | None = None) -> tuple[CorpusItem, ...]:
     """K fresh (seed, label) pairs; never a corpus seed."""
     rng = rng or random.SystemRandom()
     used = {it.seed for it in corpus}
@@ -71,7 +72,8 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
     try:
         base_pipe = baseline_pipeline(sess, baseline_commit)
     except Exception as exc:  # noqa: BLE001 - no trusted reference means no keep: fail closed
-        return done(failures=[f"holdout: the baseline code ({baseline_commit[:7]}) could not be built: {_one_line(exc)}"])
+        return done(failures=[f"holdout: the baseline code ({baseline_commit[:7]}) could not be built: "
+                              f"{_one_line(exc)}"])
     candidate = sess.get_candidate()
     base_outs: dict[str, ItemOutput] = {}
     cand_outs: dict[str, ItemOutput] = {}
@@ -82,17 +84,19 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
         except CandidateError as exc:
             return done(failures=[f"holdout seed {seeds}: the baseline code failed: {exc.message}"])
         try:
-            cand_outs.update({o.item_id: o for o in run_batch(sess.get_candidate(), group, sess.suite, cfg.item_timeout_s)})
+            cand_outs.update({o.item_id: o
+                              for o in run_batch(sess.get_candidate(), group, sess.suite, cfg.item_timeout_s)})
         except CandidateError as exc:
-            sess.errors.append(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}"))
+            sess.errors.append(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}", where=exc.where))
             return done(note="the candidate crashed on the holdout")
     del candidate
-    from pytest_ditar.runtime.semantic import evaluators_for, pair_scores, wanted
+    from pytest_ditar.runtime.semantic import Evaluators, evaluators_for, pair_scores, wanted
 
     scores: list = [None] * len(items)
     if wanted(sess):  # only runs that score book firewall time for it, as in the quality phase
         with sess.clock.span("semantic"):
-            scores = pair_scores(evaluators_for(sess), items, [cand_outs[it.id].image for it in items],
+            ev = cast(Evaluators, evaluators_for(sess))  # wanted(sess): never None
+            scores = pair_scores(ev, items, [cand_outs[it.id].image for it in items],
                                  [base_outs[it.id].image for it in items])
     t = cfg.thresholds_for(sess.cls)
     results, failures = [], []

@@ -12,6 +12,7 @@ from pytest_ditar.loop import phases
 from pytest_ditar.loop.bound import bound_refusal
 
 if TYPE_CHECKING:
+    from pytest_ditar.core.decision import Decision
     from pytest_ditar.loop.gate import Gate
 
 PREFIX = "ditar: next: "
@@ -23,16 +24,16 @@ def next_step(gate: Gate) -> str | None:
     if gate.opts.baseline or gate.opts.phase == phases.QUALITY:
         return None
     if gate.gated and gate.decision is not None:
-        return PREFIX + _after_verdict(gate)
+        return PREFIX + _after_verdict(gate, gate.decision)
     if gate.refusal:
         if gate.refusal.startswith("class '"):  # the class gate: nothing to fix, only to choose
-            return PREFIX + "nothing was judged; pick a class this session can judge (`dit-ar doctor` lists them) or stop"
+            return PREFIX + ("nothing was judged; pick a class this session can judge (`dit-ar doctor` lists them) "
+                             "or stop")
         return PREFIX + "nothing was judged or recorded; fix what the DITAR REFUSED line names, then run it again"
     return _after_smoke(gate)
 
 
-def _after_verdict(gate: Gate) -> str:
-    d = gate.decision
+def _after_verdict(gate: Gate, d: Decision) -> str:
     bound = bound_refusal(gate.sess.state_dir)
     if bound:
         return bound
@@ -40,7 +41,11 @@ def _after_verdict(gate: Gate) -> str:
     run = os.path.relpath(gate.sess.run_dir(), gate.root)  # the summary's lines above give it in full
     left = "the commit stays (--ditar-no-revert)" if gate.opts.no_revert else f"reverted to {str(gate.parent)[:7]}"
     if d.status == "KEEP":
-        return f"{head} is the champion; commit the next hypothesis on top of it (program.md section 2, step 1)"
+        # the KEEP stands (program.md section 5); an unmeasured guard lane is said, not hidden
+        unmeasured = getattr(d, "unmeasured", ())
+        said = (f" (guard lane {', '.join(unmeasured)} not measured: its reason in {run}/summary.json)"
+                if unmeasured else "")
+        return f"{head} is the champion{said}; commit the next hypothesis on top of it (program.md section 2, step 1)"
     if d.status == "CRASH" and any(str(r).startswith("internal:") for r in getattr(d, "reasons", ()) or ()):
         # the judge failed, not the candidate: nothing in the patch to fix
         return (f"{left}; the judge itself failed (an 'internal:' reason, log in {run}): report it, then run "
@@ -50,6 +55,13 @@ def _after_verdict(gate: Gate) -> str:
                 "run again; else the next hypothesis")
     if any(g.name == "class_gate" and not g.ok for g in gate.guards):
         return f"{left}; this session cannot judge that class: a hypothesis of a class it can judge, or stop"
+    if d.status == "DISCARD" and not d.judged:  # one rule for an UNSTABLE objective lane (core.rerun)
+        if d.rerun_of is None:
+            return (f"{left}; not judged: the objective lane was UNSTABLE (the host or another process's work, not "
+                    f"the idea); run it once more as it is: `git apply {run}/candidate.patch`, commit, the same "
+                    "experiment (its ledger row links this one)")
+        return (f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): not judged twice, so leave this idea; if runs "
+                "keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
     return f"{left}; every reason is in {run}/summary.json; next, a different hypothesis (not this one again)"
 
 
@@ -66,6 +78,7 @@ def _after_smoke(gate: Gate) -> str | None:
         return (PREFIX + f"{total - passed} item(s) fail the '{s.cls}' contract against the baseline: fix the edit, "
                 "or smoke-check the looser class it belongs to")
     if not cls:
-        return PREFIX + f"judged as '{s.cls}' (the branch's class); smoke-check your claim: `pytest -m quality --ditar-class CLASS`"
+        return PREFIX + (f"judged as '{s.cls}' (the branch's class); smoke-check your claim: "
+                         "`pytest -m quality --ditar-class CLASS`")
     return (PREFIX + f"commit with the trailer `Ditar-Class: {cls}`, then "
             f"`dit-ar experiment --classification {cls} --description \"...\"`")

@@ -8,7 +8,10 @@ from pathlib import Path
 
 
 class Exit(IntEnum):
-    """pytest's exit codes by value: the gate returns one, the plugin hands it to pytest."""
+    """A run's exit status, the one table of them (README.md and program.md print it): pytest's own
+    codes by value (0-6 as of pytest 9), then the verdicts'. A gated run exits by its decision, never by pytest's
+    count of failed tests: a KEEP is 0 even where a guard lane's test failed because it could not
+    be measured (the verdict line names it), so a script driven by `$?` reads the verdict."""
 
     OK = 0
     TESTS_FAILED = 1
@@ -16,6 +19,20 @@ class Exit(IntEnum):
     INTERNAL_ERROR = 3
     USAGE_ERROR = 4
     NO_TESTS_COLLECTED = 5
+    MAX_WARNINGS_ERROR = 6  # pytest 9's --max-warnings
+    # Far from pytest's codes (it adds them one at a time): a crashed candidate is never taken for a
+    # failed or broken pytest run.
+    CRASH = 10
+    # The verdicts' names for pytest's codes (aliases: Exit(1).name stays TESTS_FAILED).
+    KEEP = 0
+    DISCARD = 1
+    REFUSED = 4  # DITAR REFUSED: nothing judged, recorded or reverted
+    BOUND_REACHED = 2  # `dit-ar experiment` refused before pytest ran: the session's bound is reached
+
+    @classmethod
+    def of_verdict(cls, status: str) -> "Exit":
+        """The exit status of a recorded decision: KEEP 0, DISCARD 1, CRASH 10."""
+        return {"KEEP": cls.KEEP, "DISCARD": cls.DISCARD, "CRASH": cls.CRASH}[status]
 
 
 @dataclass(frozen=True)
@@ -31,3 +48,6 @@ class RunOptions:
     force: bool = False  # with baseline: replace an existing one
     phase: str | None = None  # two-phase gate: phases.QUALITY or phases.DECIDE
     xdist_controller: bool = False  # this process only distributes tests; workers run the candidate
+    try_only: bool = False  # `dit-ar try`: report the working tree against the champion; record nothing
+    # `--ditar-guard`: its tolerance; like try, then failing on a lane slower beyond it or a failed contract
+    guard: float | None = None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.store import shards
@@ -40,7 +40,8 @@ def record_quality(gate: Any) -> str:
     payload = shards.dump(s, d, "quality")
     payload.update(head=gate.head, cls=s.cls, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
     write_json_atomic(d / "quality.json", payload, default=str)
-    write_json_atomic(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)}, default=str)
+    write_json_atomic(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)},
+                      default=str)
     passed, total, _ = aggregate(list(s.quality.values()))
     return (f"ditar: quality phase recorded {passed}/{total} for {str(gate.head)[:7]} "
             f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
@@ -72,12 +73,14 @@ def consume(sess: Any) -> None:
     pointer_path(sess).unlink(missing_ok=True)
 
 
-def run_two_phase(cmd: list[str], workers: int, cwd: Path) -> int:
-    """`dit-ar experiment --workers N`: quality sharded over N xdist workers, then perf + decision."""
+def run_two_phase(cmd: list[str], workers: int, cwd: Path, call: Callable[..., int] | None = None) -> int:
+    """`dit-ar experiment --workers N`: quality sharded over N xdist workers, then perf + decision,
+    each pytest run by `call(cmd, cwd=...)` (subprocess.call unless the caller reads the output)."""
     import subprocess
 
+    call = call or subprocess.call
     quality = [*cmd, "-m", "quality", "-n", str(workers), f"--ditar-phase={QUALITY}"]  # batches stay whole: xdist.py
-    rc = subprocess.call(quality, cwd=cwd)
+    rc = call(quality, cwd=cwd)
     if rc not in (0, 1):  # refused (4), interrupted (2), internal error (3): nothing to decide
         return rc
-    return subprocess.call([*cmd, "-m", "perf", f"--ditar-phase={DECIDE}"], cwd=cwd)
+    return call([*cmd, "-m", "perf", f"--ditar-phase={DECIDE}"], cwd=cwd)

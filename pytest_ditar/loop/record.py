@@ -8,68 +8,122 @@ config or hooks changed (loop.gitpins); a file error while recording is a CRASH
 with its reason, never a traceback. Whatever else fails in the judge after the candidate ran
 (another plugin's hook, a bug of ours) is `internal`: a CRASH whose reason starts "internal:" and
 names the log with the traceback, recorded and reverted like any CRASH, so no run is left
-undecided with its commit in place."""
+undecided with its commit in place.
+
+Every function here reads the gate (a `RunFacts`) and returns what it did, as a value (`Outcome`,
+notes): the gate keeps it, so no function outside the gate writes the gate."""
 from __future__ import annotations
 
 import contextlib
+import json
 import traceback
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
-from pytest_ditar.core.decision import Decision, verdict_line
+from pytest_ditar.core import rerun
+from pytest_ditar.core.decision import Decision, GuardResult, verdict_line
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.loop import backup, champion, gitpins, phases
-from pytest_ditar.loop.options import Exit
+from pytest_ditar.loop.options import Exit, RunOptions
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
+from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
-if TYPE_CHECKING:
-    from pytest_ditar.loop.gate import Gate
-
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
+
+
+class RunFacts(Protocol):
+    """What the record reads of a gated run (loop.gate.Gate provides it): read only, here."""
+
+    @property
+    def sess(self) -> DitarSession: ...
+    @property
+    def opts(self) -> RunOptions: ...
+    @property
+    def root(self) -> Path: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def gated(self) -> bool: ...
+    @property
+    def verdict(self) -> str | None: ...
+    @property
+    def refusal(self) -> str | None: ...
+    @property
+    def head(self) -> str | None: ...
+    @property
+    def parent(self) -> str | None: ...
+    @property
+    def branch(self) -> str | None: ...
+    @property
+    def meta(self) -> Any: ...
+    @property
+    def guards(self) -> list[GuardResult]: ...
+    @property
+    def champion_commit(self) -> str | None: ...
+    @property
+    def state_watch(self) -> backup.Watch | None: ...
+    @property
+    def git_watch(self) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a step of the record did, for the gate to keep: the run's exit status; where it was
+    decided, its verdict line and the decision recorded; where it was not, why (the refusal);
+    and the summary lines it adds."""
+    exit: int
+    verdict: str | None = None
+    decision: Decision | None = None
+    refusal: str | None = None
+    notes: tuple[str, ...] = ()
 
 
 class Recorded(NamedTuple):
     verdict: str  # the greppable DITAR VERDICT line
     notes: tuple[str, ...]  # summary lines: what happened to the commit
     decision: Decision  # what was recorded: the decision, or a CRASH when it could not be stored
+    backup: str | None = None  # the backup commit that marks the run as recorded (None: not written)
 
 
-def finish(gate: "Gate", decision: Decision, status: int) -> int:
-    """Record `decision` (act), back the state up, and return the run's exit status. First, git:
-    a branch that no longer points at the judged commit makes the run a CRASH."""
-    gate.moved = git_moved(gate)
+def finish(gate: RunFacts, decision: Decision) -> Outcome:
+    """Record `decision` (act), back the state up; the outcome's exit status is the recorded
+    decision's (options.Exit), whatever pytest counted as failed. First, git: a branch that no
+    longer points at the judged commit makes the run a CRASH."""
+    moved = git_moved(gate)
     # the repository's git config or hooks written during the run: code that git would run (loop.gitpins)
-    why = gate.moved or gitpins.changed_during(gate.root, getattr(gate, "git_watch", None))
+    why = moved or gitpins.changed_during(gate.root, gate.git_watch)
     if why:
         objections = decision.reasons if decision.status != "KEEP" else ()  # a KEEP's are not objections
         decision = Decision("CRASH", why, (why, *objections))
     try:
-        rec = act(gate, decision)
+        rec = act(gate, decision, moved)
     except OSError as exc:  # not even the ledger row could be written
-        gate.refusal = f"could not record the run: {oserror_line(exc)}: nothing recorded, nothing reverted"
-        unrecorded(gate, "ended without a verdict")
-        return Exit.TESTS_FAILED
-    gate.decision, gate.verdict = rec.decision, rec.verdict
-    gate.summary_lines.extend(rec.notes)
+        return Outcome(Exit.REFUSED,
+                       refusal=f"could not record the run: {oserror_line(exc)}: nothing recorded, nothing reverted",
+                       notes=unrecorded(gate, "ended without a verdict"))
+    notes = list(rec.notes)
     paths = TagPaths(gate.sess.state_dir)
     # verdict.txt and the patch, written after the record's own backup
     note = _after_row("backup", lambda: backup.save_note(
         gate.root, paths, backup.settled_message(paths, gate.head, _recorded(gate, rec.decision)),
-        parent=gate.record_backup or (gate.state_watch.commit if gate.state_watch else None)))
-    if note and not gate.record_backup:
-        gate.summary_lines.append(note)
+        parent=rec.backup or (gate.state_watch.commit if gate.state_watch else None)))
+    if note and not rec.backup:
+        notes.append(note)
     if gate.opts.phase == phases.DECIDE:
-        gate.summary_lines += filter(None, [_after_row("phase record", lambda: phases.consume(gate.sess))])
-    return status if rec.decision.status == "KEEP" else Exit.TESTS_FAILED
+        notes += filter(None, [_after_row("phase record", lambda: phases.consume(gate.sess))])
+    return Outcome(Exit.of_verdict(rec.decision.status), rec.verdict, rec.decision, notes=tuple(notes))
 
 
-def internal(gate: "Gate", what: str, trace: str | None) -> int | None:
+def internal(gate: RunFacts, what: str, trace: str | None) -> Outcome | None:
     """Something in the judge failed after the candidate ran: `what` (one line) with `trace`. The
     run ends as a CRASH "internal: <what> (traceback in <run dir>/internal.log)", recorded and
-    reverted like any CRASH; returns the exit status. None where it is not this run's to decide:
+    reverted like any CRASH; returns its outcome. None where it is not this run's to decide:
     no gated run, phase 1 of a two-phase gate (it decides nothing), a run already decided or
     refused.
 
@@ -81,23 +135,22 @@ def internal(gate: "Gate", what: str, trace: str | None) -> int | None:
     log = _internal_log(gate, what, trace)
     d = _crash(f"internal: {what} ({log})")
     try:
-        return finish(gate, d, Exit.TESTS_FAILED)
+        return finish(gate, d)
     except Exception:  # noqa: BLE001 - the full record failed as well: the bare one below
         _internal_log(gate, "the full record of the internal CRASH failed too", traceback.format_exc())
     try:
         rec = _bare_record(gate, d)
     except Exception as exc:  # noqa: BLE001 - the ledger itself cannot be written
-        gate.refusal = (f"could not record the run ({d.reason}): {oserror_line(exc) if isinstance(exc, OSError) else exc}: "
-                        "nothing recorded, nothing reverted")
+        refusal = (f"could not record the run ({d.reason}): "
+                   f"{oserror_line(exc) if isinstance(exc, OSError) else exc}: nothing recorded, nothing reverted")
+        notes: tuple[str, ...] = ()
         with contextlib.suppress(Exception):
-            unrecorded(gate, "ended without a verdict")
-        return Exit.TESTS_FAILED
-    gate.decision, gate.verdict = rec.decision, rec.verdict
-    gate.summary_lines.extend(rec.notes)
-    return Exit.TESTS_FAILED
+            notes = unrecorded(gate, "ended without a verdict")
+        return Outcome(Exit.REFUSED, refusal=refusal, notes=notes)
+    return Outcome(Exit.CRASH, rec.verdict, rec.decision, notes=rec.notes)
 
 
-def _internal_log(gate: "Gate", what: str, trace: str | None) -> str:
+def _internal_log(gate: RunFacts, what: str, trace: str | None) -> str:
     """Append `what` and its traceback to the run's internal.log; the words that say where it is."""
     try:
         run_dir = gate.sess.run_dir()
@@ -110,7 +163,7 @@ def _internal_log(gate: "Gate", what: str, trace: str | None) -> str:
         return f"traceback not written: {oserror_line(exc) if isinstance(exc, OSError) else exc}"
 
 
-def _bare_record(gate: "Gate", d: Decision) -> Recorded:
+def _bare_record(gate: RunFacts, d: Decision) -> Recorded:
     """A CRASH recorded from plain fields only, for when the full record raised."""
     s = gate.sess
     meta = gate.meta
@@ -126,15 +179,19 @@ def _bare_record(gate: "Gate", d: Decision) -> Recorded:
         "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
         "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off),
-        "sandbox": s.cfg.sandbox})
-    return Recorded(verdict, tuple(notes + _settle_recorded(gate, d, s.run_dir(), verdict)), d)
+        "sandbox": s.cfg.sandbox, "judged": int(rerun.judged(d.status, d.reasons, False))})
+    moved = None
+    with contextlib.suppress(Exception):  # where the branch went, for the revert; the full record may have failed here
+        moved = git_moved(gate)
+    settled, mark = _settle_recorded(gate, d, s.run_dir(), verdict, moved)
+    return Recorded(verdict, tuple(notes + settled), d, mark)
 
 
-def _append_row(gate: "Gate", row: dict[str, Any]) -> list[str]:
+def _append_row(gate: RunFacts, row: dict[str, Any]) -> list[str]:
     """The ledger row, the record itself. ledger.jsonl is written before results.tsv: where only
     the TSV failed, the row stands (the next append rewrites the TSV) and this returns a note;
     where the row did not land, the error propagates."""
-    before = len(gate.ledger.rows()) if gate.ledger.jsonl_path.exists() else 0
+    before = len(gate.ledger.rows())
     try:
         gate.ledger.append(row)
     except Exception as exc:  # re-raised below unless the row landed
@@ -156,7 +213,7 @@ def _after_row(step: str, fn: Any) -> str | None:
         return f"ditar: {step} failed after the ledger row: {type(exc).__name__}: {exc}"
 
 
-def damaged(gate: "Gate", harm: str, exitstatus: int) -> int:
+def damaged(gate: RunFacts, harm: str, exitstatus: int) -> Outcome:
     """The run changed the state directory: restore it from the backup taken before the candidate
     ran (not the ref, which the candidate can move too), then record the run as a CRASH."""
     paths = TagPaths(gate.sess.state_dir)
@@ -164,18 +221,17 @@ def damaged(gate: "Gate", harm: str, exitstatus: int) -> int:
         w = gate.state_watch
         backup.restore(gate.root, paths, w.commit if w else None, w.dirs if w else ())
     except (DitarError, OSError) as exc:
-        gate.refusal = (f"state directory damaged during the run ({harm}) and not restored ({exc}): nothing recorded, "
-                        f"nothing reverted; restore {paths.dir} or start a new tag")
-        return Exit.TESTS_FAILED
+        return Outcome(Exit.REFUSED, refusal=(
+            f"state directory damaged during the run ({harm}) and not restored ({exc}): nothing recorded, "
+            f"nothing reverted; restore {paths.dir} or start a new tag"))
     reason = f"state directory damaged during the run ({harm}): restored from {backup.ref(paths)}"
     if exitstatus == Exit.INTERRUPTED:
-        gate.refusal = f"interrupted: {reason}; no verdict recorded, nothing reverted"
-        unrecorded(gate, "ended without a verdict")
-        return exitstatus
-    return finish(gate, _crash(reason), Exit.TESTS_FAILED)
+        return Outcome(exitstatus, refusal=f"interrupted: {reason}; no verdict recorded, nothing reverted",
+                       notes=unrecorded(gate, "ended without a verdict"))
+    return finish(gate, _crash(reason))
 
 
-def git_moved(gate: "Gate") -> str | None:
+def git_moved(gate: RunFacts) -> str | None:
     """How git changed during the run, or None: the judged branch must still point at the judged
     commit, with HEAD on it. An amend or a commit on top would otherwise leave untested code, or a
     discarded commit, on the branch under this run's verdict."""
@@ -183,7 +239,8 @@ def git_moved(gate: "Gate") -> str | None:
         return None
     now = gitops.branch_commit(gate.root, gate.branch)
     if now != gate.head:
-        return f"git state changed during the run: {gate.branch} moved from {gate.head[:7]} to {(now or '(deleted)')[:7]}"
+        return (f"git state changed during the run: {gate.branch} moved from {gate.head[:7]} "
+                f"to {(now or '(deleted)')[:7]}")
     st = gitops.state(gate.root)
     if st.branch != gate.branch:
         where = st.branch or f"a detached HEAD at {str(st.head)[:7]}"
@@ -191,55 +248,53 @@ def git_moved(gate: "Gate") -> str | None:
     return None
 
 
-def unrecorded(gate: "Gate", what: str) -> None:
+def unrecorded(gate: RunFacts, what: str) -> tuple[str, ...]:
     """A gated run that ends without a ledger row, after its pre-run backup: the state must be as the
     candidate found it (put back if not), and the backup then marks the run as over, so the next run
-    does not take it for one that was killed."""
+    does not take it for one that was killed. Returns the summary lines it adds."""
     w = gate.state_watch
     if w is None:
-        return
+        return ()
     paths = TagPaths(gate.sess.state_dir)
     if backup.damage(gate.root, paths, w):
         with contextlib.suppress(DitarError, OSError):
             backup.restore(gate.root, paths, w.commit, w.dirs)
     note = backup.save_note(gate.root, paths, backup.settled_message(paths, gate.head, f"{what}: {str(gate.head)[:7]}"),
                             parent=w.commit, always=True)
-    if note:
-        gate.summary_lines.append(note)
+    return (note,) if note else ()
 
 
-def _recorded(gate: "Gate", d: Decision) -> str:
+def _recorded(gate: RunFacts, d: Decision) -> str:
     """The end of a recorded run's backup subject: "recorded abc1234 DISCARD"."""
     return f"recorded {str(gate.head)[:7]} {d.status}"
 
 
-def _back_up_record(gate: "Gate", d: Decision) -> str | None:
-    """Right after the ledger row: the backup that marks this run as recorded. Returns a note when it
+def _back_up_record(gate: RunFacts, d: Decision) -> tuple[str | None, str | None]:
+    """Right after the ledger row: the backup that marks this run as recorded, and a note when it
     could not be written (the next run then takes the run for one that never recorded)."""
     if not gitops.state(gate.root).is_repo:
-        return None
+        return None, None
     try:
-        gate.record_backup = backup.mark_settled(gate.root, TagPaths(gate.sess.state_dir), gate.head,
-                                                 _recorded(gate, d),
-                                                 parent=gate.state_watch.commit if gate.state_watch else None)
+        return backup.mark_settled(gate.root, TagPaths(gate.sess.state_dir), gate.head, _recorded(gate, d),
+                                   parent=gate.state_watch.commit if gate.state_watch else None), None
     except (DitarError, OSError) as exc:
-        return f"ditar: state not backed up to {backup.ref(TagPaths(gate.sess.state_dir))}: {exc}"
-    return None
+        return None, f"ditar: state not backed up to {backup.ref(TagPaths(gate.sess.state_dir))}: {exc}"
 
 
-def finish_revert(gate: "Gate", st: gitops.RepoState) -> str | None:
+def finish_revert(root: Path, rows: list[dict[str, Any]], st: gitops.RepoState,
+                  no_revert: bool) -> tuple[str | None, str | None]:
     """Finish a revert that a kill -9 interrupted (the ledger's last row is DISCARD/CRASH for HEAD),
-    with reset --keep, on a tree the gate has found clean. Returns a refusal when git will not."""
-    rows = gate.ledger.rows()
+    with reset --keep, on a tree the gate has found clean. Returns (a refusal when git will not,
+    the summary line of a revert finished)."""
     if not (rows and rows[-1].get("commit") == st.head and rows[-1].get("status") in ("DISCARD", "CRASH")) \
-            or gate.opts.no_revert:
-        return None
+            or no_revert:
+        return None, None
     try:
-        gitops.revert_to_parent(gate.root, str(st.head))
+        gitops.revert_to_parent(root, str(st.head))
     except DitarError as exc:
-        return f"HEAD {str(st.head)[:7]} is recorded as {rows[-1]['status']} but its revert cannot be finished: {exc}"
-    gate.summary_lines.append(f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1]['status']}")
-    return None
+        return (f"HEAD {str(st.head)[:7]} is recorded as {rows[-1]['status']} but its revert cannot be finished: "
+                f"{exc}"), None
+    return None, f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1]['status']}"
 
 
 def _crash(reason: str) -> Decision:
@@ -252,33 +307,48 @@ def oserror_line(exc: OSError) -> str:
     return f"{exc.strerror}: {where}" if exc.strerror and where else (exc.strerror or str(exc) or type(exc).__name__)
 
 
-def _summary(gate: "Gate", d: Decision) -> dict[str, Any]:
+def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
     s = gate.sess
-    return {"decision": d.status, "reason": d.reason, "reasons": list(d.reasons), "commit": gate.head,
+    return {"schema_version": SCHEMA_VERSION, "decision": d.status, "reason": d.reason, "reasons": list(d.reasons),
+            "commit": gate.head, "judged": d.judged, "rerun_of": d.rerun_of,
             "class": gate.meta.cls if gate.meta else "", "cumulative_class": s.cls,
             "guards": [g.__dict__ for g in gate.guards],
             "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
                         for k, r in s.quality.items()},
             "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
             "timings": s.clock.as_dict(),
-            "request_secret": s.request_secret}  # what keyed the run's timed requests
+            "request_secret": s.request_secret,  # what keyed the run's timed requests
+            "champion": gate.champion_commit,  # what the lanes were timed against (dit-ar compare pairs on it)
+            "fingerprint": _fingerprint(s)}
 
 
-def act(gate: "Gate", d: Decision) -> Recorded:
+def _fingerprint(sess: Any) -> dict[str, Any] | None:
+    """The run's hardware fingerprint (the off-target check collected it already); None where no
+    worker could say (a candidate that crashed its worker at start-up)."""
+    try:
+        return sess.fingerprint().to_dict()
+    except Exception:  # noqa: BLE001 - a convenience for `dit-ar compare`: the verdict stands without it
+        return None
+
+
+def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
     """Write summary.json, the ledger row, its backup and verdict.txt; store a KEEP as champion,
     revert the rest.
 
     The ledger row is the record: a file error before it makes the run a CRASH with that reason;
     one at the ledger itself propagates (OSError), with nothing recorded. The backup follows the row
     at once, before anything else (the revert included): a kill -9 between them leaves a run the next
-    one rolls back and judges again; one after them, a recorded run whose revert it finishes."""
+    one rolls back and judges again; one after them, a recorded run whose revert it finishes.
+    `moved`: how git changed during the run (git_moved), which decides how the revert puts the
+    branch back."""
     s = gate.sess
     run_dir = s.run_dir()
     cls = gate.meta.cls if gate.meta else ""
+    d, key = _judgment(gate, d)
     try:
         write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
         if d.status == "KEEP":
-            champion.store(s, gate.head, cls)
+            champion.store(s, cast(str, gate.head), cls)  # a judged run: its commit
     except OSError as exc:
         d = _crash(f"could not record the run: {oserror_line(exc)}")
         with contextlib.suppress(OSError):
@@ -296,54 +366,93 @@ def act(gate: "Gate", d: Decision) -> Recorded:
     notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent or gitops.state(gate.root).parent, "class": cls,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
-        "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None, "ci_high": oc.ci_high if oc else None,
+        "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None,
+        "ci_high": oc.ci_high if oc else None,
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off),
-        "sandbox": s.cfg.sandbox,
+        "sandbox": s.cfg.sandbox, "patch": key, "judged": int(d.judged), "rerun_of": d.rerun_of,
     })
-    return Recorded(verdict, tuple(notes + _settle_recorded(gate, d, run_dir, verdict)), d)
+    settled, mark = _settle_recorded(gate, d, run_dir, verdict, moved)
+    return Recorded(verdict, tuple(notes + settled), d, mark)
 
 
-def _settle_recorded(gate: "Gate", d: Decision, run_dir: Path, verdict: str) -> list[str]:
+def _judgment(gate: RunFacts, d: Decision) -> tuple[Decision, str]:
+    """`d` with whether it judged the change and the run it re-runs (core.rerun), and the change's key."""
+    s = gate.sess
+    oc = getattr(s.lanes.get(s.cfg.objective_lane), "outcome", None)
+    parent = gate.parent or gitops.state(gate.root).parent
+    key = rerun.patch_key(gitops.diff_patch(gate.root, parent, gate.head)) if parent and gate.head else ""
+    rows = gate.ledger.rows()
+    return replace(d, judged=rerun.judged(d.status, d.reasons, getattr(oc, "verdict", None) == "UNSTABLE"),
+                   rerun_of=rerun.rerun_of(rows, key, parent or "")), key
+
+
+def _markdown(gate: RunFacts, run_dir: Path, verdict: str) -> str:
+    """summary.md: the verdict and the lanes with throughput units, from the summary.json just written."""
+    import statistics
+
+    from pytest_ditar.core import verdict_json
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    suite = gate.sess.suite
+    shapes = {ln.name: (ln.batch, ln.steps or suite.pipeline.steps) for ln in suite.lanes}
+    medians = {k: statistics.median(v["measurement"]["samples"]) for k, v in (summary.get("lanes") or {}).items()
+               if (v.get("measurement") or {}).get("samples")}
+    return verdict_json.markdown(verdict_json.record(verdict, 0, summary, str(run_dir)), shapes, medians)
+
+
+def _settle_recorded(gate: RunFacts, d: Decision, run_dir: Path, verdict: str,
+                     moved: str | None) -> tuple[list[str], str | None]:
     """After the ledger row: its backup, verdict.txt, and the revert of anything but a KEEP. Each
-    step's failure is a note; none may leave a recorded run unreverted."""
-    notes = [_after_row("backup", lambda: _back_up_record(gate, d))]
+    step's failure is a note; none may leave a recorded run unreverted. Returns the notes and the
+    backup commit that marks the run as recorded (None where it was not written)."""
+    try:
+        mark, note = _back_up_record(gate, d)
+    except Exception as exc:  # noqa: BLE001 - after the row: a note, as _after_row words it
+        mark, note = None, f"ditar: backup failed after the ledger row: {type(exc).__name__}: {exc}"
+    notes = [note]
     try:
         write_text_atomic(run_dir / "verdict.txt", verdict + "\n")
     except OSError as exc:  # recorded in the ledger already: a lost copy of the line is a note
         notes.append(f"ditar: verdict.txt not written: {oserror_line(exc)}")
+    try:
+        write_text_atomic(run_dir / "summary.md", _markdown(gate, run_dir, verdict))
+    except Exception as exc:  # noqa: BLE001 - a convenience for CI; never in the way of the revert below
+        notes.append(f"ditar: summary.md not written: {type(exc).__name__}: {exc}")
     if d.status != "KEEP":
-        notes.append(_after_row("revert", lambda: revert(gate, run_dir)))
-    return [n for n in notes if n]
+        notes.append(_after_row("revert", lambda: revert(gate, run_dir, moved)))
+    return [n for n in notes if n], mark
 
 
-def revert(gate: "Gate", run_dir: Path) -> str:
+def revert(gate: RunFacts, run_dir: Path, moved: str | None = None) -> str:
     """Save the candidate's patch beside its logs, then `git reset --keep` to the parent: local
     changes survive, and where git refuses, the commit stays and the line says how to finish.
     When the branch moved during the run, it goes back on the judged commit's parent the same way,
     whatever the candidate committed. Returns the summary line that says what happened."""
+    head = cast(str, gate.head)  # a judged run: its commit
     base = gate.parent or gitops.state(gate.root).parent
     if base:
         with contextlib.suppress(Exception):  # the patch is a convenience; git still has the commit
-            write_text_atomic(run_dir / "candidate.patch", gitops.diff_patch(gate.root, base, gate.head))
+            write_text_atomic(run_dir / "candidate.patch", gitops.diff_patch(gate.root, base, head))
     if gate.opts.no_revert:
         return "ditar: --ditar-no-revert: the commit stays in place"
-    if gate.moved and base and gate.branch:
+    if moved and base and gate.branch:
         try:
             gitops.put_branch_back(gate.root, gate.branch, base)
-            return f"ditar: {gate.branch} put back on {base[:7]}, the judged commit's parent (patch and logs in {run_dir})"
+            return (f"ditar: {gate.branch} put back on {base[:7]}, the judged commit's parent "
+                    f"(patch and logs in {run_dir})")
         except DitarError as exc:
             return f"ditar: {gate.branch} not put back: {exc}"
     try:
-        gitops.revert_to_parent(gate.root, gate.head)
-        return f"ditar: reverted {gate.head[:7]} (patch and logs in {run_dir})"
+        gitops.revert_to_parent(gate.root, head)
+        return f"ditar: reverted {head[:7]} (patch and logs in {run_dir})"
     except DitarError as exc:
         return f"ditar: not reverted: {exc}"
     except Exception as exc:  # noqa: BLE001 - still recorded: say how to finish by hand
         return f"ditar: not reverted ({type(exc).__name__}: {exc}): git reset --keep {str(base)[:7]} finishes it"
 
 
-def off_target(sess: Any) -> bool:
+def off_target(sess: DitarSession) -> bool:
     try:
         from pytest_ditar.hardware.fingerprint import on_target
         from pytest_ditar.hardware.profiles import get_profile

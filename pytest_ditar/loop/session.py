@@ -6,7 +6,7 @@ import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
@@ -16,10 +16,16 @@ from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.core.vocabulary import ENV_CONFIG, ENV_CPU_THREADS, ENV_TAG
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, require_pipeline, run_batch
+from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store import shards
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
+
+if TYPE_CHECKING:
+    from pytest_ditar.hardware.fingerprint import Fingerprint
+    from pytest_ditar.runtime.semantic import SessionScores
+    from pytest_ditar.store.snapshot import Snapshot
 
 
 def resolve_tag(cfg: Config, explicit: str | None = None) -> str:
@@ -38,22 +44,26 @@ class DitarSession:
     tag: str
     device: str
     cls: str = "exact"  # the class this run is judged under (cumulative for gated runs)
-    candidate: Any = None
+    candidate: CandidateWorker | None = None
     candidate_error: CandidateError | None = None
     outputs: dict[str, ItemOutput] = field(default_factory=dict)
     quality: dict[str, ContractResult] = field(default_factory=dict)
-    lanes: dict[str, Any] = field(default_factory=dict)
+    lanes: dict[str, LaneResult] = field(default_factory=dict)
     errors: list[CandidateError] = field(default_factory=list)
     _model_dir: Path | None = None
-    _baseline: Any = None
+    _baseline: Snapshot | None = None
     _run_dir: Path | None = None
-    _fingerprint: Any = None
-    _workers: dict = field(default_factory=dict)  # (candidate dir, name) -> CandidateWorker (one process each)
+    _fingerprint: Fingerprint | None = None
+    # (candidate dir, name) -> its worker (one process each)
+    _workers: dict[tuple[Path, str], CandidateWorker] = field(default_factory=dict)
     _worker_logs: Path | None = None
     _scratch: Path | None = None  # the workers' working directories: private, outside the project
-    _worktrees: dict = field(default_factory=dict)  # worktree -> its file stamps when checked against its commit
+    # worktree -> its file stamps when checked against its commit
+    _worktrees: dict[Path, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    worktree_root: Path | None = None  # where commits are checked out; None: the state dir's worktrees/
+    beside_champion: bool = False  # a guard: the working tree is timed beside the champion's build, HEAD or not
     memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
-    _semantic: Any = None  # semantic.SessionScores: evaluators built once per session + score cache
+    _semantic: SessionScores | None = None  # evaluators built once per session + score cache
     clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
     # Keys the stream of timed requests (core.requests); made when the run starts, recorded in
     # the run's summary only after the candidate has finished.
@@ -205,6 +215,9 @@ class DitarSession:
                 with self.clock.span("build.candidate"):
                     self.candidate = w.built(self.cfg.build_timeout_s)
                 self.clock.built(w.name, w.build_s)
+                from pytest_ditar.runtime import zygote
+
+                self.clock.imports_s = float(zygote.imports_s() or 0.0)  # most of a CPU build's wait
             except CandidateError as exc:
                 self.candidate_error = exc
                 self.errors.append(exc)
@@ -221,6 +234,14 @@ class DitarSession:
 
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        if self.worktree_root is not None:  # a guard's checkouts, outside the state dir: gone with the run
+            import shutil
+
+            from pytest_ditar.loop import worktrees
+
+            worktrees.drop(self.cfg.root, list(self._worktrees))
+            self._worktrees.clear()
+            shutil.rmtree(self.worktree_root, ignore_errors=True)
         if self._worker_logs is not None:
             import shutil
 
@@ -249,7 +270,8 @@ class DitarSession:
                 raise
         return self.outputs[item.id]
 
-    def semantic_scores(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> dict[str, float] | None:
+    def semantic_scores(self, item: CorpusItem, cand: ItemOutput,
+                        base: ItemOutput) -> dict[str, float | None] | None:
         """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
         from pytest_ditar.runtime.semantic import session_scores, wanted
 
@@ -277,7 +299,7 @@ class DitarSession:
     def _build_in_worktree(self, commit: str, name: str, phase: str, start_only: bool) -> CandidateWorker:
         from pytest_ditar.loop import worktrees
 
-        wt = self.state_dir / "worktrees" / commit[:12]
+        wt = (self.worktree_root or self.state_dir / "worktrees") / commit[:12]
         with self.clock.span(phase):  # the checkout and the wait count to the phase that needed it
             if wt not in self._worktrees:
                 try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest_ditar
-from pytest_ditar.store.snapshot import sha256_file
+from pytest_ditar.store.atomic import sha256_file
 
 FIX = "or re-run `dit-ar baseline --force` if you changed it yourself"
 

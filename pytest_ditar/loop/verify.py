@@ -99,7 +99,8 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
         except DitarError as exc:
             yield Check("baseline snapshot", False, str(exc))
     if snap is not None:
-        yield from _many("baseline files", verify_snapshot(snap), f"{len(snap.manifest.get('files', {}))} files match the manifest")
+        yield from _many("baseline files", verify_snapshot(snap),
+                         f"{len(snap.manifest.get('files', {}))} files match the manifest")
         if has_ledger:
             yield _anchor(ledger, hashlib.sha256((snap.path / MANIFEST).read_bytes()).hexdigest())
     if has_ledger:
@@ -108,7 +109,8 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
     for champ in sorted(paths.champions.glob("[!.]*")) if paths.champions.is_dir() else []:
         try:
             c = load_snapshot(champ, "champion", verify=False)
-            yield from _many(f"champion {champ.name[:7]} files", verify_snapshot(c), f"{len(c.manifest.get('files', {}))} files")
+            yield from _many(f"champion {champ.name[:7]} files", verify_snapshot(c),
+                             f"{len(c.manifest.get('files', {}))} files")
         except DitarError as exc:
             yield Check(f"champion {champ.name[:7]}", False, str(exc))
     if not busy:
@@ -157,7 +159,8 @@ def recover(root: Path, paths: TagPaths, force: bool = False, echo: Callable[[st
     failed = [c for c in state_checks(root, paths, echo=echo) if not c.ok]
     for c in failed:
         echo(c.line())
-    echo("recover: the state directory verifies" if not failed else "recover: the state directory still fails to verify")
+    echo("recover: the state directory verifies" if not failed
+         else "recover: the state directory still fails to verify")
     return 0 if not failed else 1
 
 
@@ -186,7 +189,8 @@ def _git_pins(root: Path, manifest: dict[str, Any]) -> Check:
 
     recorded = manifest.get("git_pins")
     if recorded is None:
-        return Check("git config and hooks", True, "not pinned (an older baseline; `dit-ar baseline --force` pins them)")
+        return Check("git config and hooks", True,
+                     "not pinned (an older baseline; `dit-ar baseline --force` pins them)")
     why = gitpins.refusal(root, manifest)
     if why:
         return Check("git config and hooks", False, why)
@@ -200,7 +204,8 @@ def _stamps(sess: Any, manifest: dict[str, Any]) -> Check:
     from pytest_ditar.loop import stamps
 
     if manifest.get("model_files") is None:
-        return Check("model and environment", True, "not stamped (an older baseline; `dit-ar baseline --force` stamps them)")
+        return Check("model and environment", True,
+                     "not stamped (an older baseline; `dit-ar baseline --force` stamps them)")
     why = stamps.refusal(manifest, sess.model_dir(), sess.cfg.root)
     if why:
         return Check("model and environment", False, why)
@@ -212,15 +217,16 @@ def _anchor(ledger: Ledger, digest: str) -> Check:
     from pytest_ditar.store.ledger import LedgerError
 
     try:
-        rows = ledger.rows() if ledger.jsonl_path.exists() else []
+        rows = ledger.rows()
     except LedgerError as exc:
         return Check("baseline anchor", False, f"the ledger cannot be read: {exc}")
-    anchors = [ANCHOR.search(str(r.get("description", ""))) for r in rows if r.get("status") == "BASELINE"]
-    anchors = [m.group(1) for m in anchors if m]
+    found = [ANCHOR.search(str(r.get("description", ""))) for r in rows if r.get("status") == "BASELINE"]
+    anchors = [m.group(1) for m in found if m]
     if not anchors:
         return Check("baseline anchor", False, "no BASELINE row with the manifest's sha256 in the ledger")
     if anchors[-1] != digest:
-        return Check("baseline anchor", False, f"manifest sha256 {digest[:12]} != ledger's {anchors[-1][:12]} (manifest edited?)")
+        return Check("baseline anchor", False,
+                     f"manifest sha256 {digest[:12]} != ledger's {anchors[-1][:12]} (manifest edited?)")
     return Check("baseline anchor", True, f"manifest sha256 {digest[:12]} matches the ledger")
 
 
@@ -260,7 +266,8 @@ def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterat
             res = check_contract(out.item_id, "exact", m, t)
             nums = f"latent_rel_l2={m.latent_rel_l2:.3g} psnr={m.psnr:.4g}dB"
             yield Check(f"regenerate {out.item_id}", res.passed,
-                        (f"matches the snapshot ({nums}){where}" if res.passed else f"{res.failures[0]} ({nums}){where}"))
+                        (f"matches the snapshot ({nums}){where}" if res.passed
+                         else f"{res.failures[0]} ({nums}){where}"))
 
 
 def verify(sess: Any, sample: int = 3, echo=print) -> int:

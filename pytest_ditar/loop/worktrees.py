@@ -14,13 +14,14 @@ the commit's blobs, not git's status of it) and has not changed since (`pristine
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from pytest_ditar.core.decision import kept_rows
+from pytest_ditar.core.decision import champion_row, status_counts
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.hardware.fingerprint import cuda_device_count
@@ -65,7 +66,7 @@ def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) 
     else:
         if wt.exists() and any(wt.iterdir()):
             raise DitarError(f"{wt}: exists and is not empty; pick another --worktree")
-        gitops.add_branch_worktree(cfg.root, wt, branch, st.head)
+        gitops.add_branch_worktree(cfg.root, wt, branch, cast(str, st.head))  # require_clean_repo: it has a commit
     rel_cfg = cfg.path.relative_to(cfg.root)
     f = TagPaths.of(wt, cfg.state_dir, tag).session_file
     data = json.loads(f.read_text()) if f.is_file() else {"tag": tag, "branch": branch, "start_commit": st.head}
@@ -84,14 +85,13 @@ def collect_all(cfg: Any) -> list[dict[str, Any]]:
         for tag in tag_dirs(state_root(Path(wt["path"]), cfg.state_dir)):
             sess = json.loads(tag.session_file.read_text())
             ledger = Ledger(tag.dir)
-            led = ledger.rows() if ledger.jsonl_path.exists() else []
+            led = ledger.rows()
             exps = [r for r in led if r.get("status") in STATUSES]
-            kept = kept_rows(exps)
+            champ = champion_row(exps)
             rows.append({"tag": tag.tag, "branch": sess.get("branch"), "checked_out": wt["branch"],
                          "worktree": wt["path"], "gpu": sess.get("gpu"),
                          "baseline": (tag.baseline / MANIFEST).is_file(),
-                         "champion": kept[-1]["commit"] if kept else None,
-                         "counts": {s: sum(1 for r in exps if r["status"] == s) for s in STATUSES}})
+                         "champion": champ["commit"] if champ else None, "counts": status_counts(exps)})
     return rows
 
 
@@ -130,6 +130,14 @@ def pristine(root: Path, wt: Path, commit: str) -> dict[str, tuple[int, int]]:
         if not gitops.content_changes(root, commit, wt):
             return stamps
     raise CandidateError("exception", f"champion worktree {wt} differs from {commit[:7]} right after its checkout")
+
+
+def drop(root: Path, wts: list[Path]) -> None:
+    """Remove worktrees made for one run only (a guard's, outside the state dir); a leftover is harmless."""
+    with contextlib.suppress(DitarError, OSError):
+        gitops.remove_worktrees(root, [wt for wt in wts if wt.is_dir()])
+    for wt in wts:
+        shutil.rmtree(wt, ignore_errors=True)
 
 
 def file_stamps(wt: Path) -> dict[str, tuple[int, int]]:

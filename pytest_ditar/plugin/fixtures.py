@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,9 @@ def ditar_session(request: pytest.FixtureRequest) -> DitarSession:
 
 
 def _fail_candidate(exc: CandidateError) -> None:
-    pytest.fail(f"CRASH: {exc}", pytrace=False)
+    # `from None`: raised while the CandidateError is handled, the failure would show it again
+    # above itself ("During handling of the above exception ..."): the same line twice per item
+    raise pytest.fail.Exception(f"CRASH: {exc}", pytrace=False) from None
 
 
 @pytest.fixture
@@ -69,7 +72,8 @@ class QualityChecker:
             if extra:
                 from dataclasses import replace
 
-                metrics = replace(metrics, **extra)
+                scores: dict[str, Any] = extra  # Any: replace() checks a ** dict against every field
+                metrics = replace(metrics, **scores)
             result = check_contract(item.id, sess.cls, metrics, sess.cfg.thresholds_for(sess.cls))
         sess.quality[item.id] = result
         if not metrics.finite:

@@ -1,8 +1,8 @@
 """pytest's side of the gate: a run's options become RunOptions, collected items and test reports
 become plain values, and the gate's exit status and lines go back to pytest.
 
-A session with an active ditar config has a GatePlugin; one without has NoRun, whose hooks do
-nothing, so such a project sees nothing of pytest-ditar beyond its options, markers and fixtures
+A ditar run (plugin.activation) has a GatePlugin; any other has NoRun, whose hooks do nothing,
+so such a run sees nothing of pytest-ditar beyond its options and its two namespaced markers
 (its items keep their order, its warning filters and exit status stay its own)."""
 from __future__ import annotations
 
@@ -13,61 +13,36 @@ from typing import Any
 import pytest
 
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.core.vocabulary import DEFAULT_CONFIG
-from pytest_ditar.loop import record
 from pytest_ditar.loop.gate import Gate
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.plugin import fixtures, keys, xdist
 
-MARKERS = ("quality: a pytest-ditar quality contract (candidate vs the original baseline)",
-           "perf: a pytest-ditar performance lane (candidate vs the champion)")
+# the short names the suites and `-m quality` use, registered in a ditar run only (a project's own
+# `perf` marker elsewhere stays its own); each is the same marker as its namespaced one
+ALIASES = ("quality: in a ditar run, the same as ditar_quality", "perf: in a ditar run, the same as ditar_perf")
+MARKER_PAIRS = (("quality", "ditar_quality"), ("perf", "ditar_perf"))
 # diffusers' own deprecation noise is not the candidate's problem; keep the agent's output short.
 WARNING_FILTERS = ("ignore::DeprecationWarning:diffusers.*", "ignore::FutureWarning:diffusers.*")
 
 
-def config_path(config: pytest.Config) -> Path | None:
-    """--ditar-config, else the ini's ditar_config, else a conftest's hook, else the default file."""
-    opt = config.getoption("--ditar-config")
-    if opt:
-        return Path(opt)
-    ini = config.getini("ditar_config")
-    if ini:
-        return Path(config.rootpath) / ini
-    hook = config.pluginmanager.hook.pytest_ditar_config_path(config=config)
-    if hook:
-        return Path(hook)
-    default = Path(config.rootpath) / DEFAULT_CONFIG
-    return default if default.is_file() else None
-
-
 def run_options(config: pytest.Config, path: Path) -> RunOptions:
     opt = config.getoption
+    if opt("--ditar-guard") and not 0 <= opt("--ditar-guard-tolerance") < 1:
+        raise pytest.UsageError(f"--ditar-guard-tolerance must be in [0, 1), e.g. 0.05 for 5%; got "
+                                f"{opt('--ditar-guard-tolerance')}")
     return RunOptions(
         config_path=path, tag=opt("--ditar-tag"),
         device=opt("--ditar-device") or xdist.worker_device(config),  # an xdist worker gwN: cuda:N
         cls=opt("--ditar-class"), description=opt("--ditar-description"),
         no_revert=bool(opt("--ditar-no-revert")), gate_demanded=bool(opt("--ditar-gate")),
         baseline=bool(opt("--ditar-baseline")), force=bool(opt("--ditar-force")), phase=opt("--ditar-phase"),
-        xdist_controller=xdist.is_controller(config))
+        xdist_controller=xdist.is_controller(config), try_only=bool(opt("--ditar-try")),
+        guard=float(opt("--ditar-guard-tolerance")) if opt("--ditar-guard") else None)
 
 
-def drop_rewrite_caches(early_config: pytest.Config) -> None:
-    """In a ditar project (its config named on the command line, in the ini, or at the default
-    path), pytest's assertion-rewrite caches go before the first conftest loads (loop.stamps)."""
-    ns = early_config.known_args_namespace
-    root = Path(early_config.rootpath)
-    if getattr(ns, "ditar_config", None) or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
-        from pytest_ditar.loop.stamps import drop_rewrite_caches as drop
-
-        drop(root)
-
-
-def before_configure(config: pytest.Config) -> None:
+def before_configure(config: pytest.Config, path: Path) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
-    path = config_path(config)
-    if path is None:
-        return
     from pytest_ditar.plugin.artifacts import request_artifacts
     from pytest_ditar.plugin.console import install_bars
 
@@ -79,13 +54,11 @@ def before_configure(config: pytest.Config) -> None:
         zygote.zygote()  # its imports overlap the judge's own start-up; workers fork from it later
 
 
-def configure(config: pytest.Config) -> None:
-    for line in MARKERS:
+def configure(config: pytest.Config, path: Path) -> None:
+    """A ditar run's session, gate and plugin, on the config `path`."""
+    for line in ALIASES:
         config.addinivalue_line("markers", line)
     config.pluginmanager.register(fixtures, "ditar-fixtures")
-    path = config_path(config)
-    if path is None:
-        return  # not a ditar project: nothing else of ours takes part
     for line in WARNING_FILTERS:
         config.addinivalue_line("filterwarnings", line)
     try:
@@ -97,8 +70,7 @@ def configure(config: pytest.Config) -> None:
     gate.prestart()
     config.stash[keys.SESSION_KEY] = sess
     config.stash[keys.GATE_KEY] = gate
-    run = config.stash[RUN_KEY] = GatePlugin(gate)
-    config.pluginmanager.register(run, "ditar-gate")
+    config.pluginmanager.register(GatePlugin(gate), keys.RUN_PLUGIN)
     xdist.register(config)  # controller/worker halves of `-n N`; no-op without xdist
 
 
@@ -114,41 +86,6 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
     if "ditar_lane" in names:
         lanes = list(sess.suite.lanes)
         metafunc.parametrize("ditar_lane", lanes, ids=[ln.name for ln in lanes])
-
-
-def of(config: pytest.Config) -> "GatePlugin | NoRun":
-    """The run that the module-level hooks hand over to: the gate's, or one that does nothing."""
-    return config.stash.get(RUN_KEY, NO_RUN)
-
-
-class NoRun:
-    """A session without a ditar config: every hook leaves pytest alone."""
-
-    def ignore_collect(self, collection_path: Path) -> None:
-        return None
-
-    def header(self) -> None:
-        return None
-
-    def collection(self, items: list[pytest.Item]) -> None:
-        pass
-
-    def runtestloop(self, session: pytest.Session) -> None:
-        if session.config.getoption("--ditar-baseline"):
-            raise pytest.UsageError("--ditar-baseline needs a config: pass --ditar-config PATH")
-
-    def sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        pass
-
-    def terminal_summary(self, terminalreporter) -> None:
-        pass
-
-    def unconfigure(self, config: pytest.Config) -> None:
-        pass
-
-
-NO_RUN = NoRun()
-RUN_KEY = pytest.StashKey["GatePlugin"]()  # this module's own: the module-level hooks' way to the run
 
 
 class GatePlugin:
@@ -178,6 +115,15 @@ class GatePlugin:
     def header(self) -> list[str]:
         return self.gate.header()
 
+    @pytest.hookimpl(tryfirst=True)  # before -m deselects: `-m quality` and `-m ditar_quality` pick the same tests
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            for short, namespaced in MARKER_PAIRS:
+                if item.get_closest_marker(short) and not item.get_closest_marker(namespaced):
+                    item.add_marker(namespaced)
+                elif item.get_closest_marker(namespaced) and not item.get_closest_marker(short):
+                    item.add_marker(short)
+
     def collection(self, items: list[pytest.Item]) -> None:
         # Quality before performance: a candidate that breaks a contract is not worth timing.
         items.sort(key=lambda it: 1 if it.get_closest_marker("perf") else 0)
@@ -194,7 +140,10 @@ class GatePlugin:
         return None
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.gate.log_report(report.nodeid, report.when, report.outcome, report.longreprtext if report.failed else "")
+        first = self.gate.log_report(report.nodeid, report.when, report.outcome,
+                                     report.longreprtext if report.failed else "")
+        if first:  # pytest's summary prints this error once, under the first test that hit it
+            report.longrepr = f"the same error as {first}"
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Any:
@@ -227,7 +176,10 @@ class GatePlugin:
         self.finished = True
         status = self._finish(int(exitstatus))
         if status != exitstatus:
-            session.exitstatus = pytest.ExitCode(status)
+            try:
+                session.exitstatus = pytest.ExitCode(status)
+            except ValueError:  # a CRASH's code is none of pytest's own: pytest ends with the int as it is
+                session.exitstatus = int(status)
         self._file_artifacts(session.config)
         self.close()
 
@@ -235,14 +187,14 @@ class GatePlugin:
         """The gate's decision and record. An error in the judge after the tests (another plugin's,
         or one in the decision and record themselves) makes a gated run a CRASH (record.internal)."""
         if self.failure and exitstatus != pytest.ExitCode.INTERRUPTED:
-            status = record.internal(self.gate, *self.failure)
+            status = self.gate.internal(*self.failure)
             if status is not None:
                 return status
         try:
             return self.gate.finish(exitstatus)
         except Exception as exc:
-            status = record.internal(self.gate, f"pytest-ditar's decision and record raised {type(exc).__name__}: {exc}",
-                                     traceback.format_exc())
+            status = self.gate.internal(f"pytest-ditar's decision and record raised {type(exc).__name__}: {exc}",
+                                        traceback.format_exc())
             if status is None:
                 raise
             return status
@@ -275,8 +227,8 @@ class GatePlugin:
         if not self.finished and not self.interrupted and self.gate.gated:
             # the session's finish never reached us: a plugin's hook raised around ours
             self.finished = True
-            record.internal(self.gate, "the session's finish never reached pytest-ditar (another plugin's "
-                                       "pytest_sessionfinish raised around it)", None)
+            self.gate.internal("the session's finish never reached pytest-ditar (another plugin's "
+                               "pytest_sessionfinish raised around it)", None)
             self._file_artifacts(config)
         self.close()  # a run that never reached its session's end still stops its workers
         tw = config.get_terminal_writer()
@@ -284,9 +236,9 @@ class GatePlugin:
             # pytest skipped its summary (a plugin raised in the session's finish): ours goes out here
             for line in self.summary_lines():
                 tw.line(line)
-        line = self.gate.final_line()
-        if line:
-            tw.line(line)
+        final = self.gate.final_line()
+        if final:
+            tw.line(final)
 
     def close(self) -> None:
         """Stop the candidate workers, once, after the decision and the revert (their logs join the run's)."""

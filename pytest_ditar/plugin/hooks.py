@@ -1,20 +1,31 @@
-"""pytest-ditar's pytest11 entry point: its options, and hooks that each hand over to gateplugin:
-to the run's GatePlugin where a ditar config is active, else to NoRun, which leaves pytest alone.
-(GatePlugin itself is registered too, for pytest_runtest_logreport, which has no config, and for
-pytest_internalerror and a wrapper around every plugin's pytest_sessionfinish, so that an error in
-the judge after the tests ends a gated run as a CRASH instead of leaving it undecided.)"""
+"""pytest-ditar's pytest11 entry point: its options, and hooks that each hand over to the run's
+GatePlugin in a ditar run (plugin.activation says which runs are), else to NoRun, which leaves
+pytest alone. (GatePlugin itself is registered too, for pytest_runtest_logreport, which has no
+config, and for pytest_internalerror and a wrapper around every plugin's pytest_sessionfinish, so
+that an error in the judge after the tests ends a gated run as a CRASH instead of leaving it
+undecided.)
+
+This module is loaded by every pytest start wherever the package is installed, so it imports
+nothing at load time but pluggy (pytest's own marker): the rest of the plugin comes in inside
+the hooks, and the gate only in a ditar run."""
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pytest
+from pluggy import HookimplMarker
 
-from pytest_ditar.plugin import artifacts, gateplugin, hookspecs
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import pytest
+
+hookimpl = HookimplMarker("pytest")  # what pytest.hookimpl is, without importing pytest
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("ditar", "pytest-ditar: DiT inference gates")
-    g.addoption("--ditar-config", default=None, help="config file (default: ini ditar_config, else config/autoresearch.json)")
+    g.addoption("--ditar-config", default=None,
+                help="config file (default: ini ditar_config, else config/autoresearch.json)")
     g.addoption("--ditar-baseline", action="store_true", help="store the baseline snapshot instead of running tests")
     g.addoption("--ditar-force", action="store_true", help="with --ditar-baseline: replace an existing baseline")
     g.addoption("--ditar-tag", default=None, help="session tag (default: from the autoresearch/<tag> branch)")
@@ -23,6 +34,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--ditar-description", default=None, help="experiment description (default: commit subject)")
     g.addoption("--ditar-no-revert", action="store_true", help="record the verdict but leave git alone")
     g.addoption("--ditar-gate", action="store_true", help="demand a full gated run: refuse instead of reporting")
+    g.addoption("--ditar-try", action="store_true",
+                help="report only (dit-ar try): the working tree's quality and lanes against the champion; no "
+                     "verdict, nothing recorded, no git")
+    g.addoption("--ditar-guard", action="store_true",
+                help="a regression gate for ordinary CI: time the working tree against the stored champion (or "
+                     "baseline) and fail on a lane slower beyond --ditar-guard-tolerance or a failed quality "
+                     "contract; records nothing, no git, no research branch needed")
+    g.addoption("--ditar-guard-tolerance", type=float, default=0.05, metavar="TOL",
+                help="with --ditar-guard: the slowdown a lane may show (default 0.05: 5%%)")
     g.addoption("--ditar-phase", default=None, choices=["quality", "decide"],
                 help="two-phase gate (dit-ar experiment --workers N): 'quality' records results without deciding "
                      "(may run under -n); 'decide' loads them, times the lanes serially and decides once")
@@ -30,65 +50,79 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_ditar.plugin import hookspecs
+
     pluginmanager.add_hookspecs(hookspecs)
 
 
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_benchmark_generate_commit_info(config: pytest.Config) -> dict:
-    """pytest-benchmark's commit info, from vcs.repo: its own runs plain `git describe --dirty` and
-    `git show`, which start the repository's fsmonitor and filter drivers in the judge's process."""
-    from pytest_ditar.vcs import repo as gitops
+@hookimpl(optionalhook=True, tryfirst=True)
+def pytest_benchmark_generate_commit_info(config: pytest.Config) -> dict | None:
+    """pytest-benchmark's commit info in a ditar run, from vcs.repo: its own runs plain `git
+    describe --dirty` and `git show`, which start the repository's fsmonitor and filter drivers in
+    the judge's process. Elsewhere pytest-benchmark's own (None hands over to it)."""
+    from pytest_ditar.plugin import activation
 
-    return gitops.commit_info(Path(str(config.rootpath)), config.getoption("benchmark_project_name", None))
+    return activation.commit_info(config)
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    # the one hook that hands over pytest's option parser: artifacts asks it for pytest-benchmark's
-    # --benchmark-json value, as that plugin's own option type makes it
-    artifacts.keep_parser(early_config, parser)
-    gateplugin.drop_rewrite_caches(early_config)  # before pytest loads the first conftest
+    from pytest_ditar.plugin import activation
+
+    activation.before_conftests(early_config, parser)
 
 
-@pytest.hookimpl(tryfirst=True)  # before junitxml's and pytest-benchmark's configure read their file options
+@hookimpl(tryfirst=True)  # before junitxml's and pytest-benchmark's configure read their file options
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    gateplugin.before_configure(config)
+    from pytest_ditar.plugin import activation
+
+    activation.before_configure(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    gateplugin.configure(config)
+    from pytest_ditar.plugin import activation
+
+    activation.configure(config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    gateplugin.parametrize(metafunc)
+    from pytest_ditar.plugin import activation
+
+    activation.parametrize(metafunc)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    return gateplugin.of(config).ignore_collect(collection_path)
+    return _run(config).ignore_collect(collection_path)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
-    return gateplugin.of(config).header()
+    return _run(config).header()
 
 
-@pytest.hookimpl(trylast=True)  # after -k/-m deselection: the gate must see what will really run
+@hookimpl(trylast=True)  # after -k/-m deselection: the gate must see what will really run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gateplugin.of(config).collection(items)
+    _run(config).collection(items)
 
 
 def pytest_runtestloop(session: pytest.Session) -> bool | None:
-    return gateplugin.of(session.config).runtestloop(session)
+    return _run(session.config).runtestloop(session)
 
 
 # after junitxml and pytest-benchmark wrote their files; GatePlugin's wrapper around every plugin's
 # session finish makes a run whose finish raised before this one a CRASH, never undecided
-@pytest.hookimpl(trylast=True)
+@hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    gateplugin.of(session.config).sessionfinish(session, exitstatus)
+    _run(session.config).sessionfinish(session, exitstatus)
 
 
-def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    gateplugin.of(config).terminal_summary(terminalreporter)
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    _run(config).terminal_summary(terminalreporter)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    gateplugin.of(config).unconfigure(config)
+    _run(config).unconfigure(config)
+
+
+def _run(config: pytest.Config) -> Any:
+    from pytest_ditar.plugin import activation
+
+    return activation.of(config)

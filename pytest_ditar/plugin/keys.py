@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from pytest_ditar.loop.gate import Gate
     from pytest_ditar.loop.session import DitarSession
 
+RUN_PLUGIN = "ditar-gate"  # the name a ditar run's GatePlugin is registered under: the hooks' way to it
 SESSION_KEY = pytest.StashKey["DitarSession"]()
 GATE_KEY = pytest.StashKey["Gate"]()
 

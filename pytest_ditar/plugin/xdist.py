@@ -101,7 +101,8 @@ class ControllerPlugin:
         from pytest_ditar.runtime.harness import batches
 
         s = gate.sess
-        group_of = {it.id: f"ditar-batch-{n}" for n, b in enumerate(batches(s.suite.corpus, s.suite, s.suite.pipeline.batch))
+        group_of = {it.id: f"ditar-batch-{n}"
+                    for n, b in enumerate(batches(s.suite.corpus, s.suite, s.suite.pipeline.batch))
                     for it in b}
 
         class BatchScheduling(LoadScopeScheduling):
@@ -161,7 +162,9 @@ class ControllerPlugin:
 class WorkerPlugin:
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.exchange = Path(config.workerinput["ditar_exchange"]) if "ditar_exchange" in config.workerinput else None
+        # xdist sets workerinput (and workeroutput) on a worker's config; pytest.Config does not declare them
+        workerinput = config.workerinput  # type: ignore[attr-defined]
+        self.exchange = Path(workerinput["ditar_exchange"]) if "ditar_exchange" in workerinput else None
         self.go: dict[str, Any] | None = None
 
     @pytest.hookimpl(tryfirst=True)  # before xdist tells the controller that collection finished
@@ -208,7 +211,7 @@ class WorkerPlugin:
             return
         payload = shards.dump(s, self.exchange, f"shard-{worker_id(self.config)}")
         payload["clock"] = s.clock.to_payload()
-        self.config.workeroutput["ditar"] = json.dumps(payload, default=str)
+        self.config.workeroutput["ditar"] = json.dumps(payload, default=str)  # type: ignore[attr-defined]
 
 
 def register(config: pytest.Config) -> None:

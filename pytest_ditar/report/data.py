@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_ditar.core.cumulative import chained
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
@@ -135,7 +136,8 @@ def load_experiments(state_dir: Path) -> tuple[list[dict[str, Any]], list[Experi
             continue
         queue = pending.get(str(row.get("commit") or ""), [])
         # Prefer the run whose recorded decision matches the row; else the oldest unused one.
-        pick = next((i for i, (_, s) in enumerate(queue) if s.get("decision") == row.get("status")), 0 if queue else None)
+        pick = next((i for i, (_, s) in enumerate(queue) if s.get("decision") == row.get("status")),
+                    0 if queue else None)
         if pick is None:
             exps.append(Experiment(row))
         else:
@@ -145,20 +147,17 @@ def load_experiments(state_dir: Path) -> tuple[list[dict[str, Any]], list[Experi
 
 
 def cumulative_best(exps: Sequence[Experiment]) -> list[tuple[float, float, float]]:
-    """The champion's speedup over the baseline after each experiment: (value, low, high).
-
-    Each KEEP's metric is its speedup over the previous champion, so the cumulative speedup is
-    the product of kept metrics. The band multiplies the kept ci_low (and ci_high) values: a
-    simple propagation that treats the per-step intervals as independent and is conservative
-    (wider than a joint interval) for more than one keep.
-    """
-    value = low = high = 1.0
+    """The champion's speedup over the baseline after each experiment: (value, low, high), chained
+    over the KEEPs so far (core.cumulative: the product of their speedups and its 95% CI; the point
+    itself where a kept row has no interval)."""
+    kept: list[tuple[float, float | None, float | None]] = []
     out = []
+    value = low = high = 1.0
     for e in exps:
         m = e.metric
         if e.status == "KEEP" and m is not None:
-            value *= m
-            low *= num(e.row.get("ci_low")) or m
-            high *= num(e.row.get("ci_high")) or m
+            kept.append((m, num(e.row.get("ci_low")), num(e.row.get("ci_high"))))
+            value, lo, hi = chained(kept)
+            low, high = (lo, hi) if lo is not None and hi is not None else (value, value)
         out.append((value, low, high))
     return out

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from pytest_ditar.core.vocabulary import STATUSES
+from pytest_ditar.core.decision import champion_row, status_counts
 from pytest_ditar.report.data import Experiment, cumulative_best, load_experiments, num
 from pytest_ditar.report.images import ImagePool, ImageSource, heatmap_png
-from pytest_ditar.report.plot import plot_progress
+from pytest_ditar.report.plot import lane_histograms, plot_progress
 from pytest_ditar.store.atomic import write_text_atomic
 from pytest_ditar.store.paths import TagPaths
 
@@ -81,7 +81,8 @@ def _ledger_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
             "run": _num_cell(r.get("run"), ".0f"), "time": str(r.get("time", "")).replace("+00:00", "Z"),
             "commit": str(r.get("commit", ""))[:7], "cls": _text(r.get("class")), "status": str(r.get("status", "")),
             "metric": _num_cell(r.get("metric")), "ci": _ci(r) or "-",
-            "quality": Num(f"{r.get('quality_pass', '')}/{r.get('quality_total', '')}" if has_quality else "-", str(qv)),
+            "quality": Num(f"{r.get('quality_pass', '')}/{r.get('quality_total', '')}" if has_quality else "-",
+                           str(qv)),
             "peak": _num_cell(r.get("peak_vram_gib"), ".2f"), "device": str(r.get("device", "")),
             "off_target": str(r.get("off_target")) in ("1", "True"),
             "description": _text(r.get("description")), "reason": _text(r.get("reason")),
@@ -120,7 +121,8 @@ def _grid(e: Experiment, imgs: ImageSource, pool: ImagePool, n: int, failed_only
     # For a failure only failed items have a stored candidate image (runs/*/failures/).
     items = e.worst_items(n, failed_only)
     if not items:
-        why = "no per-item quality results were recorded for this run" if e.run_dir else "no run directory found for this commit"
+        why = ("no per-item quality results were recorded for this run" if e.run_dir
+               else "no run directory found for this commit")
         return {"note": why, "items": []}
     cells = []
     for item_id, m in items:
@@ -138,8 +140,10 @@ def _tiles(imgs: ImageSource, pool: ImagePool, e: Experiment, item_id: str) -> l
     """Baseline, candidate and their |difference|, each either an image or why there is none."""
     base_p = imgs.baseline_image(item_id)
     cand_p = imgs.candidate_image(e, item_id)
-    tiles = [Tile(pool.add(base_p.read_bytes()), "baseline") if base_p else Tile(None, "baseline", "baseline image missing"),
-             Tile(pool.add(cand_p.read_bytes()), "candidate") if cand_p else Tile(None, "candidate", "candidate image not stored")]
+    tiles = [Tile(pool.add(base_p.read_bytes()), "baseline") if base_p
+             else Tile(None, "baseline", "baseline image missing"),
+             Tile(pool.add(cand_p.read_bytes()), "candidate") if cand_p
+             else Tile(None, "candidate", "candidate image not stored")]
     if not (base_p and cand_p):
         return tiles + [Tile(None, "|diff|", "needs both images")]
     b, c = imgs.array(base_p), imgs.array(cand_p)
@@ -155,13 +159,19 @@ def _section(e: Experiment, imgs: ImageSource, pool: ImagePool, n: int, kind: st
     ci = _ci(r)
     return {
         "run": e.run, "commit": e.commit[:7], "status": e.status, "kind": kind, "cls": str(r.get("class", "")),
-        "metric": (f"{_fmt(r.get('metric'))}x" + (f" ci95 {ci}" if ci else "")) if e.metric is not None else "not timed",
+        "metric": ((f"{_fmt(r.get('metric'))}x" + (f" ci95 {ci}" if ci else "")) if e.metric is not None
+                   else "not timed"),
         "quality": f"{r.get('quality_pass', '')}/{r.get('quality_total', '')}", "off_target": e.off_target,
         "description": str(r.get("description", "")),
         "reason": str(r.get("reason", "")) if e.status != "KEEP" and r.get("reason") else None,
         "run_dir": e.run_dir.name if e.run_dir else None,
         "grid": _grid(e, imgs, pool, n, failed_only),
+        "hist_uri": _data_uri(lane_histograms(e)),
     }
+
+
+def _data_uri(png: bytes | None) -> str | None:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii") if png else None
 
 
 # ---- the page ----------------------------------------------------------------------------------
@@ -193,19 +203,23 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
     pool = ImagePool()
     imgs = ImageSource(state_dir)
     best = cumulative_best(exps)
-    counts = {s: sum(1 for e in exps if e.status == s) for s in STATUSES}
-    champ = next((e for e in reversed(exps) if e.status == "KEEP"), None)
+    counts = status_counts(e.row for e in exps)
+    champ_row = champion_row(e.row for e in exps)
+    champ = next((e for e in exps if e.row is champ_row), None)
     cum = best[-1] if best else (1.0, 1.0, 1.0)
     keeps = [_section(e, imgs, pool, worst, "kept commit: worst items vs baseline") for e in exps if e.status == "KEEP"]
-    failures = [_section(e, imgs, pool, worst, "quality failure", failed_only=True) for e in exps if e.is_quality_failure()]
+    failures = [_section(e, imgs, pool, worst, "quality failure", failed_only=True)
+                for e in exps if e.is_quality_failure()]
     context = {
         "title": title or f"pytest-ditar report: {state_dir.name}", "state_dir": str(state_dir), "lane": lane,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "cards": [("experiments", str(len(exps))), ("kept", str(counts["KEEP"])), ("discarded", str(counts["DISCARD"])),
-                  ("crashed", str(counts["CRASH"])), (f"best {lane} vs baseline", f"{cum[0]:.3f}x"),
-                  ("CI (product of kept CIs)", f"[{cum[1]:.3f}, {cum[2]:.3f}]"),
+                  ("crashed", str(counts["CRASH"])),
+                  (f"best {lane} vs baseline (product of the kept speedups)", f"{cum[0]:.3f}x"),
+                  ("95% CI (chained over the KEEPs)", f"[{cum[1]:.3f}, {cum[2]:.3f}]"),
                   ("champion", champ.commit[:7] if champ else "baseline")],
-        "n_experiments": len(exps), "n_off_target": sum(1 for e in exps if e.off_target), "target": target or "the target",
+        "n_experiments": len(exps), "n_off_target": sum(1 for e in exps if e.off_target),
+        "target": target or "the target",
         "plot_uri": "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode("ascii"),
         "keeps": keeps, "failures": failures,
         "lanes": _lanes_table(exps), "ledger": _ledger_rows(rows),

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from pytest_ditar.report.data import Experiment, cumulative_best
 
@@ -31,34 +31,31 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
         lows = [1.0, *(b[1] for b in best)]
         highs = [1.0, *(b[2] for b in best)]
         ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
-                        label="best: 95% CI (product of kept CIs)")
+                        label="best: 95% CI (chained over the KEEPs)")
         ax.step(sx, vals, where="post", color="#2a9d8f", lw=2, label=f"best {lane} speedup vs baseline")
         prev = [1.0, *(b[0] for b in best[:-1])]
         groups: dict[str, tuple[list[float], list[float]]] = {}
         for e, before in zip(exps, prev):
             m = e.metric
-            if e.status == "KEEP":
-                key = "KEEP"
-            elif e.status == "CRASH":
-                key = "CRASH"
-            elif m is None:
-                key = "DISCARD (quality/guard, not timed)"
-            else:
-                key = "DISCARD"
+            key = point_kind(e)
             y = before * m if m is not None else before
             groups.setdefault(key, ([], []))[0].append(e.run)
             groups[key][1].append(y)
-        style = {"KEEP": dict(marker="o", s=70, color="#1b7f3b", edgecolor="black", zorder=5),
-                 "DISCARD": dict(marker="o", s=26, color="#9aa0a6", zorder=3),
-                 "DISCARD (quality/guard, not timed)": dict(marker="v", s=34, color="#e9a23b", zorder=4),
-                 "CRASH": dict(marker="X", s=50, color="#d62828", zorder=4)}
-        for key in ("KEEP", "DISCARD", "DISCARD (quality/guard, not timed)", "CRASH"):
+        style: dict[str, dict[str, Any]] = {  # Any: scatter checks each keyword against its own parameter
+            "KEEP": dict(marker="o", s=70, color="#1b7f3b", edgecolor="black", zorder=5),
+            "DISCARD": dict(marker="o", s=26, color="#9aa0a6", zorder=3),
+            "DISCARD (quality/guard, not timed)": dict(marker="v", s=34, color="#e9a23b", zorder=4),
+            "DISCARD (lane UNSTABLE, not judged)": dict(marker="D", s=30, color="#7b61ff", zorder=4),
+            "CRASH": dict(marker="X", s=50, color="#d62828", zorder=4)}
+        for key in ("KEEP", "DISCARD", "DISCARD (quality/guard, not timed)", "DISCARD (lane UNSTABLE, not judged)",
+                    "CRASH"):
             if key in groups:
                 gx, gy = groups[key]
                 ax.scatter(gx, gy, label=f"{key} ({len(gx)})", **style[key])
         off = [(e.run, (p * e.metric) if e.metric else p) for e, p in zip(exps, prev) if e.off_target]
         if off and len(off) == len(exps):
-            ax.set_title(f"Research progress: all {len(exps)} runs OFF-TARGET (not measured on {target or 'the target'})",
+            ax.set_title(f"Research progress: all {len(exps)} runs OFF-TARGET "
+                         f"(not measured on {target or 'the target'})",
                          fontsize=11, color="#b5179e")
         else:
             ax.set_title(f"Research progress: {len(exps)} experiments", fontsize=11)
@@ -82,3 +79,44 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
     return path
+
+
+def point_kind(e: Experiment) -> str:
+    """The plot's legend entry for one experiment."""
+    if e.status in ("KEEP", "CRASH"):
+        return e.status
+    if str(e.row.get("judged")) == "0" or " unstable: " in str(e.row.get("reason", "")):
+        return "DISCARD (lane UNSTABLE, not judged)"  # core.rerun: the change may run once more
+    return "DISCARD (quality/guard, not timed)" if e.metric is None else "DISCARD"
+
+
+def lane_histograms(e: Experiment) -> bytes | None:
+    """One PNG per run: for each timed lane, the per-call milliseconds of the candidate, the champion
+    and its twin as the run's rounds timed them (summary.json); None where no lane was timed."""
+    lanes = {name: (data.get("measurement") or {}) for name, data in (e.summary.get("lanes") or {}).items()}
+    lanes = {k: m for k, m in lanes.items() if m.get("samples")}
+    if not lanes:
+        return None
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4.2 * len(lanes), 2.6), dpi=100)
+    for i, (name, m) in enumerate(lanes.items()):
+        ax = fig.add_subplot(1, len(lanes), i + 1)
+        sides = [("candidate", m.get("samples"), "#1f77b4"), ("champion", m.get("champion_samples"), "#ff7f0e"),
+                 ("twin", m.get("twin_samples"), "#7f7f7f")]
+        for label, xs, color in sides:
+            if xs:
+                ax.hist([1e3 * x for x in xs], bins=min(30, max(5, len(xs) // 3)), alpha=0.55, color=color,
+                        label=f"{label} ({len(xs)})")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("ms per call", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return buf.getvalue()

@@ -13,8 +13,9 @@ import importlib
 import importlib.util
 import os
 import sys
+import traceback
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import numpy as np
 
@@ -22,6 +23,10 @@ from pytest_ditar.config.suite import CorpusItem, Suite
 from pytest_ditar.core.errors import CandidateError, ConfigError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.interface import PipelineSpec, Request
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
 
 
 def pick_device(requested: str | None = None) -> str:
@@ -48,6 +53,47 @@ def classify_exception(exc: BaseException) -> CandidateError:
     return CandidateError("exception", f"{name}: {text[:300]}")
 
 
+WHERE_MAX = 300  # characters of a frame's text that travel to the judge (one line of the reason)
+
+
+def candidate_frames(exc: BaseException | None, candidate_dir: Path | None) -> list[str]:
+    """The candidate's own frames in `exc`'s traceback, outermost first, each as
+    "mutable/pipeline.py:57 in generate": relative to the candidate package's parent (the project
+    root, or a champion's worktree), which is where its author looks. Where `exc` holds none (a
+    wrapped error: build_candidate re-raises as a CandidateError), its cause, then its context,
+    is searched. A SyntaxError in a candidate file has no frame there, only its line: that is named."""
+    if candidate_dir is None:
+        return []
+    root = Path(candidate_dir).resolve()
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        frames = [f"{rel}:{fs.lineno} in {fs.name}" for fs in traceback.extract_tb(exc.__traceback__)
+                  if (rel := _under(fs.filename, root))]
+        if isinstance(exc, SyntaxError) and exc.filename and (rel := _under(exc.filename, root)):
+            frames.append(f"{rel}:{exc.lineno}")
+        if frames:
+            return [f[:WHERE_MAX] for f in frames]
+        exc = exc.__cause__ or exc.__context__
+    return []
+
+
+def frame_text(text: Any) -> str | None:
+    """Judge side: a worker's `where` as the reason may carry it: one line of at most WHERE_MAX
+    characters, or None. The worker runs candidate code, so the field may hold anything."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    return " ".join(text.split())[:WHERE_MAX]
+
+
+def _under(filename: str, root: Path) -> str | None:
+    """`filename` as "<package>/<path inside it>" when it lies in the package `root`, else None."""
+    try:
+        return (Path(root.name) / Path(filename).resolve().relative_to(root)).as_posix()
+    except (ValueError, OSError):
+        return None
+
+
 def require_pipeline(candidate_dir: Path) -> Path:
     """The resolved candidate directory, or a one-line ConfigError when it holds no pipeline.py."""
     candidate_dir = Path(candidate_dir).resolve()
@@ -67,11 +113,13 @@ def load_candidate_module(candidate_dir: Path):
     name = "ditar_candidate_" + hashlib.sha1(str(candidate_dir).encode()).hexdigest()[:10]
     for mod in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
         del sys.modules[mod]  # always import fresh: the code on disk is what is judged
-    spec = importlib.util.spec_from_file_location(name, init if init.is_file() else candidate_dir / "pipeline.py",
-                                                  submodule_search_locations=[str(candidate_dir)])
+    # a .py file's location: always a spec, with a source loader
+    spec = cast("ModuleSpec", importlib.util.spec_from_file_location(
+        name, init if init.is_file() else candidate_dir / "pipeline.py",
+        submodule_search_locations=[str(candidate_dir)]))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    cast("Loader", spec.loader).exec_module(module)
     return importlib.import_module(name + ".pipeline")
 
 
@@ -106,7 +154,7 @@ def batches(items: Sequence[CorpusItem], suite: Suite, batch: int) -> list[list[
     groups: dict[int, list[CorpusItem]] = {}
     for it in items:
         groups.setdefault(suite.steps_for(it), []).append(it)
-    out = []
+    out: list[list[CorpusItem]] = []
     for group in groups.values():
         out.extend(group[i:i + batch] for i in range(0, len(group), batch))
     return out
@@ -123,9 +171,11 @@ def run_batch(worker: Any, items: Sequence[CorpusItem], suite: Suite, timeout_s:
 
 def _check_shapes(latents: np.ndarray, images: np.ndarray, n: int) -> None:
     if latents.ndim != 4 or latents.shape[0] != n:
-        raise CandidateError("exception", f"candidate returned latents of shape {latents.shape}, expected [{n}, C, h, w]")
+        raise CandidateError("exception",
+                             f"candidate returned latents of shape {latents.shape}, expected [{n}, C, h, w]")
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[0] != n or images.shape[-1] != 3:
-        raise CandidateError("exception", f"candidate returned images {images.dtype}{list(images.shape)}, expected uint8 [{n}, H, W, 3]")
+        raise CandidateError("exception", f"candidate returned images {images.dtype}{list(images.shape)}, "
+                                          f"expected uint8 [{n}, H, W, 3]")
 
 
 def pin_to_current_cpu() -> set[int] | None:

@@ -67,6 +67,11 @@ def new_stream(suite: Suite, secret: bytes | None = None) -> RequestStream:
     return RequestStream(secret or secrets.token_bytes(32), (it.seed for it in suite.corpus))
 
 
+# pytest-benchmark's group for a lane: its stats are its own timer over the candidate's first
+# rounds; the verdict's rounds, on the judge's clock, are summary.json's (and extra_info's).
+BENCHMARK_GROUP = "ditar {lane}: candidate's first rounds, pytest-benchmark's timer (verdict: summary.json)"
+
+
 @dataclass
 class LaneMeasurement:
     lane: str
@@ -112,6 +117,23 @@ class LaneMeasurement:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class LaneResult:
+    """A lane's measurement and its verdict against the champion (loop.lanes decides it)."""
+    measurement: LaneMeasurement
+    outcome: Any  # decision.LaneOutcome
+    champion_source: str  # interleaved | stored | none
+    min_effect: float
+    comparison: dict[str, Any] = field(default_factory=dict)
+    flops: float | None = None
+    achieved_tflops: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"measurement": self.measurement.to_dict(), "outcome": asdict(self.outcome),
+                "champion_source": self.champion_source, "min_effect": self.min_effect,
+                "comparison": self.comparison, "flops": self.flops, "achieved_tflops": self.achieved_tflops}
 
 
 def _timed(worker: CandidateWorker, others: list, req: Request, timeout_s: float | None,
@@ -200,8 +222,9 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
 
     def next_request() -> Request:
         if state["req"] is None:
-            state["req"] = state["last"] = fresh_request(stream, suite, lane, f"round/{state['round']}", m.nonces)
-            m.seeds.append(list(state["req"].seeds))
+            req = fresh_request(stream, suite, lane, f"round/{state['round']}", m.nonces)
+            state["req"] = state["last"] = req
+            m.seeds.append(list(req.seeds))
         return state["req"]
 
     def call(key: str) -> None:
@@ -254,6 +277,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                 # pytest-benchmark's own timer (time.perf_counter) is right as it is: the worker has
                 # synchronized its device before it replies. Our samples come from the judge's clock.
                 benchmark.extra_info["lane"] = lane.name
+                # its group names what its table holds, in the run and in `pytest-benchmark compare`
+                benchmark.group = BENCHMARK_GROUP.format(lane=lane.name)
                 benchmark.pedantic(lambda: call("c"), setup=setup, teardown=teardown, rounds=rounds, iterations=1,
                                    warmup_rounds=0)
             else:
@@ -314,7 +339,8 @@ def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> Non
     if problem:
         req = state["req"]
         i, what = problem
-        raise AuditFailure(f"audit: timed round {state['round'] + 1}, seed {req.seeds[i]} (label {req.labels[i]}): {what}")
+        raise AuditFailure(f"audit: timed round {state['round'] + 1}, seed {req.seeds[i]} "
+                           f"(label {req.labels[i]}): {what}")
 
 
 def output_audit(cls: str, thresholds: Any) -> Audit:

@@ -49,25 +49,34 @@ def cache_root() -> Path:
 
 def resolve_model_dir(suite: Suite) -> Path:
     """Return a local DiTPipeline directory for the suite, building it on first use."""
+    target = model_location(suite)
+    if not (target / "model_index.json").is_file():
+        _build_random_init(suite.model.arch, suite.model.seed, target)
+    return target
+
+
+def model_location(suite: Suite) -> Path:
+    """Where the suite's DiTPipeline directory is (a local one, checked) or will be built (a
+    random-init architecture, under the model cache); builds nothing."""
     src = suite.model
     if src.source == "local" or os.environ.get(ENV_WEIGHTS_DIR):
         raw = os.environ.get(ENV_WEIGHTS_DIR) or src.weights_dir
         if not raw:
-            raise ConfigError(f"{suite.path}: key 'model.weights_dir' is empty (set it, or {ENV_WEIGHTS_DIR}, to a local DiT pipeline directory)")
+            raise ConfigError(f"{suite.path}: key 'model.weights_dir' is empty "
+                              f"(set it, or {ENV_WEIGHTS_DIR}, to a local DiT pipeline directory)")
         path = Path(raw).expanduser()
         if not path.is_absolute():
             path = (suite.path.parent / path).resolve()
         if not (path / "model_index.json").is_file():
-            raise ConfigError(f"{suite.path}: weights directory {path} missing or not a diffusers pipeline (no model_index.json); point 'model.weights_dir' or {ENV_WEIGHTS_DIR} at a local copy of the facebook/DiT-XL-2-256 layout")
+            raise ConfigError(f"{suite.path}: weights directory {path} missing or not a diffusers pipeline "
+                              f"(no model_index.json); point 'model.weights_dir' or {ENV_WEIGHTS_DIR} "
+                              "at a local copy of the facebook/DiT-XL-2-256 layout")
         return path
     if src.arch not in ARCHS:
         raise ConfigError(f"{suite.path}: key 'model.arch' must be one of {', '.join(ARCHS)}, got '{src.arch}'")
     spec = {"arch": ARCHS[src.arch], "seed": src.seed, "v": 1}
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
-    target = cache_root() / "models" / f"{src.arch}-{key}"
-    if not (target / "model_index.json").is_file():
-        _build_random_init(src.arch, src.seed, target)
-    return target
+    return cache_root() / "models" / f"{src.arch}-{key}"
 
 
 def _build_random_init(arch: str, seed: int, target: Path) -> None:
@@ -82,7 +91,7 @@ def _build_random_init(arch: str, seed: int, target: Path) -> None:
     pipe = DiTPipeline(transformer=transformer, vae=vae, scheduler=scheduler)
     tmp = temp_dir_beside(target)
     try:
-        pipe.save_pretrained(tmp)
+        pipe.save_pretrained(tmp)  # type: ignore[attr-defined]  # mypy sees diffusers' dummy DiTPipeline
         # A concurrent builder either wins or finds ours; theirs will do once it is complete.
         if not publish_dir(tmp, target) and not (target / "model_index.json").is_file():
             raise OSError(f"{target}: exists but holds no model_index.json (remove it to rebuild)")

@@ -46,22 +46,24 @@ def _rank_main(rank: int, world: int, init_file: str, backend: str, candidate_di
     else:
         torch.set_num_threads(int(os.environ.get(ENV_CPU_THREADS, "1")))  # as a candidate worker does
     # device_id binds NCCL to this rank's GPU up front (no guessing from the rank, no warning)
-    extra = {"device_id": torch.device("cuda", rank)} if cuda else {}
+    extra: dict[str, Any] = {"device_id": torch.device("cuda", rank)} if cuda else {}
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world, **extra)
     try:
         device = f"cuda:{rank}" if cuda else "cpu"
         cand = build_candidate(Path(candidate_dir), replace(spec, device=device))
         out = Path(out_dir)
         if mode == "outputs":
-            arrays = {}
+            arrays: dict[str, Any] = {}  # ndarrays; Any: savez's **kwds would also fill its allow_pickle
             for n, req in enumerate(requests):
                 gen = cand.generate(req)
-                lat = gen.latents.detach().float().cpu().numpy() if hasattr(gen.latents, "detach") else np.asarray(gen.latents)
+                lat = (gen.latents.detach().float().cpu().numpy() if hasattr(gen.latents, "detach")
+                       else np.asarray(gen.latents))
                 arrays[f"lat{n}"], arrays[f"img{n}"] = lat.astype(np.float32), np.asarray(gen.images)
             if rank == 0:
                 np.savez(out / "outputs.npz", **arrays)
             return
-        samples, warm = [], []
+        samples: list[float] = []
+        warm: list[float] = []
         for i in range(warmup + repeats):
             dist.barrier()
             t0 = time.perf_counter()
@@ -87,7 +89,8 @@ def _spawn(candidate_dir: Path, spec: PipelineSpec, requests: Sequence[Request],
         import torch
 
         if torch.cuda.device_count() < world:
-            raise CandidateError("exception", f"a {world}-GPU lane needs {world} GPUs; {torch.cuda.device_count()} visible")
+            raise CandidateError("exception",
+                                 f"a {world}-GPU lane needs {world} GPUs; {torch.cuda.device_count()} visible")
     tmp = Path(tempfile.mkdtemp(prefix="ditar-group-"))
     args = (world, str(tmp / "rendezvous"), backend, str(candidate_dir), spec, tuple(requests), mode, warmup, repeats,
             str(tmp))
@@ -108,7 +111,7 @@ def _spawn(candidate_dir: Path, spec: PipelineSpec, requests: Sequence[Request],
 
 def _last_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return next((l for l in reversed(text) if l.strip()), type(exc).__name__)
+    return next((line for line in reversed(text) if line.strip()), type(exc).__name__)
 
 
 class _GroupFailed(Exception):
@@ -127,7 +130,7 @@ def _run_sandboxed(args: tuple, tmp: Path, spec: PipelineSpec, compile_cache: Pa
         "spec": {**asdict(spec), "model_dir": str(spec.model_dir)},
         "requests": [{"labels": list(r.labels), "seeds": list(r.seeds), "steps": r.steps} for r in requests],
         "mode": mode, "warmup": warmup, "repeats": repeats, "out_dir": out}))
-    private = ()
+    private: tuple[str, ...] = ()
     if compile_cache is not None:
         (compile_cache / "triton").mkdir(parents=True, exist_ok=True)
         private = (str(compile_cache.resolve()),)

@@ -206,7 +206,7 @@ def strays(t: Table, workers: list[int], spared: set[int]) -> dict[int, set[int]
     return out
 
 
-def end_all_but(workers: list[int], spared: set[int], known_children: set[int] = frozenset()) -> None:
+def end_all_but(workers: list[int], spared: set[int], known_children: Iterable[int] = frozenset()) -> None:
     """SIGKILL every process of the candidates outside the trees of `workers` and `spared`,
     rescanning until nothing new turns up, and reap those re-parented to the judge (not the
     `known_children` someone else waits for)."""

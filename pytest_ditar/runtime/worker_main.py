@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
 
-MAX_HEADER = 1 << 20
 ALIGN = 64  # each array starts on a cache line
 
 
@@ -53,12 +53,27 @@ def contain_orphans() -> None:
     become_subreaper()
 
 
-def _error(exc: BaseException) -> dict[str, Any]:
-    from pytest_ditar.runtime.harness import classify_exception
+def _error(exc: BaseException, candidate_dir: str | None, seen: dict[str, int]) -> dict[str, Any]:
+    """The failure reply, with the candidate's own innermost frame as `where` (the CRASH reason
+    names it). The whole traceback goes to this worker's log (its stderr) the first time an error
+    is seen; every repeat (the next batch raising the same) is one line, so the log stays readable."""
+    from pytest_ditar.runtime.harness import candidate_frames, classify_exception
 
     err = classify_exception(exc)
-    return {"ok": False, "kind": err.kind, "message": err.message,
-            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+    frames = candidate_frames(exc, Path(candidate_dir) if candidate_dir else None)
+    err.where = where = frames[-1] if frames else err.where
+    said = str(err)  # "candidate raised: NameError: ... (mutable/pipeline.py:57 in generate)"
+    seen[said] = seen.get(said, 0) + 1
+    trace = "".join(traceback.format_exception(exc))
+    if seen[said] == 1:
+        chain = "".join(f"  {f}\n" for f in frames)
+        sys.stderr.write(f"ditar worker: {said}\n"
+                         + (f"the candidate's frames, outermost first:\n{chain}" if chain else "")
+                         + trace)
+    else:
+        sys.stderr.write(f"ditar worker: the same error again ({seen[said]} times): {said}\n")
+    sys.stderr.flush()
+    return {"ok": False, "kind": err.kind, "message": err.message, "where": where, "traceback": trace[-4000:]}
 
 
 class Worker:
@@ -69,6 +84,8 @@ class Worker:
         self.gc_was_enabled = True
         self.buffer: Any = None  # the open shared-memory file
         self.view: mmap.mmap | None = None
+        self.candidate_dir: str | None = None  # the package built: its files are the candidate's frames
+        self.errors_seen: dict[str, int] = {}  # each error's one-line text -> times it was replied
 
     # ---- operations (each returns the reply header; arrays go in self.arrays) -------------------
     def op_hello(self, device: str, cpu_threads: int, fingerprint: bool, buffer: str) -> dict[str, Any]:
@@ -91,6 +108,7 @@ class Worker:
         from pytest_ditar.runtime.harness import build_candidate
 
         self._bind_memory_budget(memory_budget_gib)
+        self.candidate_dir = candidate_dir
         # No bytecode written next to the candidate: a champion's worktree must stay exactly its
         # commit (loop.session checks), and `import mutable.x` finds this package's own parent.
         sys.dont_write_bytecode = True
@@ -142,6 +160,15 @@ class Worker:
             self.candidate.generate(_request(request))
         return {"flops": float(counter.get_total_flops())}
 
+    def op_profile(self, request: dict[str, Any], warm: dict[str, Any], warmup: int,
+                   reference: dict[str, Any] | None, out_dir: str) -> dict[str, Any]:
+        """One call of `request` under torch.profiler, the pipeline's parts marked
+        (runtime.profiler): the trace and the spans go into `out_dir` (this worker's scratch)."""
+        from pytest_ditar.runtime.profiler import profile_call
+
+        return profile_call(self.candidate, _request(request), _request(warm), int(warmup),
+                            _request(reference) if reference else None, self.device, Path(out_dir))
+
     def op_dtypes(self) -> dict[str, Any]:
         from pytest_ditar.hardware.fingerprint import object_dtypes
 
@@ -169,8 +196,9 @@ class Worker:
             gc.disable()
             self.old_mask = pin_to_cpu(cpu) if cpu is not None else pin_to_current_cpu() if pin_cpu else None
         else:
-            if getattr(self, "old_mask", None) is not None:
-                os.sched_setaffinity(0, self.old_mask)
+            old_mask = getattr(self, "old_mask", None)
+            if old_mask is not None:
+                os.sched_setaffinity(0, old_mask)
             if self.gc_was_enabled:
                 gc.enable()
         return {}
@@ -213,7 +241,7 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                raw = self.conn.recv_bytes(MAX_HEADER)
+                raw = self.conn.recv_bytes(WIRE_MAX_MESSAGE)
                 self.t_received = time.perf_counter()
                 msg = json.loads(raw)
             except (EOFError, OSError):
@@ -228,7 +256,7 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - every failure is a reply, never a silent exit
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                reply, self.arrays = _error(exc), []
+                reply, self.arrays = _error(exc, self.candidate_dir, self.errors_seen), []
             self._reply(reply)
 
     def _reply(self, header: dict[str, Any]) -> None:
@@ -249,7 +277,7 @@ class Worker:
         if self.arrays:
             view = self._view(offset)
             for a, spec in zip(self.arrays, header["arrays"]):
-                view[spec["offset"]:spec["offset"] + a.nbytes] = memoryview(a).cast("B")
+                view[spec["offset"]:spec["offset"] + a.nbytes] = a.data.cast("B")  # a.data: memoryview(a)
         if "stamps" in header:
             header["stamps"]["written"] = time.perf_counter()
         self.conn.send_bytes(json.dumps(header, default=str).encode())
@@ -284,22 +312,25 @@ def zygote(fd: int) -> int:
     """Import what every worker needs, never touch CUDA, and fork a worker per request (runtime.zygote)."""
     import socket
 
+    started = time.perf_counter()
     import numpy  # noqa: F401
     import torch
 
-    from pytest_ditar.hardware.fingerprint import nvml_device_count
+    from pytest_ditar.hardware.fingerprint import cuda_nodes_present
 
     # diffusers asks at import whether CUDA is there (torch.accelerator.is_available), and torch's
-    # answer initializes CUDA, which poisons every later fork. NVML answers the same question
-    # without touching CUDA; the test fork below proves nothing else did.
+    # answer initializes CUDA, which poisons every later fork. The device nodes answer the same
+    # question touching neither CUDA nor NVML (an NVML state inherited into a sandboxed worker
+    # counted no GPU there); the test fork below proves nothing else did.
     probe = torch.cuda.is_available
-    torch.cuda.is_available = lambda: bool(nvml_device_count())
+    torch.cuda.is_available = cuda_nodes_present
     try:
         from diffusers import AutoencoderKL, DiTPipeline, DPMSolverMultistepScheduler  # noqa: F401
     finally:
         torch.cuda.is_available = probe
     if not _fork_is_clean():
         return 3  # the judge sees the zygote gone and spawns every worker's interpreter itself
+    imports_s = time.perf_counter() - started  # what every worker would pay without the zygote (the time line)
     sock = socket.socket(fileno=fd)
     exited: dict[int, int | None] = {}  # worker pid -> exit code, None while it runs
     # Reap at once, not only at the next request: what a killed sandbox leaves (its bwrap, its PID 1)
@@ -307,7 +338,7 @@ def zygote(fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, 1 << 20, 1)
+            msg, fds, _, _ = socket.recv_fds(sock, WIRE_MAX_MESSAGE, 1)
         except OSError:
             return 0
         if not msg:
@@ -320,7 +351,7 @@ def zygote(fd: int) -> int:
             exited[pid] = None  # before anything reaps it: its exit code is kept for the judge
             signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
             _reap(exited)
-            reply = {"pid": pid}
+            reply: dict[str, int | float | None] = {"pid": pid, "imports_s": imports_s}
             os.close(fds[0])
         else:
             reply = {"code": exited.get(int(req["pid"]), -9)}  # never ours, or reaped and reported: gone

@@ -20,11 +20,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence, cast
 
-from pytest_ditar.core.vocabulary import ENV_ZYGOTE
+from pytest_ditar.core.vocabulary import ENV_ZYGOTE, WIRE_MAX_MESSAGE
 
-MAX_MESSAGE = 1 << 20
 # -P (3.11+): the interpreter's working directory is not put on sys.path, so nothing planted there
 # shadows a module; the worker puts the candidate package's parent there itself.
 PYTHON_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
@@ -45,11 +44,11 @@ class ZygoteChild:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", cast(float, timeout))  # set with the deadline
             time.sleep(0.005)
-        return self.returncode
+        return code
 
 
 class Zygote:
@@ -63,11 +62,12 @@ class Zygote:
         child.close()
         self.sock = parent
         self.lock = threading.Lock()
+        self.imports_s: float | None = None  # its imports' seconds, told with its first worker
 
-    def _ask(self, request: dict[str, Any], fds: list[int] = ()) -> dict[str, Any]:
+    def _ask(self, request: dict[str, Any], fds: Sequence[int] = ()) -> dict[str, Any]:
         with self.lock:  # workers are launched on threads of their own: one request in flight at a time
             socket.send_fds(self.sock, [json.dumps(request).encode()], list(fds))
-            reply = self.sock.recv(MAX_MESSAGE)
+            reply = self.sock.recv(WIRE_MAX_MESSAGE)
         if not reply:
             raise OSError("the zygote is gone")
         return json.loads(reply)
@@ -79,6 +79,7 @@ class Zygote:
         zygote's imports)."""
         reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None, "env": env,
                            "sandbox": sandbox}, [fd])
+        self.imports_s = reply.get("imports_s", self.imports_s)
         return ZygoteChild(self, int(reply["pid"]))
 
     def status(self, pid: int) -> int | None:
@@ -114,6 +115,12 @@ def zygote() -> Zygote | None:
         if z is not None and z.proc.poll() is not None:
             _ZYGOTE[0] = z = None  # it died: spawn directly from now on
         return z
+
+
+def imports_s() -> float | None:
+    """How long this judge's zygote took to import torch and diffusers (None before its first worker)."""
+    z = _ZYGOTE[0] if _ZYGOTE else None
+    return z.imports_s if z is not None else None
 
 
 def running_pid() -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -171,3 +172,13 @@ def file_lock(path: Path | str, timeout_s: float, *, error: type[Exception] = Lo
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+def sha256_file(path: Path) -> str:
+    """A file's SHA-256, read in 1 MiB chunks (this module imports nothing heavy: loop.stamps runs
+    it at every pytest start in a ditar project)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.store.atomic import LockTimeout, file_lock, remove_stale_temps, write_text_atomic
 from pytest_ditar.store.paths import TagPaths
 
@@ -62,14 +63,17 @@ COLUMNS: tuple[str, ...] = (
     "device",
     "off_target",
     "sandbox",  # on | off: whether the run's workers ran in the sandbox (config "sandbox")
+    "patch",  # the change's identity, its diff against the champion (core.rerun.patch_key)
+    "judged",  # 1, or 0 where the gate could not judge the change (an UNSTABLE objective lane: core.rerun)
+    "rerun_of",  # the run that first tried this change on this champion unjudged, or ""
 )
 CHAIN_KEYS: tuple[str, ...] = ("prev_hash", "hash")
 # Columns added after the first release: a row written before one existed lacks it (its hash covers
 # the row as written) and reads as "" in results.tsv; a TSV with the older header is regenerated.
-LATER_COLUMNS: tuple[str, ...] = ("sandbox",)
+LATER_COLUMNS: tuple[str, ...] = ("sandbox", "patch", "judged", "rerun_of")
 GENESIS_HASH = "0" * 64
 # Keys the ledger assigns itself; a caller supplying them would forge sequence or chain.
-_ASSIGNED = ("run", "prev_hash", "hash")
+_ASSIGNED = ("run", "prev_hash", "hash", "schema_version")
 
 
 class LedgerError(RuntimeError):
@@ -139,7 +143,9 @@ def _tsv_line(row: Mapping[str, object]) -> str:
 
 
 _TSV_HEADER = "\t".join(COLUMNS)
-_OLD_TSV_HEADER = "\t".join(c for c in COLUMNS if c not in LATER_COLUMNS)
+# every earlier release's header: the columns without the later ones added after it
+_OLD_TSV_HEADERS = frozenset("\t".join(c for c in COLUMNS if c not in LATER_COLUMNS[i:])
+                             for i in range(len(LATER_COLUMNS)))
 
 
 class Ledger:
@@ -186,11 +192,12 @@ class Ledger:
             stored["run"] = (int(prev["run"]) + 1) if prev else 1  # type: ignore[call-overload]
             if not stored["time"]:
                 stored["time"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            stored["schema_version"] = SCHEMA_VERSION  # hashed with the row; rows written before it have none
             stored["prev_hash"] = str(prev["hash"]) if prev else GENESIS_HASH
             stored["hash"] = row_hash(stored)
             new_line = json.dumps(stored, ensure_ascii=False, allow_nan=False)
             # Existing lines are copied byte-for-byte so earlier tampering stays detectable.
-            write_text_atomic(self.jsonl_path, "".join(l + "\n" for l in lines + [new_line]))
+            write_text_atomic(self.jsonl_path, "".join(line + "\n" for line in lines + [new_line]))
             self._write_tsv(rows + [stored])
             return dict(stored)
 
@@ -244,8 +251,8 @@ class Ledger:
                 expected_prev = None  # the next link cannot be checked
                 continue
             parsed.append(row)
-            want_keys = set(COLUMNS) | set(CHAIN_KEYS)
-            if not (want_keys - set(LATER_COLUMNS) <= set(row) <= want_keys):
+            want_keys = set(COLUMNS) | set(CHAIN_KEYS) | {"schema_version"}
+            if not (want_keys - set(LATER_COLUMNS) - {"schema_version"} <= set(row) <= want_keys):
                 missing = sorted(want_keys - set(row))
                 extra = sorted(set(row) - want_keys)
                 problems.append(f"row {i}: unexpected keys (missing {missing}, extra {extra})")
@@ -269,8 +276,9 @@ class Ledger:
         if not tsv_lines:
             if n:
                 repairable.append(f"results.tsv missing; ledger.jsonl has {n} row(s)")
-        elif tsv_lines[0] == _OLD_TSV_HEADER and n:
-            repairable.append("results.tsv has an older release's columns; repair() (or the next append) regenerates it")
+        elif tsv_lines[0] in _OLD_TSV_HEADERS and n:
+            repairable.append("results.tsv has an older release's columns; "
+                              "repair() (or the next append) regenerates it")
         else:
             if tsv_lines[0] != _TSV_HEADER:
                 problems.append("results.tsv header differs from the ledger columns")

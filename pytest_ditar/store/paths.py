@@ -7,6 +7,7 @@
         baseline/                         the unmodified pipeline's snapshot
         champions/<commit>/               each kept commit's snapshot
         runs/<stamp>-<sha7>[-n]/          one run's logs, patch and summary
+        profiles/<stamp>-<sha7>[-n]/      `dit-ar profile`'s trace.json and summary.json (never read by a verdict)
         worktrees/<sha12>/                checkouts of earlier commits (champion, baseline code)
         compile-cache/<device key>/       torch.compile's caches, shared by every worker of the tag
                                           on that device stack (a cache, never state)
@@ -30,6 +31,7 @@ LEDGER_LOCK = ".ledger.lock"
 BASELINE = "baseline"
 CHAMPIONS = "champions"
 RUNS = "runs"
+PROFILES = "profiles"
 WORKTREES = "worktrees"
 PHASE_POINTER = "phase-quality.json"
 REPORT = "report"
@@ -88,14 +90,22 @@ class TagPaths:
 
     def new_run_dir(self, head: str | None) -> Path:
         """Create and return runs/<UTC stamp>-<sha7>, suffixed -2, -3.. when that exists already."""
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        base = f"{stamp}-{(head or 'nohead')[:7]}"
-        d, n = self.runs / base, 1
-        while d.exists():
-            n += 1
-            d = self.runs / f"{base}-{n}"
-        d.mkdir(parents=True)
-        return d
+        return _new_stamped_dir(self.runs, head)
+
+    def newest_run(self, commit: str) -> Path | None:
+        """The newest run dir of `commit` (a sha or its first 7) that holds a summary.json; a change
+        re-run after an UNSTABLE lane has a run dir of its own, and the newest is the one that counts."""
+        runs = self.runs
+        mine = [d for d in runs.glob(f"*-{commit[:7]}*") if (d / "summary.json").is_file()] if runs.is_dir() else []
+        return max(mine, key=lambda d: (d / "summary.json").stat().st_mtime) if mine else None
+
+    @property
+    def profiles(self) -> Path:
+        return self.dir / PROFILES
+
+    def new_profile_dir(self, commit: str | None) -> Path:
+        """Create and return profiles/<UTC stamp>-<sha7> (`dit-ar profile`), suffixed like a run's."""
+        return _new_stamped_dir(self.profiles, commit)
 
     def worktree(self, commit: str) -> Path:
         # 12 hex digits: unique in any real repository, short enough for readable paths.
@@ -113,6 +123,17 @@ class TagPaths:
     @property
     def report(self) -> Path:
         return self.dir / REPORT
+
+
+def _new_stamped_dir(parent: Path, commit: str | None) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    base = f"{stamp}-{(commit or 'nohead')[:7]}"
+    d, n = parent / base, 1
+    while d.exists():
+        n += 1
+        d = parent / f"{base}-{n}"
+    d.mkdir(parents=True)
+    return d
 
 
 def tag_dirs(root: Path) -> list[TagPaths]:

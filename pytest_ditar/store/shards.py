@@ -28,11 +28,11 @@ def result_from_dict(d: dict[str, Any]) -> ContractResult:
 
 
 def error_to_dict(e: CandidateError) -> dict[str, Any]:
-    return {"kind": e.kind, "message": e.message, "item": e.item, "seconds": e.seconds}
+    return {"kind": e.kind, "message": e.message, "item": e.item, "seconds": e.seconds, "where": e.where}
 
 
 def error_from_dict(d: dict[str, Any]) -> CandidateError:
-    return CandidateError(d["kind"], d["message"], item=d.get("item"), seconds=d.get("seconds"))
+    return CandidateError(d["kind"], d["message"], item=d.get("item"), seconds=d.get("seconds"), where=d.get("where"))
 
 
 def _key(item_id: str) -> str:
@@ -43,7 +43,7 @@ def dump(sess: Any, directory: Path, name: str) -> dict[str, Any]:
     """Write `sess`'s outputs to <directory>/<name>.npz; return the JSON-able payload."""
     directory.mkdir(parents=True, exist_ok=True)
     npz = directory / f"{name}.npz"
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}  # ndarrays; as dict[str, ndarray], savez's **kwds would also fill its allow_pickle
     outputs = {}
     for item_id, out in sess.outputs.items():
         k = _key(item_id)
@@ -64,7 +64,8 @@ def load(payload: dict[str, Any]) -> tuple[list[ContractResult], list[CandidateE
     if payload.get("outputs"):
         with np.load(payload["npz"]) as z:
             for item_id, meta in payload["outputs"].items():
-                outs.append(ItemOutput(item_id, z[f"lat_{meta['key']}"], z[f"img_{meta['key']}"], float(meta["seconds"])))
+                outs.append(ItemOutput(item_id, z[f"lat_{meta['key']}"], z[f"img_{meta['key']}"],
+                                       float(meta["seconds"])))
     return results, errors, outs
 
 

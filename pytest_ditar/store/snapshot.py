@@ -6,7 +6,6 @@ each. Verified on every load.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import shutil
@@ -19,17 +18,9 @@ import numpy as np
 
 from pytest_ditar.core.errors import SnapshotError
 from pytest_ditar.core.outputs import ItemOutput
-from pytest_ditar.store.atomic import publish_dir, temp_dir_beside
+from pytest_ditar.store.atomic import publish_dir, sha256_file, temp_dir_beside
 
 MANIFEST = "manifest.json"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _png_bytes(image: np.ndarray) -> bytes:
@@ -93,7 +84,8 @@ class Snapshot:
 
         entry = self.manifest["items"].get(item_id)
         if entry is None:
-            raise SnapshotError(f"{self.path}: no stored output for item '{item_id}' (the corpus changed? re-create the baseline)")
+            raise SnapshotError(f"{self.path}: no stored output for item '{item_id}' "
+                                "(the corpus changed? re-create the baseline)")
         latents = np.load(self.path / entry["latent"])
         image = np.asarray(Image.open(self.path / entry["image"]).convert("RGB"))
         return ItemOutput(item_id, latents, image, float(entry.get("seconds", 0)))
@@ -103,7 +95,8 @@ class Snapshot:
         return json.loads(p.read_text()) if p.is_file() else None
 
     def image_path(self, item_id: str) -> Path:
-        return self.path / self.manifest["items"][item_id]["image"]
+        image: str = self.manifest["items"][item_id]["image"]
+        return self.path / image
 
 
 def load_snapshot(path: Path, kind: str = "baseline", verify: bool = True) -> Snapshot:
@@ -115,12 +108,14 @@ def load_snapshot(path: Path, kind: str = "baseline", verify: bool = True) -> Sn
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
-        raise SnapshotError(f"{mpath}: {kind} manifest corrupted ({exc.msg}); re-create it with `dit-ar baseline --force`") from None
+        raise SnapshotError(f"{mpath}: {kind} manifest corrupted ({exc.msg}); "
+                            "re-create it with `dit-ar baseline --force`") from None
     snap = Snapshot(path, manifest)
     if verify:
         problems = verify_snapshot(snap)
         if problems:
-            raise SnapshotError(f"{path}: {kind} corrupted: {problems[0]}" + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
+            raise SnapshotError(f"{path}: {kind} corrupted: {problems[0]}"
+                                + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
                                 + "; restore it or re-create with `dit-ar baseline --force`")
     return snap
 
@@ -139,3 +134,13 @@ def verify_snapshot(snap: Snapshot) -> list[str]:
         if p.is_file() and rel != MANIFEST and rel not in files:
             problems.append(f"{rel} is not in the manifest (added?)")
     return problems
+
+
+def lane_samples(lanes: Mapping[str, Any]) -> dict[str, list[float]]:
+    """Per-lane timed seconds of a stored lanes.json: the baseline's holds each lane's samples,
+    a champion's the whole lane result it was kept on (its candidate side under `measurement`)."""
+    out = {}
+    for name, lane in lanes.items():
+        samples = lane.get("samples") if "samples" in lane else (lane.get("measurement") or {}).get("samples")
+        out[name] = [float(x) for x in samples or []]
+    return out

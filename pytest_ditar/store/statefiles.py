@@ -4,8 +4,8 @@ What matters is what the verdicts rest on and what a person reads afterwards: th
 the ledger and its TSV view, the baseline and champion snapshots (outputs included), and each
 run's summary.json, verdict.txt and candidate.patch. Worker logs, worktrees and caches are
 rebuilt or disposable: the compile cache (compile-cache/) is written by candidate code at will, so
-it is neither watched, backed up, nor restored. loop.backup keeps these files in git (refs/ditar/<tag>); this module only
-reads and writes the directory.
+it is neither watched, backed up, nor restored. loop.backup keeps these files in git
+(refs/ditar/<tag>); this module only reads and writes the directory.
 
 No pytest, git or torch here.
 """
@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from pytest_ditar.store.atomic import publish_dir, temp_dir_beside, write_bytes_atomic
+from pytest_ditar.store.atomic import publish_dir, sha256_file, temp_dir_beside, write_bytes_atomic
 from pytest_ditar.store.paths import (
     BASELINE,
     CHAMPIONS,
@@ -28,7 +28,6 @@ from pytest_ditar.store.paths import (
     WORKTREES,
     TagPaths,
 )
-from pytest_ditar.store.snapshot import sha256_file
 
 __all__ = ["RUN_FILES", "backed_up", "changes", "digest", "folders", "recorded", "watched", "write_back"]
 

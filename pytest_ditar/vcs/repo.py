@@ -1,9 +1,11 @@
-"""Git operations, through GitPython. The only module of the package that runs git.
+"""Git operations, through the `git` program. The only module of the package that runs git.
 
-Porcelain that GitPython has no object API for (status, diff --name-only, format-patch,
-worktree, reset --keep) and the plumbing of the state's backup ref (hash-object, mktree,
-commit-tree, update-ref, cat-file) go through its command wrapper (`repo.git.execute`); a failure
-becomes a DitarError carrying git's own stderr, one line for the user.
+Every command goes through one runner (`_execute`, and `_git` for the usual case): porcelain
+(status, diff --name-only, worktree, reset --keep), the reads (rev-parse, symbolic-ref) and the
+plumbing of the state's backup ref (hash-object, mktree, commit-tree, update-ref, cat-file). A
+failure becomes a DitarError carrying git's own stderr, one line for the user. (GitPython served
+as the runner until issue 26: its object API covered a handful of reads, each a process of its
+own per call, so one runner of plain git is the whole of it.)
 
 The judge runs no code the repository controls. Every command here carries options that switch
 off each program git would otherwise start on the judge's behalf from a config file or the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -68,17 +71,34 @@ class ConfigEntry:
     value: str | None  # None: a key without `=` (boolean true)
 
 
-def _config_entries(g: Any) -> list[ConfigEntry]:
-    """Every config entry git sees where `g` runs (`git config --list` with scope and origin);
-    reading config runs no program. [] when git cannot list it (the command that follows then
-    fails on the same config, saying why)."""
-    status, out, _ = g.execute(["git", *_FIXED, "config", "--list", "--show-scope", "--show-origin", "-z"],
-                               with_extended_output=True, with_exceptions=False, env=_ENV)
+def _run(cwd: Path, cmd: list[str], data: bytes | None = None) -> tuple[int, bytes, bytes]:
+    """One git process in `cwd` with the judge's environment switches; (status, stdout, stderr).
+    A folder that does not exist, or no git at all, is git's failure too (status 128)."""
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env={**os.environ, **_ENV}, input=data if data is not None else b"",
+                           capture_output=True, check=False)
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+        return 128, b"", str(exc).encode()
+    return p.returncode, p.stdout, p.stderr
+
+
+def _text(raw: bytes, keep_newline: bool = False) -> str:
+    """git's output as text, its last newline dropped unless kept (names that are not UTF-8
+    survive as escapes)."""
+    out = raw.decode("utf-8", "surrogateescape")
+    return out[:-1] if out.endswith("\n") and not keep_newline else out
+
+
+def _config_entries(cwd: Path) -> list[ConfigEntry]:
+    """Every config entry git sees in `cwd` (`git config --list` with scope and origin); reading
+    config runs no program. [] when git cannot list it (the command that follows then fails on
+    the same config, saying why)."""
+    status, raw, _ = _run(cwd, ["git", *_FIXED, "config", "--list", "--show-scope", "--show-origin", "-z"])
     per = 3
     if status != 0:  # a git before 2.26 (no --show-scope): every entry is taken for the repository's
-        status, out, _ = g.execute(["git", *_FIXED, "config", "--list", "-z"], with_extended_output=True,
-                                   with_exceptions=False, env=_ENV)
+        status, raw, _ = _run(cwd, ["git", *_FIXED, "config", "--list", "-z"])
         per = 1
+    out = _text(raw)
     if status != 0:
         return []
     fields = out.split("\0")
@@ -129,9 +149,8 @@ def judge_env(root: Path, base: Mapping[str, str] | None = None) -> dict[str, st
     drivers are read now: one added later is switched off by `_execute`'s own options only."""
     env = dict(os.environ if base is None else base)
     pairs = [*_NO_PROGRAMS, *(f"hook.{e}.enabled=false" for e in _HOOK_EVENTS)]
-    repo = _repo(root)
-    if repo is not None:
-        pairs += _no_programs(_config_entries(repo.git))[1::2]
+    if _repo(root) is not None:
+        pairs += _no_programs(_config_entries(root))[1::2]
     try:
         n = max(0, int(env.get("GIT_CONFIG_COUNT") or 0))
     except ValueError:
@@ -142,11 +161,11 @@ def judge_env(root: Path, base: Mapping[str, str] | None = None) -> dict[str, st
     return {**env, **_ENV}
 
 
-def _label(repo: Any, path: Path) -> str:
+def _label(repo: _Repo, path: Path) -> str:
     """How the user knows a file of the repository's git directory: `.git/config` for the main
     checkout's own, else its absolute path (a linked worktree's common directory, an include)."""
     path = Path(os.path.abspath(path))
-    top = Path(os.path.abspath(repo.working_tree_dir)) if repo.working_tree_dir else None
+    top = repo.toplevel
     if top is not None and path.is_relative_to(top):
         return path.relative_to(top).as_posix()
     return str(path)
@@ -160,10 +179,10 @@ def repository_config(root: Path) -> list[tuple[str, str, str | None]]:
     if repo is None:
         return []
     out = []
-    for e in _config_entries(repo.git):
+    for e in _config_entries(root):
         if e.scope in REPOSITORY_SCOPES and e.origin.startswith("file:"):
             origin = e.origin[len("file:"):]
-            where = Path(origin) if os.path.isabs(origin) else Path(repo.working_tree_dir or repo.git_dir) / origin
+            where = Path(origin) if os.path.isabs(origin) else (repo.toplevel or repo.git_dir) / origin
             out.append((_label(repo, where), e.key, e.value))
     return out
 
@@ -174,7 +193,7 @@ def hook_files(root: Path) -> dict[str, Path]:
     repo = _repo(root)
     if repo is None:
         return {}
-    hooks = Path(repo.common_dir) / "hooks"
+    hooks = repo.common_dir / "hooks"
     out = {}
     for folder, dirs, files in os.walk(hooks):
         for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
@@ -183,39 +202,83 @@ def hook_files(root: Path) -> dict[str, Path]:
     return out
 
 
-def _execute(g: Any, args: Iterable[str], **kwargs: Any) -> Any:
-    """`git <args>` through GitPython's Git object `g` (a repository's, or one bound to a folder),
-    with every repository-controlled program off; (status, stdout, stderr)."""
-    cmd = ["git", *_FIXED, *_no_programs(_config_entries(g)), *args]
-    return g.execute(cmd, with_extended_output=True, with_exceptions=False, env=_ENV, **kwargs)
+def _execute(cwd: Path, args: Iterable[str], data: bytes | None = None,
+             keep_newline: bool = False) -> tuple[int, str, str]:
+    """`git <args>` in `cwd` with every repository-controlled program off; (status, stdout, stderr)
+    as text, each without its last newline (stdout's kept where asked)."""
+    status, out, err = _run(cwd, ["git", *_FIXED, *_no_programs(_config_entries(cwd)), *args], data)
+    return status, _text(out, keep_newline), _text(err)
 
 
-def _repo(root: Path):
-    import git
-
-    try:
-        repo = git.Repo(root, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
-    # GitPython's own object reads (its cat-file processes) carry the same switches
-    repo.git.update_environment(**_ENV)
-    repo.git.set_persistent_git_options(no_pager=True, no_replace_objects=True, c=_FIXED[len(_GLOBAL_OPTIONS) + 1::2])
-    return repo
+@dataclass(frozen=True)
+class _Repo:
+    """Where a repository's parts are, as git itself finds them from a folder inside it."""
+    toplevel: Path | None  # the working tree (None: a bare repository)
+    git_dir: Path  # this checkout's git directory (a linked worktree's own)
+    common_dir: Path  # what its worktrees share: objects, refs, hooks, info/exclude
 
 
-def _git(root: Path, *args: str, what: str | None = None, **kwargs: Any) -> str:
-    """stdout of `git <args>` in the repository holding `root`.
+def _repo(root: Path) -> _Repo | None:
+    """The repository holding `root` (git's own discovery, parent folders included); None where
+    there is none. Reading where it is runs no program."""
+    ask = ["git", *_FIXED, "rev-parse", "--absolute-git-dir", "--git-common-dir"]
+    status, raw, _ = _run(Path(root), [*ask, "--show-toplevel"])
+    if status != 0:  # a bare repository has no working tree to show
+        status, raw, _ = _run(Path(root), ask)
+        if status != 0:
+            return None
+    git_dir, common, *rest = _text(raw).splitlines()
+    top = Path(rest[0]) if rest and rest[0] else None
+    common_dir = Path(common) if os.path.isabs(common) else Path(os.path.abspath(Path(root) / common))
+    return _Repo(top, Path(git_dir), common_dir)
+
+
+def _git(root: Path, *args: str, what: str | None = None, data: bytes | None = None,
+         keep_newline: bool = False) -> str:
+    """stdout of `git <args>` in the repository holding `root` (`data` on its stdin).
 
     DitarError "<what> failed: <git's stderr>" when there is no repository or git fails."""
-    what = what or f"git {' '.join(args)}"
+    status, out, err = _git_status(root, args, what=what, data=data, keep_newline=keep_newline)
+    if status != 0:  # some refusals ("nothing to commit") are printed on stdout
+        raise DitarError(f"{what or 'git ' + ' '.join(args)} failed: {(err or out).strip()}")
+    return out
+
+
+def _git_status(root: Path, args: Iterable[str], what: str | None = None, data: bytes | None = None,
+                keep_newline: bool = False) -> tuple[int, str, str]:
+    """`_execute` in the repository holding `root`; DitarError where there is none."""
+    return _execute(_top(root, what or "git " + " ".join(args)), list(args), data, keep_newline)
+
+
+def _top(root: Path, what: str) -> Path:
+    """Where a command on the repository holding `root` runs: the top of its working tree, where
+    paths on the command line and in the output are rooted. A folder with its own `.git` (the
+    checkout's folder or a worktree's file) is one, without asking git; DitarError where there is
+    no repository."""
+    if os.path.lexists(os.path.join(root, ".git")):
+        return Path(root)
     repo = _repo(root)
     if repo is None:
         raise DitarError(f"{what} failed: {root} is not a git repository")
-    status, out, err = _execute(repo.git, args, **kwargs)
-    if status != 0:  # some refusals ("nothing to commit") are printed on stdout
-        msg = err or out
-        raise DitarError(f"{what} failed: {(msg.decode(errors='replace') if isinstance(msg, bytes) else msg).strip()}")
-    return out
+    return repo.toplevel or repo.git_dir
+
+
+def _head(root: Path) -> tuple[str, str | None] | None:
+    """HEAD's commit and its first parent; None before the first commit."""
+    try:
+        line = _git(root, "log", "-1", "--format=%H %P", "HEAD").split()
+    except DitarError:
+        return None
+    return (line[0], line[1] if len(line) > 1 else None) if line else None
+
+
+def _branch(root: Path) -> str | None:
+    """The branch HEAD is on; None when detached."""
+    try:
+        ref = _git(root, "symbolic-ref", "-q", "HEAD").strip()
+    except DitarError:
+        return None
+    return ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
 
 
 @dataclass(frozen=True)
@@ -230,17 +293,17 @@ class RepoState:
 
 
 def state(root: Path) -> RepoState:
-    repo = _repo(root)
-    if repo is None:
-        return RepoState(False, None, None, None, (), None)
-    try:
-        head = repo.head.commit
-    except ValueError:  # no commits yet
-        return RepoState(True, None, None, None, (), Path(repo.working_tree_dir))
-    branch = None if repo.head.is_detached else repo.active_branch.name
-    parent = head.parents[0].hexsha if head.parents else None
-    entries = _status(root)
-    return RepoState(True, branch, head.hexsha, parent, tuple(p for _, p in entries), Path(repo.working_tree_dir),
+    # one rev-parse for the working tree, HEAD, its parents and the branch (it runs no program)
+    status, raw, _ = _run(Path(root), ["git", *_FIXED, "rev-parse", "--show-toplevel", "HEAD", "HEAD^@",
+                                       "--symbolic-full-name", "HEAD"])
+    lines = _text(raw).splitlines()
+    if status != 0 or len(lines) < 3:  # no repository, a bare one, or no commits yet
+        repo = _repo(root)
+        return RepoState(repo is not None, None, None, None, (), repo.toplevel if repo else None)
+    top, head, parents, ref = Path(lines[0]), lines[1], lines[2:-1], lines[-1]
+    branch = ref.removeprefix("refs/heads/") if ref.startswith("refs/heads/") else None
+    entries = _status(top)
+    return RepoState(True, branch, head, parents[0] if parents else None, tuple(p for _, p in entries), top,
                      tuple(p for code, p in entries if code == "??"))
 
 
@@ -292,7 +355,8 @@ def require_clean_repo(root: Path, ignore: Iterable[str]) -> RepoState:
 
 
 def changed_files(root: Path, base: str, head: str = "HEAD") -> list[str]:
-    out = _git(root, "diff", "--no-ext-diff", "--no-textconv", "--name-only", base, head, what=f"git diff {base}..{head}")
+    out = _git(root, "diff", "--no-ext-diff", "--no-textconv", "--name-only", base, head,
+               what=f"git diff {base}..{head}")
     return [p for p in out.splitlines() if p]
 
 
@@ -317,7 +381,7 @@ def diff_patch(root: Path, base: str, head: str) -> str:
     """`git format-patch --stdout base..head`, byte for byte (a patch needs its last newline)."""
     try:
         return _git(root, "format-patch", "--no-ext-diff", "--no-textconv", "--stdout", f"{base}..{head}",
-                    strip_newline_in_stdout=False)
+                    keep_newline=True)
     except DitarError:
         return ""
 
@@ -328,18 +392,16 @@ def revert_to_parent(root: Path, expected_head: str) -> str:
     --keep, never --hard: uncommitted changes and untracked files survive, and where a local
     change sits in a file the candidate commit touches, git refuses and so does this (DitarError
     saying how to finish by hand) instead of overwriting it."""
-    repo = _repo(root)
-    if repo is None:
+    if _repo(root) is None:
         raise DitarError(f"{root}: not a git repository; nothing to revert")
-    head = repo.head.commit
-    if head.hexsha != expected_head:
-        raise DitarError(f"HEAD moved during the run ({expected_head[:7]} -> {head.hexsha[:7]}); not reverting")
-    if not head.parents:
+    head, parent = _head(root) or ("", None)
+    if head != expected_head:
+        raise DitarError(f"HEAD moved during the run ({expected_head[:7]} -> {head[:7] or '(none)'}); not reverting")
+    if not parent:
         raise DitarError("the candidate is the root commit; not reverting")
-    parent = head.parents[0].hexsha
-    status, out, err = _execute(repo.git, ["reset", "-q", "--keep", parent])
+    status, out, err = _git_status(root, ["reset", "-q", "--keep", parent])
     if status != 0:
-        touched = set(changed_files(root, parent, head.hexsha))
+        touched = set(changed_files(root, parent, head))
         local = [p for p in dirty_paths(root) if p in touched]
         if local:
             raise DitarError(f"uncommitted changes in files the candidate commit touches ({', '.join(local[:3])}): "
@@ -362,12 +424,11 @@ def put_branch_back(root: Path, branch: str, target: str) -> None:
     `git checkout -B branch target`, which moves the branch only if the checkout succeeds. Where a
     local change sits in a file the move would overwrite, git refuses and so does this (DitarError,
     one line saying how to finish by hand); nothing is overwritten."""
-    repo = _repo(root)
-    if repo is None:
+    if _repo(root) is None:
         raise DitarError(f"{root}: not a git repository; {branch} not put back")
-    on_branch = not repo.head.is_detached and repo.active_branch.name == branch
+    on_branch = _branch(root) == branch
     args = ["reset", "-q", "--keep", target] if on_branch else ["checkout", "-q", "-B", branch, target]
-    status, out, err = _execute(repo.git, args)
+    status, out, err = _git_status(root, args)
     if status == 0:
         return
     by_hand = f"git reset --keep {target[:7]}" if on_branch else f"git checkout -B {branch} {target[:7]}"
@@ -382,15 +443,20 @@ def put_branch_back(root: Path, branch: str, target: str) -> None:
 
 
 def create_branch(root: Path, name: str) -> None:
-    repo = _repo(root)
-    if repo is None:
+    if _repo(root) is None:
         raise DitarError(f"{root}: not a git repository (run `git init` and commit first)")
-    _git(root, "checkout", "-q", *([name] if name in [h.name for h in repo.heads] else ["-b", name]))
+    _git(root, "checkout", "-q", *([name] if branch_exists(root, name) else ["-b", name]))
 
 
 def branch_exists(root: Path, name: str) -> bool:
-    repo = _repo(root)
-    return repo is not None and name in [h.name for h in repo.heads]
+    return branch_commit(root, name) is not None
+
+
+def remove_worktrees(root: Path, paths: Iterable[Path]) -> None:
+    """Drop linked worktrees (their folders and git's records of them)."""
+    for path in paths:
+        _git(root, "worktree", "remove", "--force", str(path))
+    _git(root, "worktree", "prune")
 
 
 def add_worktree(root: Path, path: Path, rev: str) -> None:
@@ -408,7 +474,8 @@ def add_branch_worktree(root: Path, path: Path, branch: str, start: str) -> None
 
 def list_worktrees(root: Path) -> list[dict[str, Any]]:
     """`git worktree list --porcelain` as dicts: path, head, branch (None when detached)."""
-    out, cur = [], {}
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {}
     for line in _git(root, "worktree", "list", "--porcelain").splitlines() + [""]:
         if not line:
             if cur:
@@ -428,14 +495,12 @@ def list_worktrees(root: Path) -> list[dict[str, Any]]:
 def _commit_as(root: Path, user: tuple[str, str], *args: str) -> str:
     # -c user.*: a scratch repository's committer, whatever the machine's git config says
     _git(root, "-c", f"user.name={user[0]}", "-c", f"user.email={user[1]}", "commit", "-q", *args)
-    return _repo(root).head.commit.hexsha
+    return _git(root, "rev-parse", "HEAD").strip()
 
 
 def init_repo(path: Path, message: str, *, user: tuple[str, str], branch: str = "main") -> str:
     """`git init` at `path`, commit everything there as `user` (name, email); returns the commit."""
-    import git
-
-    status, out, err = _execute(git.Git(path), ["init", "-q", "-b", branch])
+    status, out, err = _execute(Path(path), ["init", "-q", "-b", branch])
     if status != 0:
         raise DitarError(f"git init {path} failed: {(err or out).strip()}")
     _git(path, "add", "-A")
@@ -453,7 +518,7 @@ def ensure_ignored(root: Path, entries: Iterable[str]) -> bool:
     repo = _repo(root)
     if repo is None:
         return False
-    exclude = Path(repo.git_dir) / "info" / "exclude"
+    exclude = repo.common_dir / "info" / "exclude"  # git reads it there for every worktree
     exclude.parent.mkdir(parents=True, exist_ok=True)
     text = exclude.read_text() if exclude.exists() else ""
     for e in entries:
@@ -485,14 +550,9 @@ def ref_commit(root: Path, ref: str) -> str | None:
         return None
 
 
-def _git_in(root: Path, *args: str, data: bytes, what: str | None = None, **kwargs: Any) -> Any:
-    """`git <args>` with `data` on its stdin (GitPython hands stdin over as a file)."""
-    import tempfile
-
-    with tempfile.TemporaryFile() as fh:
-        fh.write(data)
-        fh.seek(0)
-        return _git(root, *args, what=what, istream=fh, **kwargs)
+def _git_in(root: Path, *args: str, data: bytes, what: str | None = None) -> str:
+    """`git <args>` with `data` on its stdin."""
+    return _git(root, *args, what=what, data=data)
 
 
 def _mktree(root: Path, blobs: dict[str, str]) -> str:
@@ -657,8 +717,15 @@ def read_tree(root: Path, rev: str) -> list[tuple[str, bytes]]:
     entries = list(tree_blobs(root, rev).items())
     if not entries:
         return []
-    raw = _git_in(root, "cat-file", "--batch", data="".join(f"{sha}\n" for _, sha in entries).encode(),
-                  stdout_as_string=False, strip_newline_in_stdout=False)
+    repo = _repo(root)
+    if repo is None:
+        raise DitarError(f"git cat-file failed: {root} is not a git repository")
+    # bytes as they are: blobs are not text, and their last newline is theirs
+    top = repo.toplevel or repo.git_dir
+    status, raw, err = _run(top, ["git", *_FIXED, *_no_programs(_config_entries(top)), "cat-file", "--batch"],
+                            "".join(f"{sha}\n" for _, sha in entries).encode())
+    if status != 0:
+        raise DitarError(f"git cat-file failed: {_text(err).strip()}")
     out, pos = [], 0
     for path, sha in entries:
         eol = raw.index(b"\n", pos)

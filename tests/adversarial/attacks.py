@@ -211,7 +211,7 @@ def _remember_pid():
     except Exception:
         pass
 # ---- end of the kit ----------------------------------------------------------------------------------
-'''
+'''  # noqa: E501 - the kit is the candidate's source, kept as an agent writes it
 
 
 def _attack(*, prelude: str = "", methods: str = "", build: str | None = None, kit: bool = True,
@@ -378,7 +378,8 @@ _REPLAY = '''
 # 3. Precompute in build(): build() (untimed) generates every corpus item alone and every lane's
 #    request (the corpus and the lanes are in the suite yaml); generate() replays known seeds after
 #    sleeping 20% of the work, assembling batches from single items.
-A03_PRECOMPUTE = _attack(methods=_REPLAY.replace("@@FRACTION@@", "0.2"), build='''def build(spec: PipelineSpec) -> StockDiT:
+A03_PRECOMPUTE = _attack(methods=_REPLAY.replace("@@FRACTION@@", "0.2"),
+                         build='''def build(spec: PipelineSpec) -> StockDiT:
     pipe = StockDiT(spec)
     suite = _suite(_roots()[0])
     steps = suite["pipeline"]["steps"]
@@ -675,7 +676,8 @@ A19_SIBLING_STOPPED = _attack(methods='''
 # 20 (extra). Background thread: build() starts a thread that imports the judge's own modules
 #     (load_config, load_suite, runtime.lanes.lane_request) to learn the lanes' requests and computes
 #     them while the judge is busy elsewhere (the quality phase, between tests); generate() replays.
-A20_BACKGROUND_THREAD = _attack(methods=_REPLAY.replace("@@FRACTION@@", "0.2"), build='''def build(spec: PipelineSpec) -> StockDiT:
+A20_BACKGROUND_THREAD = _attack(methods=_REPLAY.replace("@@FRACTION@@", "0.2"),
+                                build='''def build(spec: PipelineSpec) -> StockDiT:
     import threading
 
     pipe = StockDiT(spec)

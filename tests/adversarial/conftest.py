@@ -105,9 +105,8 @@ def slow_research(pytester, model_cache, tmp_path_factory) -> Project:
     rounds of a 55% spread, too few to decide even a 3x win at alpha / K."""
     import json as _json
 
-    from conftest import REPO
-
     from .attacks import REDUNDANT
+    from conftest import REPO
 
     perf = {**_json.loads((REPO / "config/autoresearch.json").read_text())["perf"], "max_cv": 0.3,
             "drift_tolerance": 3.0, "max_rounds": 48, "lane_budget_s": 15.0, "twin": False}

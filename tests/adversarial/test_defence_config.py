@@ -3,8 +3,8 @@ import hashlib
 import json
 
 import pytest
-from candidates import STOCK, _patch
 
+from candidates import STOCK, _patch
 from conftest import verdict_line
 
 # The defences' own attack-first tests: they run with the battery (CI's second step).
@@ -72,7 +72,8 @@ def test_config_changed_since_the_baseline_behind_gits_back_is_refused(research)
     line = _last(res)
     assert res.returncode == 4, res.stdout[-2000:]
     assert line.startswith("DITAR REFUSED: config/autoresearch.json (sha256 ") and \
-        f"differs from the baseline's {recorded[:12]}: restore config/autoresearch.json from the baseline commit" in line \
+        f"differs from the baseline's {recorded[:12]}: " \
+        "restore config/autoresearch.json from the baseline commit" in line \
         and "or re-baseline with a new tag" in line, line
     assert proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]
 

@@ -1,6 +1,7 @@
 """What a gated run does to git: it reverts with `git reset --keep` (never losing uncommitted work),
 and it refuses a tree or history it cannot judge cleanly, before recording or reverting anything."""
 import pytest
+
 from candidates import ALTERS, STOCK
 
 # The defences' own attack-first tests: they run with the battery (CI's second step).
@@ -40,11 +41,12 @@ def test_revert_git_refuses_is_recorded_and_left_to_finish_by_hand(research_unsa
     verdict is still recorded, and one line says how to finish."""
     proj = research_unsandboxed  # the write must land: the judge's answer is the test
     note = "# edited while the run was in flight\n"
-    sha, res, line = proj.experiment(_writes_during_build(ALTERS, "mutable/pipeline.py", note), "exact", "Lower guidance")
+    sha, res, line = proj.experiment(_writes_during_build(ALTERS, "mutable/pipeline.py", note), "exact",
+                                     "Lower guidance")
     assert line.startswith("DITAR VERDICT: DISCARD"), line
     assert proj.head() == sha and (proj.root / "mutable/pipeline.py").read_text().endswith(note)
     assert proj.ledger()[-1]["status"] == "DISCARD" and proj.ledger()[-1]["commit"] == sha
-    (hint,) = [l for l in res.stdout.splitlines() if l.startswith("ditar: not reverted:")]
+    (hint,) = [line for line in res.stdout.splitlines() if line.startswith("ditar: not reverted:")]
     assert "uncommitted changes in files the candidate commit touches (mutable/pipeline.py)" in hint, hint
     assert f"git reset --keep {proj.git('rev-parse', 'HEAD^')[:7]}" in hint, hint
 
@@ -108,8 +110,9 @@ def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_cha
     sha, res, line = proj.experiment(src, "exact", "Lower guidance")
     moved = {"amend": "autoresearch/t moved from {} to ", "commit on top": "autoresearch/t moved from {} to ",
              "detach": "HEAD moved from autoresearch/t to a detached HEAD at {}"}[move].format(sha[:7])
-    assert line.startswith("DITAR VERDICT: CRASH") and f'reason="git state changed during the run: {moved}' in line, line
-    assert res.returncode == 1
+    assert line.startswith("DITAR VERDICT: CRASH") \
+        and f'reason="git state changed during the run: {moved}' in line, line
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
     assert proj.git("rev-parse", "autoresearch/t") == base and proj.head() == base, proj.git("log", "--oneline", "-3")
     assert proj.git("rev-parse", "--abbrev-ref", "HEAD") == "autoresearch/t"
     assert proj.git("status", "--porcelain") == "" and (proj.root / "mutable/pipeline.py").read_text() == STOCK
@@ -167,7 +170,8 @@ def test_state_ref_is_content_addressed_and_leaves_index_and_tree_alone(tmp_path
     index = (root / ".git/index").read_bytes()
     c1 = gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"}, "one")
     assert gitops.ref_commit(root, "refs/ditar/t") == c1
-    assert gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"}, "same") == c1
+    assert gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"},
+                            "same") == c1
     (files / "x.txt").write_bytes(b"x2\n")
     c2 = gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt"}, "two")
     assert c2 != c1 and dict(gitops.read_tree(root, c1)) == {"x.txt": b"x\n", "sub/y.bin": bytes(range(256))}

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import research_project
-
 from .attacks import COMMENT_ONLY
 from .conftest import KEYS, assert_refused, assert_verdict, ditar, experiment
+from conftest import research_project
 
 pytestmark = pytest.mark.adversarial
 

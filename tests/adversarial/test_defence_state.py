@@ -5,8 +5,8 @@ import json
 import shutil
 
 import pytest
-from candidates import ALTERS, STOCK, _patch
 
+from candidates import ALTERS, STOCK, _patch
 from conftest import verdict_line
 
 # The defences' own attack-first tests: they run with the battery (CI's second step).
@@ -33,7 +33,8 @@ def _marker_source(marker) -> str:
 def test_baseline_is_backed_up_to_a_hidden_ref_without_touching_the_tree(research):
     proj = research
     files = proj.git("ls-tree", "-r", "--name-only", "refs/ditar/t").splitlines()
-    assert {"ledger.jsonl", "results.tsv", "session.json", "baseline/manifest.json", "baseline/lanes.json"} <= set(files)
+    assert {"ledger.jsonl", "results.tsv", "session.json", "baseline/manifest.json",
+            "baseline/lanes.json"} <= set(files)
     assert any(f.startswith("baseline/items/") for f in files)
     assert proj.git("show", "refs/ditar/t:ledger.jsonl") == (proj.root / STATE / "ledger.jsonl").read_text().strip()
     assert proj.git("status", "--porcelain") == ""  # no working-tree or index change
@@ -57,7 +58,8 @@ def test_consistently_rewritten_baseline_is_refused_through_the_ledger_anchor(re
     res = proj.ditar("experiment", "--classification", "exact", "--description", "candidate")
     line = _last(res)
     assert res.returncode == 4, res.stdout[-2000:]
-    assert line.startswith("DITAR REFUSED: baseline anchor broken: manifest sha256 ") and "(manifest edited?)" in line, line
+    assert line.startswith("DITAR REFUSED: baseline anchor broken: manifest sha256 ") \
+        and "(manifest edited?)" in line, line
     assert "dit-ar recover --force" in line
     assert not marker.exists(), "the candidate ran on a forged baseline"
     assert proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]
@@ -104,17 +106,19 @@ def test_candidate_deleting_the_state_directory_is_a_crash_and_the_state_is_rest
     ledger and logs; the run ended in INTERNALERROR and `dit-ar status` said all was well."""
     proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
-    src = _at_root(STOCK.replace(GEN, GEN + f"        import shutil; shutil.rmtree(_os.path.join(_ROOT, {STATE!r}), ignore_errors=True)\n", 1))
+    src = _at_root(STOCK.replace(GEN, GEN + "        import shutil; "
+                                 f"shutil.rmtree(_os.path.join(_ROOT, {STATE!r}), ignore_errors=True)\n", 1))
     sha, res, line = proj.experiment(src, "exact", "Tidy up")
     assert "INTERNALERROR" not in res.stdout + res.stderr, res.stdout[-3000:]
-    assert res.returncode == 1
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
     assert line.startswith("DITAR VERDICT: CRASH") and \
         f'reason="state directory damaged during the run ({STATE} deleted): restored from refs/ditar/t"' in line, line
     assert proj.head() == base  # reverted
     rows = proj.ledger()
     assert [r["status"] for r in rows] == ["BASELINE", "CRASH"] and rows[-1]["commit"] == sha
     st = proj.ditar("status")
-    assert st.returncode == 0 and "2 rows, hash chain verifies" in st.stdout and f"{sha[:7]} CRASH" in st.stdout, st.stdout
+    assert st.returncode == 0 and "2 rows, hash chain verifies" in st.stdout \
+        and f"{sha[:7]} CRASH" in st.stdout, st.stdout
     assert proj.git("show", "refs/ditar/t:ledger.jsonl") == (proj.root / STATE / "ledger.jsonl").read_text().strip()
     (summary,) = (proj.root / STATE / "runs").glob("*/summary.json")
     data = json.loads(summary.read_text())
@@ -130,12 +134,14 @@ def test_a_file_error_while_recording_is_a_crash_with_a_reason(research_unsandbo
     block = ("        import glob\n"
              f"        for d in glob.glob(_os.path.join(_ROOT, {STATE + '/runs/*'!r})):\n"
              "            _os.makedirs(_os.path.join(d, 'summary.json'), exist_ok=True)\n")
-    src = _at_root(_patch(GEN, GEN + block)).replace("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
+    src = _at_root(_patch(GEN, GEN + block)).replace("guidance_scale=self.spec.guidance,",
+                                                     "guidance_scale=self.spec.guidance * 0.75,")
     assert src != ALTERS
     sha, res, line = proj.experiment(src, "exact", "Scribble")
     assert "Traceback" not in res.stdout and "INTERNALERROR" not in res.stdout, res.stdout[-3000:]
-    assert res.returncode == 1
-    assert line.startswith("DITAR VERDICT: CRASH") and 'reason="could not record the run: Is a directory: ' in line, line
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
+    assert line.startswith("DITAR VERDICT: CRASH") \
+        and 'reason="could not record the run: Is a directory: ' in line, line
     assert proj.head() == base and proj.ledger()[-1]["status"] == "CRASH" and proj.ledger()[-1]["commit"] == sha
     assert verdict_line(res.stdout) == line
 
@@ -157,8 +163,10 @@ def _forges_keep_and_kills_its_judge(source: str, flag) -> str:
         "        _root = _o.path.dirname(_o.path.dirname(_o.path.abspath(__file__)))\n"
         "        _git = lambda *a: _sp.run(['git', *a], cwd=_root, capture_output=True, text=True).stdout.strip()\n"
         f"        Ledger(_o.path.join(_root, {STATE!r})).append({{'commit': _git('rev-parse', 'HEAD'),\n"
-        "            'parent': _git('rev-parse', 'HEAD^'), 'class': 'exact', 'description': 'forged', 'lane': 'latency_b1',\n"
-        "            'metric': 1.8, 'ci_low': 1.7, 'ci_high': 1.9, 'quality_pass': 6, 'quality_total': 6, 'status': 'KEEP',\n"
+        "            'parent': _git('rev-parse', 'HEAD^'), 'class': 'exact', 'description': 'forged', "
+        "'lane': 'latency_b1',\n"
+        "            'metric': 1.8, 'ci_low': 1.7, 'ci_high': 1.9, 'quality_pass': 6, 'quality_total': 6, "
+        "'status': 'KEEP',\n"
         "            'cumulative_class': 'exact'})\n"
         "        _pid = _o.getppid()\n"
         "        while _pid > 1 and b'--ditar-gate' not in open(f'/proc/{_pid}/cmdline', 'rb').read():\n"
@@ -174,7 +182,8 @@ ROLLED_BACK = "ditar: the run of {} ended before it recorded: its state changes 
 
 
 @pytest.mark.parametrize("first", ["experiment", "status"])
-def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never_counts(research_unsandboxed, tmp_path, first):
+def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never_counts(research_unsandboxed, tmp_path,
+                                                                                         first):
     """The attack: a candidate appends a KEEP row for its own commit with the package's Ledger (the
     chain verifies) and kills its judge before the judge records: the next run took the forged
     commit for the champion ("HEAD is the champion"), and `dit-ar status` showed it as champion.
@@ -182,7 +191,8 @@ def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never
     or `dit-ar status`) rolls its state changes back before reading the ledger."""
     proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base, before = proj.head(), proj.ledger()
-    sha = proj.commit_candidate(_forges_keep_and_kills_its_judge(ALTERS, tmp_path / "killed"), "exact", "Lower guidance")
+    sha = proj.commit_candidate(_forges_keep_and_kills_its_judge(ALTERS, tmp_path / "killed"), "exact",
+                                "Lower guidance")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance")
     assert (tmp_path / "killed").exists() and "DITAR VERDICT" not in res.stdout, res.stdout[-2000:]
     assert [r["status"] for r in proj.ledger()] == ["BASELINE", "KEEP"]  # the forged row, chain intact
@@ -203,8 +213,8 @@ def test_a_run_killed_before_it_records_is_rolled_back_and_its_forged_keep_never
     assert proj.head() == base
     assert len(list((proj.root / STATE / "runs").glob(f"*-{sha[:7]}*"))) == 2  # the killed run's logs stay
     st = proj.ditar("status")
-    assert st.returncode == 0 and "2 rows, hash chain verifies" in st.stdout and "champion  the baseline" in st.stdout, \
-        st.stdout + st.stderr
+    assert st.returncode == 0 and "2 rows, hash chain verifies" in st.stdout \
+        and "champion  the baseline" in st.stdout, st.stdout + st.stderr
 
 
 def test_a_recorded_run_is_backed_up_before_its_revert_and_a_ledger_edit_after_it_is_refused(research):
@@ -220,12 +230,14 @@ def test_a_recorded_run_is_backed_up_before_its_revert_and_a_ledger_edit_after_i
     res = proj.ditar("experiment", "--classification", "exact", "--description", "Lower guidance", "--no-revert")
     assert _last(res).startswith("DITAR VERDICT: DISCARD") and proj.head() == sha, res.stdout[-2000:]
     log = proj.git("log", "--format=%H %s", "refs/ditar/t").splitlines()
-    subjects = [l.split(" ", 1)[1] for l in log]
-    assert subjects[:3] == [f"ditar t: recorded {sha[:7]} DISCARD"] * 2 + [f"ditar t: run in flight for {sha}"], subjects
+    subjects = [line.split(" ", 1)[1] for line in log]
+    assert subjects[:3] == [f"ditar t: recorded {sha[:7]} DISCARD"] * 2 + [f"ditar t: run in flight for {sha}"], \
+        subjects
     (run,) = (proj.root / STATE / "runs").glob(f"*-{sha[:7]}")
     first = proj.git("ls-tree", "-r", "--name-only", log[1].split()[0]).splitlines()
     last = proj.git("ls-tree", "-r", "--name-only", "refs/ditar/t").splitlines()
-    assert f"runs/{run.name}/summary.json" in first and f"runs/{run.name}/candidate.patch" not in first  # before the revert
+    # before the revert
+    assert f"runs/{run.name}/summary.json" in first and f"runs/{run.name}/candidate.patch" not in first
     assert {f"runs/{run.name}/verdict.txt", f"runs/{run.name}/candidate.patch"} <= set(last)
     res = proj.ditar("experiment", "--classification", "exact", "--description", "again")  # as after a kill -9
     assert f"ditar: recovered: finished the revert of {sha[:7]} recorded as DISCARD" in res.stdout, res.stdout[-2000:]
@@ -239,7 +251,8 @@ def test_a_recorded_run_is_backed_up_before_its_revert_and_a_ledger_edit_after_i
     res = proj.ditar("experiment", "--classification", "exact", "--description", "next")
     assert res.returncode == 4, res.stdout[-2000:]
     assert _last(res) == ("DITAR REFUSED: state changed outside a run: ledger.jsonl changed, results.tsv changed since "
-                          f"refs/ditar/t ({recorded_backup}: recorded {sha[:7]} DISCARD); `dit-ar recover --force` restores it")
+                          f"refs/ditar/t ({recorded_backup}: recorded {sha[:7]} DISCARD); "
+                          "`dit-ar recover --force` restores it")
     assert proj.head() == nxt
     st = proj.ditar("status")
     assert st.returncode == 1 and "FAIL state changed outside a run: ledger.jsonl changed" in st.stdout, st.stdout

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 import pytest_ditar
-from conftest import Project, make_project
 
 from .attacks import COMMENT_ONLY
 from .conftest import Judged, parse, summary_reasons
+from conftest import Project, make_project
 
 pytestmark = pytest.mark.adversarial
 
@@ -62,10 +62,12 @@ def judge(tmp_path: Path) -> Judge:
     env = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     python = env / "bin" / "python"
-    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    site = Path(subprocess.check_output([str(python), "-c",
+                                         "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
     copy = tmp_path / "judge"
-    shutil.copytree(Path(pytest_ditar.__file__).parent, copy / "pytest_ditar", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(pytest_ditar.__file__).parent, copy / "pytest_ditar",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     (site / "ditar-paths.pth").write_text(f"{copy}\n{sysconfig.get_paths()['purelib']}\n")
     # a model cache of its own to tamper with (the baseline builds the tiny model there)
     return Judge(python, site, copy / "pytest_ditar", tmp_path / "cache")
@@ -142,7 +144,8 @@ def test_forged_bytecode_of_the_judges_own_modules_is_never_loaded(own: OwnProje
     pyc.write_bytes(_timestamp_pyc(src, forged))
     plain = subprocess.run([str(own.judge.python), "-c", (
         "import sys, importlib.machinery as m, importlib.util as u\n"
-        f"spec = u.spec_from_file_location('forged_probe', {str(src)!r}, loader=m.SourceFileLoader('forged_probe', {str(src)!r}))\n"
+        f"spec = u.spec_from_file_location('forged_probe', {str(src)!r}, "
+        f"loader=m.SourceFileLoader('forged_probe', {str(src)!r}))\n"
         "mod = u.module_from_spec(spec); sys.modules['forged_probe'] = mod; spec.loader.exec_module(mod)\n"
         "print('forged' if hasattr(mod, '_real_decide') else 'source')")], capture_output=True, text=True)
     # the attack is real: the interpreter's own loader runs the forged code for this file

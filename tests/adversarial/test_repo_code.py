@@ -280,7 +280,8 @@ def _plant(proj, scratch: Path, what: str) -> str:
     """Plant, as a stray process of the user could between runs, what the attacks write; returns
     the words the refusal must name."""
     program = PROGRAM.replace("@@PYTHON@@", sys.executable).replace(
-        "@@SCRATCH_DIR@@", repr(str(scratch))).replace("@@ROOT@@", repr(str(proj.root))).replace("@@STATE@@", ".autoresearch")
+        "@@SCRATCH_DIR@@", repr(str(scratch))).replace("@@ROOT@@", repr(str(proj.root))).replace(
+        "@@STATE@@", ".autoresearch")
 
     def install(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -321,7 +322,8 @@ def test_repository_code_planted_between_runs_is_refused_naming_it(research, scr
     assert_nothing_ran(scratch, j)
     assert_refused(proj, j, (named.lower(),), rows)
     assert "dit-ar baseline --force" in j.reason, j.show()
-    res = subprocess.run([str(Path(sys.executable).parent / "dit-ar"), "--config", "config/autoresearch.json", "verify", "--sample", "0"], cwd=proj.root,
+    res = subprocess.run([str(Path(sys.executable).parent / "dit-ar"), "--config", "config/autoresearch.json",
+                          "verify", "--sample", "0"], cwd=proj.root,
                          capture_output=True, text=True, env=os.environ.copy())
     assert res.returncode == 1 and named.lower() in res.stdout.lower(), res.stdout[-2000:] + res.stderr[-2000:]
     assert_nothing_ran(scratch, j)

@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import make_project
-
 from .attacks import GEN_RETURN, GEN_SIG, STOCK
 from .conftest import KEYS, assert_not_kept, experiment
+from conftest import make_project
 
 pytestmark = pytest.mark.adversarial
 
 # Sandbag in the champion's role: the project root has the state directory beside mutable/, a
-# worktree built for the champion does not. Sleeps 3x the call's own time there: far beyond what
-# the load of a shared 2-core box does to a champion between two runs (up to 1.8x seen).
+# worktree built for the champion does not. Sleeps 6x the call's own time there (7x slower): the
+# defence compares the champion with its samples from its own KEEP run, and on a shared 2-core box
+# the load swing between two runs reached 2x (session 10: a 4x sandbag measured 1.83x against
+# samples taken under load, under the 2.5x bar, and was KEPT). A sandbag inside that swing is a
+# known limit (docs/trust.md, row 22); building both sides from worktrees would take the role away.
 SANDBAG = STOCK.replace(GEN_SIG, GEN_SIG + "        import time as _t; _t0 = _t.perf_counter()\n").replace(
     GEN_RETURN,
     "        from pathlib import Path as _P\n"
     "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
-    "            _t.sleep(3.0 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
+    "            _t.sleep(6.0 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
 assert SANDBAG.count("_t.sleep") == 1
 TWIN = SANDBAG + "\n# the same code: only the champion's role differs\n"
 
@@ -37,6 +39,8 @@ def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_c
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     first = experiment(proj, SANDBAG, "Drop the redundant pass")
+    if first.status == "DISCARD" and " unstable: " in first.reason:  # not judged on a loaded box: once more
+        first = experiment(proj, SANDBAG, "Drop the redundant pass, once more")
     assert first.status == "KEEP", first.show()  # a real 2x: as the candidate it never sandbags
     kept = proj.head()
     second = experiment(proj, TWIN, "Same code, a new commit")

@@ -17,11 +17,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from candidates import STOCK
 
+from candidates import STOCK
 from conftest import REPO, research_project
 
-CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_AUTOGRAD_CACHE")
+CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
+              "TORCHINDUCTOR_AUTOGRAD_CACHE")
 MARK = "DITAR-TEST-CACHE "
 
 RECORD = '''
@@ -43,7 +44,8 @@ def _use_the_compile_cache():
 
 def _source(build_sleep_s: float = 0.0, note: str = "") -> str:
     head, sep, body = STOCK.partition("def build(")
-    call = "    _use_the_compile_cache()\n" + (f"    import time; time.sleep({build_sleep_s})\n" if build_sleep_s else "")
+    call = "    _use_the_compile_cache()\n" + (f"    import time; time.sleep({build_sleep_s})\n"
+                                              if build_sleep_s else "")
     return head + RECORD.format(keys=CACHE_VARS, mark=MARK) + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1) + note
 
 
@@ -70,7 +72,8 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
     proj = research_project(pytester, tmp_path_factory, mutable_source=_source())  # the champion uses it too
     cache = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve()
     entries = cache / "entries"
-    copied = {p.name for p in entries.iterdir()} if entries.is_dir() else set()  # none: the baseline's build is no champion's
+    # none: the baseline's build is no champion's
+    copied = {p.name for p in entries.iterdir()} if entries.is_dir() else set()
     timeout = proj.config()["item_timeout_s"]
     assert proj.config().get("build_timeout_s", 1800) > timeout + 2  # the repository's 1800 s applies
 
@@ -81,7 +84,8 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
     # Run 2: the same code again (a comment apart); its builds find what run 1's champion left.
     sha2, res2, line2 = proj.experiment(_source(note="\n# again\n"), "exact", "the same, re-run")
     assert not line2.startswith("DITAR VERDICT: CRASH"), res2.stdout[-3000:]
-    assert "state directory damaged" not in res2.stdout, res2.stdout[-3000:]  # the scratch folder it removed is no state
+    # the scratch folder it removed is no state
+    assert "state directory damaged" not in res2.stdout, res2.stdout[-3000:]
 
     runs = []
     for sha in (sha1, sha2):
@@ -108,9 +112,9 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
     champion_worker = f"worker_build.commit-{proj.ledger()[0]['commit'][:7]}"
     assert t1["worker_build.candidate"] >= timeout + 2 and 0 < t1[champion_worker] < t1["worker_build.candidate"], t1
     assert t1["perf.warmup"] > 0 and t1["perf.warmup_champion"] > 0 and t1["perf.timed"] > t1["perf.warmup"]
-    time_line = next(l for l in res1.stdout.splitlines() if l.startswith("ditar: time"))
-    assert re.search(r"built in candidate [0-9.]+s / commit-[0-9a-f]{7} [0-9.]+s, warm-up [0-9.]+s \(champion ", time_line), \
-        time_line
+    time_line = next(line for line in res1.stdout.splitlines() if line.startswith("ditar: time"))
+    assert re.search(r"built in candidate [0-9.]+s / commit-[0-9a-f]{7} [0-9.]+s, "
+                     r"warm-up [0-9.]+s \(champion ", time_line), time_line
 
 
 def test_the_device_key_is_short_stable_and_apart_per_device_kind():

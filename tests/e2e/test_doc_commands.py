@@ -1,6 +1,6 @@
 """Every command the README and program.md show, run in order as written, in a scratch project
 (long: each doc's whole sequence, real gated runs included). The extraction and the conventions
-live in tests/test_docs_commands.py."""
+live in tests/integration/repo/test_docs_commands.py."""
 from __future__ import annotations
 
 import re
@@ -12,8 +12,17 @@ import pytest
 
 from candidates import REDUNDANT, STOCK
 from conftest import REPO, make_project
-from test_docs_commands import DOCS, EDIT, EXPECTED_STATUS, VERDICT_STATUS, _checks, _env, extract, setup_runnable, \
-    substitute
+from integration.repo.test_docs_commands import (
+    DOCS,
+    EDIT,
+    EXPECTED_STATUS,
+    VERDICT_STATUS,
+    _checks,
+    _env,
+    extract,
+    setup_runnable,
+    substitute,
+)
 
 
 @pytest.mark.parametrize("doc", DOCS)

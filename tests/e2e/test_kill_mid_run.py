@@ -1,4 +1,5 @@
-"""A judge killed with SIGKILL in the middle of a gated run: the next run finds a state it accepts (long: a run killed at each phase)."""
+"""A judge killed with SIGKILL in the middle of a gated run: the next run finds a state it accepts
+(long: a run killed at each phase)."""
 import os
 import signal
 import subprocess
@@ -6,7 +7,7 @@ import time
 
 from candidates import REDUNDANT, STOCK
 from conftest import research_project
-from test_loop_integrity import _last
+from integration.loop.test_loop_integrity import _last
 
 
 def test_kill_9_mid_run_leaves_a_state_the_next_run_accepts(pytester, model_cache, tmp_path_factory):

@@ -6,9 +6,8 @@ import subprocess
 from pathlib import Path
 
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
-from test_docs_commands import _env, extract, substitute
-
 from conftest import REPO, make_project, research_project
+from integration.repo.test_docs_commands import _env, extract, substitute
 
 FAST = (REPO / "pytest_ditar/demo/candidates/faster_exact.py").read_text()
 
@@ -63,7 +62,7 @@ assert EDIT_A_FIXED_PATH.search("class 'approximate' needs the semantic evaluato
 def next_step(stdout: str) -> str:
     """A gated run's next-step line: the last of the `ditar:` lines, above the verdict (the last line)."""
     lines = stdout.strip().splitlines()
-    ours = [i for i, l in enumerate(lines) if l.startswith("ditar: ")]
+    ours = [i for i, line in enumerate(lines) if line.startswith("ditar: ")]
     assert ours and lines[ours[-1]].startswith("ditar: next: ") and ours[-1] < len(lines) - 1, stdout[-3000:]
     assert lines[-1].startswith(("DITAR VERDICT: ", "DITAR REFUSED: ")), stdout[-3000:]
     return lines[ours[-1]]
@@ -156,8 +155,9 @@ def test_a_bounded_session_stops_with_a_refusal_and_says_so(pytester, model_cach
     assert "next: dit-ar --config config/autoresearch.json status" in res.stdout  # the baseline exists already
 
     _, run, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
-    assert next_step(run.stdout) == ("ditar: next: session bound reached: 1 of 1 experiments run (set by the person who started "
-                         "the session, in session.json): stop; report with `dit-ar status` and `dit-ar report`")
+    assert next_step(run.stdout) == ("ditar: next: session bound reached: 1 of 1 experiments run "
+                                     "(set by the person who started the session, in session.json): stop; "
+                                     "report with `dit-ar status` and `dit-ar report`")
     head, rows = proj.head(), len(proj.ledger())
     proj.commit_candidate(STOCK + "\n# once more\n", "exact", "Once more")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "Once more")
@@ -170,5 +170,6 @@ def test_a_bounded_session_stops_with_a_refusal_and_says_so(pytester, model_cach
     st = proj.ditar("status")
     assert "bound     1 of 1 experiments run; REACHED: stop\n" in st.stdout, st.stdout
     if line.startswith("DITAR VERDICT: KEEP"):  # a real 2x: the direct comparison stands beside the product
-        m = re.search(r"product of kept runs' ratios (\S+)x; stored medians vs the baseline's (\S+)x", st.stdout)
-        assert m and float(m.group(2)) > 1.3, st.stdout
+        m = re.search(r"speedup over the baseline (\S+)x ci95=\[(\S+),(\S+)\] chained over 1 KEEP\(s\) \(cite this\); "
+                      r"stored medians, timed apart: (\S+)x", st.stdout)
+        assert m and float(m.group(2)) <= float(m.group(1)) <= float(m.group(3)) and float(m.group(4)) > 1.3, st.stdout

@@ -1,11 +1,12 @@
-"""The semantic gates through real gated runs: fewer steps and a quantized candidate against their thresholds (long: the evaluators on every item)."""
+"""The semantic gates through real gated runs: fewer steps and a quantized candidate against their
+thresholds (long: the evaluators on every item)."""
 import json
 import statistics
 
-from test_semantic_gates import QUANTIZED, _run, semantic_research, steps  # noqa: F401 - the fixture
+from integration.loop.test_semantic_gates import QUANTIZED, _run, semantic_research, steps  # noqa: F401 - the fixture
 
 
-def test_approximate_fewer_steps_passes_or_fails_the_semantic_gate_by_its_thresholds(semantic_research):
+def test_approximate_fewer_steps_passes_or_fails_the_semantic_gate_by_its_thresholds(semantic_research):  # noqa: F811
     proj = semantic_research
     line, summary = _run(proj, steps("request.steps - 1"), "approximate", "One step fewer")
     q = summary["quality"]
@@ -24,7 +25,7 @@ def test_approximate_fewer_steps_passes_or_fails_the_semantic_gate_by_its_thresh
     assert "quality=6/6" not in line
 
 
-def test_quantization_with_a_slightly_lower_score_on_some_items_is_discarded(semantic_research):
+def test_quantization_with_a_slightly_lower_score_on_some_items_is_discarded(semantic_research):  # noqa: F811
     proj = semantic_research
     line, summary = _run(proj, QUANTIZED, "quantization", "Quantize latents to 1/8")
     q = summary["quality"]
@@ -33,5 +34,6 @@ def test_quantization_with_a_slightly_lower_score_on_some_items_is_discarded(sem
     assert "quality=6/6" in line, line  # every per-item contract holds...
     assert any(d > 0 for d in drops) and any(d < 0 for d in drops), drops  # ...some items a little lower...
     assert 0 < mean < sd / len(drops) ** 0.5, (mean, sd)  # ...a lower mean, but well within the noise
-    assert line.startswith("DITAR VERDICT: DISCARD") and 'reason="class claim: zero regression: clip_score' in line, line
+    assert line.startswith("DITAR VERDICT: DISCARD") \
+        and 'reason="class claim: zero regression: clip_score' in line, line
     assert [r["status"] for r in proj.ledger()][-1] == "DISCARD"

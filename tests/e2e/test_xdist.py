@@ -2,8 +2,9 @@
 import json
 import re
 
-from candidates import ALTERS, COMMENT_ONLY, STOCK
 from pytest_ditar.plugin.xdist import PERF_REFUSAL, device_for_worker
+
+from candidates import ALTERS, COMMENT_ONLY, STOCK
 
 
 def _last(out: str) -> str:
@@ -18,10 +19,14 @@ def test_worker_id_pins_a_gpu_only_when_cuda_is_there():
 
 
 def _both(proj, source, subject):
-    """Judge one commit serially, then sharded over 2 workers (no revert in between)."""
+    """Judge one change serially, then sharded over 2 workers (no revert in between). The gate
+    judges a change once per champion (core.rerun), so the sharded run's commit adds a comment."""
     proj.commit_candidate(source, "exact", subject)
     args = ("experiment", "--classification", "exact", "--description", subject, "--no-revert")
-    serial, sharded = proj.ditar(*args), proj.ditar(*args, "--workers", "2")
+    serial = proj.ditar(*args)
+    proj.write("mutable/pipeline.py", source + "\n# the same change, judged sharded\n")
+    proj.git("commit", "-q", "--amend", "-a", "--no-edit")
+    sharded = proj.ditar(*args, "--workers", "2")
     assert _last(serial.stdout).startswith("DITAR VERDICT: "), serial.stdout[-2000:] + serial.stderr[-2000:]
     assert _last(sharded.stdout).startswith("DITAR VERDICT: "), sharded.stdout[-3000:] + sharded.stderr[-2000:]
     assert "ditar: quality phase recorded" in sharded.stdout  # phase 1 ran under xdist and recorded
@@ -38,9 +43,12 @@ def test_sharded_decision_equals_serial_decision(research):
     proj = research
     for source in (ALTERS,):  # (RAISES, a crash, decides the same way; left out to keep the suite short)
         serial, sharded, a, b = _both(proj, source, "idea")
-        assert _last(sharded.stdout) == _last(serial.stdout)
+        def same(line: str) -> str:  # the two commits differ by the comment: their ids, not their verdicts
+            return re.sub(r" commit=[0-9a-f]+", "", line)
+
+        assert same(_last(sharded.stdout)) == same(_last(serial.stdout))
         assert serial.returncode == sharded.returncode == 1
-        for key in ("status", "reason", "quality_pass", "quality_total", "class", "commit"):
+        for key in ("status", "reason", "quality_pass", "quality_total", "class"):
             assert a[key] == b[key], key
     assert [r["status"] for r in proj.ledger()[1:]] == ["DISCARD", "DISCARD"]
     serial, sharded, a, b = _both(proj, COMMENT_ONLY, "same code")
@@ -79,7 +87,8 @@ def test_each_batch_is_generated_once_across_workers(research, tmp_path):
     proj.commit_candidate(logging, "exact", "log each generate call")
     res = proj.pytest("-m", "quality", "-n", "2", "--ditar-phase=quality")
     assert res.ret == 0, res.stdout.str()[-3000:]
-    calls = [(log.parent.name, line.split(" ", 1)[1]) for log in proj.root.glob(".autoresearch/t/runs/*/workers/*/candidate.log")
+    calls = [(log.parent.name, line.split(" ", 1)[1])
+             for log in proj.root.glob(".autoresearch/t/runs/*/workers/*/candidate.log")
              for line in log.read_text().splitlines() if line.startswith("DITAR-TEST-GENERATE ")]
     seeds = [s for _, batch in calls for s in json.loads(batch)]
     assert sorted(seeds) == sorted(set(seeds)) and len(seeds) == 6  # every corpus item once
@@ -90,5 +99,5 @@ def test_each_batch_is_generated_once_across_workers(research, tmp_path):
     for wid in ("gw0", "gw1"):
         assert re.search(rf"^ditar: {wid}: device=.+ target=\S+ \(.+\) (ON|OFF)-TARGET$", out, re.M), out[-3000:]
     # the controller's time line folds in both workers' clocks: windows, busy time, start-up
-    line = next(l for l in res.stdout.lines if l.startswith("ditar: time"))
+    line = next(ln for ln in res.stdout.lines if ln.startswith("ditar: time"))
     assert line.startswith("ditar: time on 2 workers: start-up ") and " quality " in line and " busy)" in line, line

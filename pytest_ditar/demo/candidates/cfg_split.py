@@ -39,8 +39,8 @@ class CfgSplitDiT(LeanDiT):
         size = self.pipe.transformer.config.sample_size
         # same seeds on both ranks: identical initial noise, so both hold the same latents
         x = randn_tensor((bsz, self.in_ch, size, size), generator=generators, device=dev, dtype=dtype)
-        labels = list(request.labels) if rank == 0 else [1000] * bsz  # 1000: DiT's null class
-        labels = torch.tensor(labels, device=dev).reshape(-1)
+        label_ids = list(request.labels) if rank == 0 else [1000] * bsz  # 1000: DiT's null class
+        labels = torch.tensor(label_ids, device=dev).reshape(-1)
         class_emb = [F.embedding(labels, b["table"]) for b in self.blocks]
         halves = [torch.empty((bsz, self.in_ch, size, size), device=dev, dtype=dtype) for _ in range(2)]
         prev_x0 = None

@@ -40,6 +40,8 @@ candidate described above, and the one `dit-ar demo` keeps.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -75,7 +77,7 @@ class LeanDiT:
             from torchao.quantization import int8_weight_only, quantize_
 
             quantize_(pipe.transformer, int8_weight_only())
-        self._latents = None
+        self._latents: Any = None  # a tensor once the VAE decodes (capture below)
         decode = pipe.vae.decode
 
         def capture(z, *args, **kwargs):  # the stock path's final latents (decoder input)
@@ -164,7 +166,8 @@ class LeanDiT:
                                           output_type="pt").float().unsqueeze(0)
         hs = (hs + pos).to(hs.dtype)
         dt = hs.dtype
-        projs = {c: get_timestep_embedding(t_vec, c[0], flip_sin_to_cos=c[1], downscale_freq_shift=c[2], scale=c[3]).to(dtype=dt)
+        projs = {c: get_timestep_embedding(t_vec, c[0], flip_sin_to_cos=c[1], downscale_freq_shift=c[2],
+                                           scale=c[3]).to(dtype=dt)
                  for c in self.tproj_cfgs}
         cond0 = None
         if BATCHED_COND:
@@ -232,7 +235,7 @@ class LeanDiT:
             alpha = 1 / ((s**2 + 1) ** 0.5)
             return alpha, s * alpha
 
-        plan = []
+        plan: list[tuple[Any, ...]] = []
         lower_order_nums = 0
         for i in range(n):
             lower_final = (i == n - 1) and (cfg.euler_at_final or (cfg.lower_order_final and n < 15)

@@ -1,0 +1,140 @@
+"""The loop's champion beside `torch.compile` of the stock pipeline, in one call (issue 29).
+
+A user's alternative to the whole loop is one line: `torch.compile` on the stock transformer
+(pytest_ditar/demo/candidates/compiled_stock.py). This times the champion of a ladder workspace
+(its mutable/ at HEAD) against that, side by side, with the gate's own lane code
+(runtime.lanes.measure_lane): both sides in judge workers, paired rounds in a random order on
+fresh requests, the judge's clock. A side's first calls (where torch.compile compiles) are its
+warm-up and are reported as its compile time, apart from the timed rounds.
+
+    python benchmarks/compile_reference.py --workdir /tmp/ditar-ladder --out $OUT/compile   # GPU
+    python benchmarks/compile_reference.py --workdir /tmp/ditar-ladder --modes reduce-overhead,max-autotune
+    python benchmarks/ladder.py --suite tiny --rungs lean --compile-reference reduce-overhead  # CPU dry run
+
+Speedup = compiled median / champion median per paired round (>1: the champion is faster), with
+the 95% CI of the paired comparison (core.stats.compare). TFLOP/s uses the baseline's FLOP
+count per call (an exact champion does the same work) against the target profile's measured
+dense fp16 ceiling. Prints a table and writes compile_reference.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPILED = ROOT / "pytest_ditar/demo/candidates/compiled_stock.py"
+TAG = "ladder"  # the ladder's tag (benchmarks/ladder.py)
+
+
+def compiled_dir(ws: Path, mode: str) -> Path:
+    """A candidate folder holding compiled_stock.py with COMPILE_MODE = mode (outside git's view)."""
+    d = ws / ".autoresearch" / f"compiled-{mode}"
+    d.mkdir(parents=True, exist_ok=True)
+    src, n = re.subn(r'^COMPILE_MODE = .*$', f"COMPILE_MODE = {mode!r}", COMPILED.read_text(), count=1, flags=re.M)
+    assert n == 1, "compiled_stock.py lost its COMPILE_MODE line"
+    (d / "pipeline.py").write_text(src)
+    return d
+
+
+def ceiling_tflops(sess: Any) -> float | None:
+    """The dense fp16 ceiling of the card the run is on (the profile whose name matches it)."""
+    try:
+        from pytest_ditar.hardware.profiles import PROFILES
+
+        name = sess.fingerprint().device_name.lower()
+        return next((p.dense_fp16_tflops for p in PROFILES.values() if p.name_match and p.name_match.lower() in name),
+                    None)
+    except Exception:  # noqa: BLE001 - a column of the table, not the comparison
+        return None
+
+
+def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes: list[str] | None = None) -> dict:
+    """Time the workspace's champion against each compile mode, lane by lane; write and return the rows."""
+    from pytest_ditar.core import stats
+    from pytest_ditar.loop.session import DitarSession
+    from pytest_ditar.runtime.lanes import measure_lane, new_stream
+
+    sess = DitarSession.open(ws / "config/autoresearch.json", tag=TAG)
+    base = json.loads((sess.state_dir / "baseline/lanes.json").read_text()) \
+        if (sess.state_dir / "baseline/lanes.json").is_file() else {}
+    ceiling = ceiling_tflops(sess)
+    timeout = max(sess.cfg.item_timeout_s or 0.0, 900.0)  # max-autotune's first call compiles for minutes
+    report: dict[str, Any] = {"device": sess.resolved_device(), "ceiling_tflops": ceiling, "rows": []}
+    try:
+        champ = sess.worker(sess.cfg.candidate_path, "champion-head")
+        t0 = time.perf_counter()
+        champ.built(sess.cfg.build_timeout_s)
+        champ_build = time.perf_counter() - t0
+        for mode in modes:
+            ref = sess.worker(compiled_dir(ws, mode), f"compiled-{mode}")
+            t0 = time.perf_counter()
+            ref.built(max(sess.cfg.build_timeout_s, timeout))
+            ref_build = time.perf_counter() - t0
+            for lane in sess.suite.lanes:
+                if lanes and lane.name not in lanes:
+                    continue
+                t0 = time.perf_counter()
+                m = measure_lane(champ, sess.suite, lane, champion=ref, timeout_s=timeout, repeats=rounds,
+                                 stream=new_stream(sess.suite), pin_cpu=sess.cfg.perf.pin_cpu)
+                cmp = stats.compare(m.champion_samples, m.samples, min_effect=0.0, paired=True)
+                med = statistics.median(m.samples)
+                flops = (base.get(lane.name) or {}).get("flops")
+                row = {"mode": mode, "lane": lane.name, "rounds": len(m.samples),
+                       "champion_median_s": med, "compiled_median_s": statistics.median(m.champion_samples),
+                       "speedup": cmp.speedup, "ci95": [cmp.ci_low, cmp.ci_high],
+                       "compiled_compile_s": sum(m.champion_warmup_s), "champion_warmup_s": sum(m.warmup_s),
+                       "champion_build_s": champ_build, "compiled_build_s": ref_build,
+                       "champion_tflops": flops / med / 1e12 if flops else None,
+                       "ceiling_share": (flops / med / 1e12 / ceiling) if flops and ceiling else None,
+                       "wall_s": time.perf_counter() - t0}
+                report["rows"].append(row)
+                print(f"[compile] {mode} {lane.name}: champion {row['speedup']:.3f}x vs compiled "
+                      f"[{cmp.ci_low:.3f}, {cmp.ci_high:.3f}] over {row['rounds']} rounds "
+                      f"(compile {row['compiled_compile_s']:.1f} s)", flush=True)
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "compile_reference.json").write_text(json.dumps(report, indent=1, default=str))
+            ref.close()
+    finally:
+        sess.close()
+    print_table(report)
+    return report
+
+
+def print_table(report: dict) -> None:
+    print(f"\ndevice {report['device']}; dense fp16 ceiling "
+          f"{report['ceiling_tflops'] or '-'} TFLOP/s (hardware.profiles)")
+    print(f"{'mode':<17}{'lane':<15}{'rounds':>7}{'champion ms':>12}{'compiled ms':>12}{'champ x':>9}"
+          f"{'ci95':>17}{'compile s':>10}{'TFLOP/s':>9}{'ceiling':>8}")
+    for r in report["rows"]:
+        ci = f"[{r['ci95'][0]:.3f},{r['ci95'][1]:.3f}]"
+        tf = f"{r['champion_tflops']:.1f}" if r["champion_tflops"] else "-"
+        share = f"{100 * r['ceiling_share']:.0f}%" if r["ceiling_share"] else "-"
+        print(f"{r['mode']:<17}{r['lane']:<15}{r['rounds']:>7}{r['champion_median_s'] * 1e3:>12.2f}"
+              f"{r['compiled_median_s'] * 1e3:>12.2f}{r['speedup']:>8.3f}x{ci:>17}{r['compiled_compile_s']:>10.1f}"
+              f"{tf:>9}{share:>8}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workdir", default="/tmp/ditar-ladder", help="a ladder workspace (benchmarks/ladder.py)")
+    ap.add_argument("--modes", default="reduce-overhead", help="comma-separated torch.compile modes")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds per lane (default: the lane's repeats)")
+    ap.add_argument("--lanes", default=None, help="comma-separated lane names (default: every lane)")
+    ap.add_argument("--out", default="compile_reference")
+    args = ap.parse_args(argv)
+    ws = Path(args.workdir)
+    if not (ws / "config/autoresearch.json").is_file():
+        print(f"{ws}: not a ladder workspace (run benchmarks/ladder.py --workdir {ws} first)", file=sys.stderr)
+        return 2
+    run(ws, args.modes.split(","), Path(args.out), args.rounds, args.lanes.split(",") if args.lanes else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""`dit-ar compare A B`: two timed sides, lane by lane, under the gate's own rules.
+
+A side is `baseline`, `champion`, a run directory, a run number of the ledger (`3` or `run:3`),
+or a commit (`HEAD~2`, a sha): a commit is the baseline's, a stored champion's, or that of the
+newest run that timed it. Per lane: both medians, B's speedup over A with its 95% CI and the
+verdict core.stats would give at the config's floor. Paired where B is a run timed against A
+(its own interleaved rounds of A), else unpaired and labelled so: timed apart, the host's drift
+between the two sits in the ratio. Hosts that differ are named (a cross-host comparison). Reads
+only; never times, records or touches git beyond resolving a commit.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.cli.command import Command, light_session
+from pytest_ditar.core.errors import DitarError
+
+HOST_KEYS = ("device_name", "driver", "cuda", "torch", "diffusers", "cpu_model", "power_limit_w")
+
+
+@dataclass
+class Side:
+    name: str  # as the user gave it
+    label: str  # what it resolved to
+    commit: str | None
+    samples: dict[str, list[float]]  # lane -> per-call seconds
+    quality: str
+    fingerprint: dict[str, Any] | None
+    run: dict[str, Any] = field(default_factory=dict)  # a run's summary.json ({} for stored snapshots)
+    where: str = ""
+
+
+class Compare(Command):
+    name = "compare"
+    help = "compare two runs, commits, the baseline or the champion, lane by lane (reads only)"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("a", help="baseline, champion, a run dir, a run number (3 or run:3) or a commit")
+        parser.add_argument("b", help="the side judged against A, named the same ways")
+        parser.add_argument("--lane", action="append", default=None, help="only this lane (repeatable)")
+        out = parser.add_mutually_exclusive_group()
+        out.add_argument("--json", action="store_true", help="the comparison as JSON")
+        out.add_argument("--markdown", action="store_true", help="a Markdown table (a CI step summary)")
+
+    @classmethod
+    def run(cls, args: argparse.Namespace) -> int:
+        from pytest_ditar.store.paths import TagPaths
+
+        cfg, _, tag = light_session(args)
+        paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
+        a, b = (resolve(spec, cfg.root, paths) for spec in (args.a, args.b))
+        doc = compare(a, b, args.lane, cfg.perf.min_speedup, cfg.perf.max_cv)
+        if args.json:
+            print(json.dumps(doc, indent=1))
+        else:
+            print("\n".join(markdown(doc) if args.markdown else text(doc)))
+        return 0
+
+
+def resolve(spec: str, root: Path, paths: Any) -> Side:
+    """The side `spec` names; a DitarError that says what it takes where it names nothing timed."""
+    from pytest_ditar.core.decision import champion_row
+    from pytest_ditar.store.ledger import Ledger
+
+    rows = Ledger(paths.dir).rows()
+    base_sha = _manifest(paths.baseline).get("git_sha")
+    if spec == "baseline":
+        return _stored(spec, "baseline", paths.baseline, base_sha)
+    if spec == "champion":
+        row = champion_row(rows)
+        if row is None:
+            return _stored(spec, "baseline (nothing kept yet)", paths.baseline, base_sha)
+        return _stored(spec, "champion", paths.champion(str(row["commit"])), str(row["commit"]))
+    given = Path(spec)
+    if (given / "summary.json").is_file():
+        return _run(spec, given)
+    number = spec.removeprefix("run:")
+    if number.isdigit():
+        row = next((r for r in rows if r.get("run") == int(number)), None)
+        if row is None:
+            raise DitarError(f"compare: the ledger has no run {number} (runs 1-{len(rows)})")
+        run_dir = paths.newest_run(str(row["commit"]))
+        if run_dir is None:
+            raise DitarError(f"compare: run {number} ({row['status']}) left no summary.json under {paths.runs}")
+        return _run(spec, run_dir)
+    from pytest_ditar.vcs.repo import ref_commit
+
+    sha = ref_commit(root, spec)
+    if sha is None:
+        raise DitarError(f"compare: {spec!r} is no run dir, run number or commit; give baseline, champion, "
+                         "a run dir, a run number (3 or run:3) or a commit")
+    if sha == base_sha:
+        return _stored(spec, "baseline", paths.baseline, sha)
+    if (paths.champion(sha) / "lanes.json").is_file():
+        return _stored(spec, "stored champion", paths.champion(sha), sha)
+    run_dir = paths.newest_run(sha)
+    if run_dir is None:
+        raise DitarError(f"compare: commit {sha[:7]} ({spec}) was never timed: no run, champion or baseline has it")
+    return _run(spec, run_dir)
+
+
+def _manifest(d: Path) -> dict[str, Any]:
+    p = d / "manifest.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _stored(spec: str, what: str, d: Path, commit: str | None) -> Side:
+    lanes_file = d / "lanes.json"
+    if not lanes_file.is_file():
+        raise DitarError(f"compare: {spec}: no stored lanes at {lanes_file} (run `dit-ar baseline` first)")
+    from pytest_ditar.store.snapshot import lane_samples
+
+    samples = lane_samples(json.loads(lanes_file.read_text()))
+    label = f"{what} ({commit[:7]})" if commit else what
+    return Side(spec, label, commit, samples, "the reference" if what == "baseline" else "passed when kept",
+                _manifest(d).get("fingerprint"), where=str(d))
+
+
+def _run(spec: str, d: Path) -> Side:
+    summary = json.loads((d / "summary.json").read_text())
+    lanes = summary.get("lanes") or {}
+    samples = {k: list((v.get("measurement") or {}).get("samples") or []) for k, v in lanes.items()}
+    q = summary.get("quality") or {}
+    passed = sum(1 for r in q.values() if r.get("passed"))
+    quality = f"{passed}/{len(q)} passed (class {summary.get('class') or '?'})" if q else "not run"
+    commit = summary.get("commit")
+    label = f"run {d.name} ({str(commit)[:7]}, {summary.get('decision')})"
+    return Side(spec, label, commit, samples, quality, summary.get("fingerprint"), run=summary, where=str(d))
+
+
+def _paired(a: Side, b: Side, lane: str) -> tuple[list[float], list[float]] | None:
+    """A's and B's calls from one run's interleaved rounds, where B is a run timed against A."""
+    if not b.run or not a.commit or b.run.get("champion") != a.commit:
+        return None
+    m = (b.run.get("lanes", {}).get(lane) or {}).get("measurement") or {}
+    champ, cand = m.get("champion_samples") or [], m.get("samples") or []
+    return (champ, cand) if champ and len(champ) == len(cand) else None
+
+
+def host_difference(a: Side, b: Side) -> list[str]:
+    """The fingerprint fields that differ ("key: A vs B"); [] where both hosts look alike or one is unknown."""
+    if not a.fingerprint or not b.fingerprint:
+        return []
+    return [f"{k}: {a.fingerprint.get(k)} vs {b.fingerprint.get(k)}" for k in HOST_KEYS
+            if a.fingerprint.get(k) != b.fingerprint.get(k)]
+
+
+def compare(a: Side, b: Side, only: list[str] | None, min_effect: float, max_cv: float) -> dict[str, Any]:
+    from pytest_ditar.core import stats
+
+    lanes = [name for name in dict.fromkeys([*a.samples, *b.samples]) if not only or name in only]
+    if only and not lanes:
+        raise DitarError(f"compare: no lane {', '.join(only)} on either side (lanes: "
+                         f"{', '.join(dict.fromkeys([*a.samples, *b.samples])) or 'none'})")
+    cross = host_difference(a, b)
+    out: dict[str, Any] = {"a": _side_doc(a), "b": _side_doc(b), "cross_host": cross, "lanes": {}}
+    for lane in lanes:
+        pair = _paired(a, b, lane)
+        xa, xb = pair if pair else (a.samples.get(lane) or [], b.samples.get(lane) or [])
+        if len(xa) < 2 or len(xb) < 2:
+            side = "A" if len(xa) < 2 else "B"
+            out["lanes"][lane] = {"verdict": None, "how": f"not timed on {side} (the run never reached its lanes)"}
+            continue
+        c = stats.compare(xa, xb, min_effect=min_effect, max_cv=max_cv, paired=pair is not None)
+        how = "paired: B's own rounds against A" if pair else "unpaired: timed apart"
+        out["lanes"][lane] = {"a_median_s": statistics.median(xa), "b_median_s": statistics.median(xb),
+                              "speedup": c.speedup, "ci95": [c.ci_low, c.ci_high], "p_value": c.p_value,
+                              "verdict": c.verdict, "reason": c.reason, "rounds": [len(xa), len(xb)],
+                              "how": how + (" on different hosts" if cross else "")}
+    return out
+
+
+def _side_doc(s: Side) -> dict[str, Any]:
+    return {"spec": s.name, "label": s.label, "commit": s.commit, "quality": s.quality, "where": s.where}
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def text(doc: dict[str, Any]) -> list[str]:
+    lines = [f"A = {doc['a']['label']}", f"B = {doc['b']['label']}"]
+    lines.append(f"{'lane':<16} {'A median':>12} {'B median':>12} {'B vs A':>8}  {'ci95':<16} {'verdict':<11} how")
+    for lane, r in doc["lanes"].items():
+        if r["verdict"] is None:
+            lines.append(f"{lane:<16} {'-':>12} {'-':>12} {'-':>8}  {'-':<16} {'-':<11} {r['how']}")
+            continue
+        ci = f"[{r['ci95'][0]:.3f},{r['ci95'][1]:.3f}]"
+        lines.append(f"{lane:<16} {_ms(r['a_median_s']):>12} {_ms(r['b_median_s']):>12} {r['speedup']:>7.3f}x  "
+                     f"{ci:<16} {r['verdict']:<11} {r['how']}")
+    lines.append(f"quality: A {doc['a']['quality']}; B {doc['b']['quality']}")
+    lines.append("hosts: " + ("CROSS-HOST, the ratio includes the machines' difference: " + "; ".join(doc["cross_host"])
+                              if doc["cross_host"] else "the same (or one unknown)"))
+    return lines
+
+
+def markdown(doc: dict[str, Any]) -> list[str]:
+    lines = [f"**A** {doc['a']['label']} vs **B** {doc['b']['label']}", "",
+             "| lane | A median | B median | B vs A | 95% CI | verdict | how |", "|---|---|---|---|---|---|---|"]
+    for lane, r in doc["lanes"].items():
+        if r["verdict"] is None:
+            lines.append(f"| {lane} | - | - | - | - | - | {r['how']} |")
+        else:
+            lines.append(f"| {lane} | {_ms(r['a_median_s'])} | {_ms(r['b_median_s'])} | {r['speedup']:.3f}x | "
+                         f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | {r['verdict']} | {r['how']} |")
+    lines += ["", f"Quality: A {doc['a']['quality']}; B {doc['b']['quality']}."]
+    if doc["cross_host"]:
+        lines.append("Cross-host: " + "; ".join(doc["cross_host"]) + ".")
+    return lines

@@ -1,0 +1,124 @@
+"""`dit-ar profile`: where one call of the candidate spends its time, by pipeline phase, before a
+hypothesis is written (loop.profile). Times no lane, records nothing, leaves git alone."""
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.cli.command import Command, open_session
+
+
+class Profile(Command):
+    name = "profile"
+    help = "one call under torch.profiler: phase table, top operators, FLOP/s, Chrome trace; records nothing"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--lane", default=None,
+                            help="the lane whose batch and steps it runs (default: the objective lane)")
+        parser.add_argument("--commit", default=None,
+                            help="profile this commit's candidate (a worktree of it), not the working tree")
+        parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the lane's)")
+        parser.add_argument("--out", default=None, help="folder for trace.json and summary.json "
+                                                         "(default: .autoresearch/<tag>/profiles/<stamp>-<sha7>)")
+        parser.add_argument("--warmup", type=int, default=1,
+                            help="unprofiled warm-up calls first (default: %(default)s)")
+        parser.add_argument("--device", default=None)
+
+    @classmethod
+    def run(cls, args: argparse.Namespace) -> int:
+        import sys
+
+        from pytest_ditar.core.errors import CandidateError
+        from pytest_ditar.loop.profile import logs_of, profile
+
+        sess = open_session(args, args.device)
+        try:
+            res = profile(sess, lane=args.lane, commit=args.commit, steps=args.steps, out=args.out,
+                          warmup=args.warmup)
+        except CandidateError as exc:
+            print(f"dit-ar: profile: the candidate failed: {exc}", file=sys.stderr)
+            for line in logs_of(sess):
+                print(line, file=sys.stderr)
+            return 1
+        finally:
+            sess.close()
+        for line in describe(res.summary, res.out_dir):
+            print(line)
+        return 0
+
+
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v:.2f}"
+
+
+def _flops(v: float) -> str:
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.3g} {unit}"
+    return f"{v:.0f} FLOP"
+
+
+def _where(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
+    """The summary as the agent reads it: the phase table, the top operators, FLOP/s, the files."""
+    c = s["candidate"]
+    what = (f"commit {c['commit'][:7]}" if c["source"] == "commit"
+            else f"working tree (HEAD {(c['commit'] or 'none')[:7]}{', uncommitted changes' if c['dirty'] else ''})")
+    cuda = s.get("device_ms") is not None
+    lines = [(f"ditar: profile: {what}, lane {s['lane']} (batch {s['batch']}, {s['steps']} steps), "
+              f"device {s['device']}, {s['threads']} thread(s), a fresh request after {s['warmup']} warm-up call(s)")]
+    head = f"{'phase':<50} {'ms':>9} {'% call':>7} {'ms/step':>8}"
+    head += f" {'device ms':>10} {'% wall':>7}" if cuda else ""
+    lines += [head, "-" * len(head)]
+    wall = s["call_wall_ms"]
+    for r in s["phases"]:
+        label = "  " * r["level"] + r["label"]
+        if r["key"] == "denoise":
+            label += f" ({s['steps_seen']})"
+        row = f"{label:<50} {r['host_ms']:>9.2f} {100 * r['share']:>6.1f}% {_ms(r['per_step_ms']):>8}"
+        if cuda:
+            dev = r["device_ms"] or 0.0
+            row += f" {dev:>10.2f} {100 * dev / wall if wall else 0:>6.1f}%"
+        lines.append(row)
+    total = f"{'call (wall)':<50} {wall:>9.2f} {100.0:>6.1f}% {'':>8}"
+    if cuda:
+        total += f" {s['device_ms']:>10.2f} {100 * s['device_ms'] / wall if wall else 0:>6.1f}%"
+    lines += [total, "* placed between the marked ranges around it, not marked itself"]
+    gaps = next(r for r in s["phases"] if r["key"] == "gaps")
+    lines.append(f"coverage: the phases hold {100 * s['coverage']:.1f}% of the call's wall; host gaps "
+                 f"{gaps['host_ms']:.2f} ms ({100 * gaps['share']:.1f}%)")
+    if cuda:
+        lines.append(f"device busy {100 * s['device_ms'] / wall if wall else 0:.1f}% of the call's wall "
+                     "(low: launch- or host-bound, the GPU waits)")
+    lines += [f"note: {n}" for n in s.get("notes", [])]
+    un = s.get("unprofiled_wall_ms")
+    lines.append(f"call wall {wall:.2f} ms under the profiler" + (
+        f"; {un:.2f} ms unprofiled just before (another fresh request of the same shape; the difference is the "
+        "profiler's and the marks' overhead plus host noise)"
+        if un else ""))
+    key = "self device" if cuda else "self CPU"
+    lines.append(f"top {len(s['top_ops'])} operators by {key} time:")
+    lines.append(f"  {'operator':<44} {'calls':>6} {key + ' ms':>14} {'CPU total ms':>13} {'FLOP':>11}")
+    for op in s["top_ops"]:
+        self_ms = (op["self_device_us"] if cuda else op["self_cpu_us"]) / 1e3
+        flop = _flops(op["flops"]) if op["flops"] else "-"
+        lines.append(f"  {op['name'][:44]:<44} {op['calls']:>6} {self_ms:>14.3f} {op['cpu_total_us'] / 1e3:>13.3f} "
+                     f"{flop:>11}")
+    if s.get("flops"):
+        lines.append(f"FLOPs (the profiler's formulas: matmul, conv, add, mul; not attention kernels): "
+                     f"{_flops(s['flops'])} in the call, {_flops(s['achieved_flops_per_s'])}/s achieved over its wall")
+    else:
+        lines.append("FLOPs: the profiler counted none for this call")
+    lines.append(f"trace    {_where(out_dir / s['trace'])}  (chrome://tracing or ui.perfetto.dev; ranges ditar::*)")
+    lines.append(f"summary  {_where(out_dir / 'summary.json')}")
+    lines.append("ditar: profile: no lane timed, nothing recorded, git untouched")
+    return lines

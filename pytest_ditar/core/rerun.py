@@ -1,0 +1,69 @@
+"""One judgment per change: a change judged on a champion is not run again; one the gate could not
+judge runs once more, linked to the first.
+
+A change is its diff against the champion it sits on: the `git format-patch` body without the
+commit's header (message, author, date) or the judge's git version, so a new message does not make
+a new idea. A run is *not judged* when the gate could not judge the change itself: a DISCARD whose
+only objection is an UNSTABLE objective lane (the host, or work on the device from another process,
+not the idea), or a CRASH of the judge ("internal: ..."). Such a change may run once more on the
+same champion, and its ledger row names the first (`rerun_of`). Any other verdict is a judgment:
+running that change again on that champion would be re-running until noise favours it (program.md
+section 2), so the gate refuses it before any candidate code runs, as it refuses a change left
+unjudged twice. Pure: ledger rows in, a key, a link or a refusal out.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+KEY_CHARS = 16  # of the sha256: enough to tell a ledger's changes apart, short in a TSV cell
+
+
+def patch_key(patch: str) -> str:
+    """The change's identity: sha256 of its diff (from the first `diff --git` line to the end,
+    without format-patch's `-- ` version trailer); "" for an empty patch."""
+    start = patch.find("diff --git ")
+    if start < 0:
+        return ""
+    body = patch[start:]
+    trailer = body.rfind("\n-- \n")
+    if trailer >= 0:
+        body = body[:trailer + 1]
+    return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()[:KEY_CHARS]
+
+
+def judged(status: str, reasons: Iterable[str], objective_unstable: bool) -> bool:
+    """Whether a recorded run judged its change: False for a DISCARD whose every objection is its
+    UNSTABLE objective lane, and for a CRASH of the judge itself."""
+    reasons = list(reasons)
+    if status == "CRASH":
+        return not (reasons and all(str(r).startswith("internal:") for r in reasons))
+    if status == "DISCARD" and objective_unstable:
+        return not all(str(r).startswith("lane ") and " unstable: " in str(r) for r in reasons)
+    return True
+
+
+def _same(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> list[Mapping[str, Any]]:
+    return [r for r in rows if key and r.get("patch") == key and r.get("parent") == parent]
+
+
+def rerun_of(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> int | None:
+    """The run that first tried this change on this champion and was not judged, if any."""
+    first = next((r for r in _same(rows, key, parent) if str(r.get("judged")) == "0"), None)
+    return int(first["run"]) if first is not None else None
+
+
+def refusal(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> str | None:
+    """Why this change must not run on this champion again; None when it may."""
+    same = _same(rows, key, parent)
+    done = [r for r in same if str(r.get("judged")) != "0"]
+    if done:
+        r = done[-1]
+        return (f"this change was already judged on this champion (run {r.get('run')}: {r.get('status')}); "
+                "it is not run again (program.md section 2): commit a different hypothesis")
+    if len(same) >= 2:
+        runs = ", ".join(str(r.get("run")) for r in same)
+        return (f"this change was not judged twice (runs {runs}: the objective lane UNSTABLE, or the judge "
+                "crashed): leave it; if runs keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
+    return None

@@ -1,0 +1,62 @@
+"""Worker start-up ahead of need: the candidate's interpreter at configure time, then every build
+a gated run will wait on, sent at once so they overlap the guards and each other.
+
+Starting early is an optimisation only. What fails here (a candidate that cannot import, a
+worktree that cannot be checked out) fails again, and is reported, where the build is needed:
+the fixtures' `get_candidate`, the lanes, the holdout. So a failure here is returned as text,
+which the gate keeps (`Gate.start_failures`), never raised and never the verdict."""
+from __future__ import annotations
+
+from typing import Iterable
+
+from pytest_ditar.core.errors import CandidateError, DitarError
+from pytest_ditar.loop import champion, phases
+from pytest_ditar.loop.options import RunOptions
+from pytest_ditar.loop.session import DitarSession
+
+# What starting a worker or a build can raise: the worker's own errors, ours (a missing package,
+# a worktree git will not make) and the operating system's (a process that cannot spawn).
+START_ERRORS = (CandidateError, DitarError, OSError)
+
+
+def prestart(sess: DitarSession, opts: RunOptions) -> str | None:
+    """The candidate's worker process, started at configure time (no candidate code runs before
+    its build is sent): its interpreter and torch import overlap collection and the guards."""
+    if opts.xdist_controller:
+        return None  # the controller runs no candidate; its xdist workers start their own
+    try:
+        sess.worker(sess.cfg.candidate_path, "candidate")
+    except START_ERRORS as exc:
+        return f"candidate worker: {exc}"
+    return None
+
+
+def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str], head: str | None,
+                 champion_commit: str | None, baseline_commit: str | None) -> list[str]:
+    """Send the candidate's, the champion's (and its twin's) and the holdout baseline's builds now,
+    so they overlap: the second and third start-ups then cost no wall time. Returns what could not
+    start."""
+    if opts.xdist_controller:
+        return []
+    failed = []
+    try:
+        sess.start_candidate()
+    except START_ERRORS as exc:
+        failed.append(f"candidate build: {exc}")
+    wanted = set(lane_names)
+    lanes = [ln for ln in sess.suite.lanes if ln.name in wanted]
+    if opts.phase == phases.QUALITY or not any(getattr(ln, "gpus", 1) == 1 for ln in lanes):
+        return failed  # no lane to time, or multi-GPU lanes only: they interleave nothing
+    try:
+        champion.build(sess, champion_commit, head, start_only=True)
+        objective = sess.cfg.objective_lane
+        if sess.cfg.perf.twin and champion_commit and champion_commit != head \
+                and any(ln.name == objective for ln in lanes) and sess.cfg.perf.interleave:
+            # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
+            sess.build_twin(champion_commit, start_only=True)
+        if baseline_commit and baseline_commit not in (champion_commit, head) and sess.cfg.holdout.count:
+            # the holdout's reference is the baseline code: a third worker, started now too
+            sess.build_at_commit(baseline_commit, "holdout", start_only=True)
+    except START_ERRORS as exc:
+        failed.append(f"reference builds: {exc}")
+    return failed

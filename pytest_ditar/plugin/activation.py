@@ -1,0 +1,178 @@
+"""Whether a pytest run is a ditar run, decided once, before any plugin's configure.
+
+A ditar run is one that asks for it: a `--ditar-*` option on the command line (every `dit-ar`
+command passes `--ditar-config`), or a collection that reaches the config's suites folder (plain
+`pytest` in a research project, whose testpaths name `suites`, or `pytest suites/tiny`). A
+project's own `pytest tests` is none, even where a ditar config lies at the default path: it
+opens no session, starts no worker and prints nothing of ours. Everything here stays light (no
+numpy, no torch, no gate): it runs in every pytest start of every environment that has the
+plugin installed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
+from pytest_ditar.plugin.keys import RUN_PLUGIN
+
+if TYPE_CHECKING:
+    from pytest_ditar.plugin.gateplugin import GatePlugin
+
+# the options whose presence alone makes a ditar run (their argparse dests)
+OPTIONS = ("ditar_config", "ditar_baseline", "ditar_force", "ditar_tag", "ditar_device", "ditar_class",
+           "ditar_description", "ditar_no_revert", "ditar_gate", "ditar_try", "ditar_guard", "ditar_phase")
+DEFAULT_SUITES = "suites"
+
+_DECIDED_KEY = pytest.StashKey["Path | None"]()
+
+
+def config_path(config: pytest.Config) -> Path | None:
+    """--ditar-config, else $DITAR_CONFIG (as `dit-ar --config` defaults to it), else the ini's
+    ditar_config, else a conftest's hook, else the default file."""
+    opt = config.getoption("--ditar-config") or os.environ.get(ENV_CONFIG)
+    if opt:
+        return Path(opt)
+    ini = config.getini("ditar_config")
+    if ini:
+        return Path(config.rootpath) / ini
+    hook = config.pluginmanager.hook.pytest_ditar_config_path(config=config)
+    if hook:
+        return Path(hook)
+    default = Path(config.rootpath) / DEFAULT_CONFIG
+    return default if default.is_file() else None
+
+
+def ditar_config(config: pytest.Config) -> Path | None:
+    """The config of this run when it is a ditar run, else None; decided once per run."""
+    if _DECIDED_KEY not in config.stash:
+        path = config_path(config)
+        if path is not None and not (asked(config) or collects_suites(config, path)):
+            path = None
+        config.stash[_DECIDED_KEY] = path
+    return config.stash[_DECIDED_KEY]
+
+
+def asked(config: pytest.Config) -> bool:
+    """A `--ditar-*` option was given."""
+    return any(getattr(config.option, dest, None) for dest in OPTIONS)
+
+
+def collects_suites(config: pytest.Config, path: Path) -> bool:
+    """The run's collection paths reach the config's suites folder (lie in it, or hold it)."""
+    suites = suites_dir(path)
+    here = Path(config.invocation_params.dir)
+    for arg in config.args:
+        target = (here / str(arg).split("::", 1)[0]).resolve()
+        if target == suites or suites in target.parents or target in suites.parents:
+            return True
+    return False
+
+
+def suites_dir(path: Path) -> Path:
+    """The config's suites folder; for a config that does not load, the default one (the run that
+    reaches it then reports the config's error)."""
+    from pytest_ditar.core.errors import DitarError
+
+    try:
+        from pytest_ditar.config.project import load_config
+
+        cfg = load_config(path)
+        return (cfg.root / cfg.suites_dir).resolve()
+    except (DitarError, OSError):
+        from pytest_ditar.config.project import project_root_of
+
+        return (project_root_of(Path(path).resolve()) / DEFAULT_SUITES).resolve()
+
+
+MARKERS = ("ditar_quality: a pytest-ditar quality contract (candidate vs the original baseline)",
+           "ditar_perf: a pytest-ditar performance lane (candidate vs the champion)")
+
+
+def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None:
+    """The one hook that hands over pytest's option parser: artifacts asks it for pytest-benchmark's
+    --benchmark-json value, as that plugin's own option type makes it. In a ditar project (its
+    config named on the command line, in the ini, or at the default path), pytest's
+    assertion-rewrite caches go before the first conftest loads (loop.stamps): whether this is a
+    ditar run is not known yet, pytest has not decided its collection arguments."""
+    from pytest_ditar.plugin.artifacts import keep_parser
+
+    keep_parser(early_config, parser)
+    root = Path(early_config.rootpath)
+    if getattr(early_config.known_args_namespace, "ditar_config", None) or os.environ.get(ENV_CONFIG) \
+            or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
+        from pytest_ditar.loop.stamps import drop_rewrite_caches
+
+        drop_rewrite_caches(root)
+
+
+def before_configure(config: pytest.Config) -> None:
+    path = ditar_config(config)
+    if path is not None:
+        from pytest_ditar.plugin import gateplugin
+
+        gateplugin.before_configure(config, path)
+
+
+def configure(config: pytest.Config) -> None:
+    """The namespaced markers in every run; the gate in a ditar run only."""
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
+    path = ditar_config(config)
+    if path is not None:
+        from pytest_ditar.plugin import gateplugin
+
+        gateplugin.configure(config, path)
+
+
+def parametrize(metafunc: pytest.Metafunc) -> None:
+    if of(metafunc.config) is not NO_RUN:
+        from pytest_ditar.plugin import gateplugin
+
+        gateplugin.parametrize(metafunc)
+
+
+def commit_info(config: pytest.Config) -> dict | None:
+    """pytest-benchmark's commit info for a ditar run (vcs.repo's), else None: its own."""
+    if of(config) is NO_RUN:
+        return None
+    from pytest_ditar.vcs import repo as gitops
+
+    return gitops.commit_info(Path(str(config.rootpath)), config.getoption("benchmark_project_name", None))
+
+
+def of(config: pytest.Config) -> "GatePlugin | NoRun":
+    """The run that the module-level hooks hand over to: the gate's, or one that does nothing."""
+    return config.pluginmanager.get_plugin(RUN_PLUGIN) or NO_RUN
+
+
+class NoRun:
+    """A run that is not a ditar run: every hook leaves pytest alone."""
+
+    def ignore_collect(self, collection_path: Path) -> None:
+        return None
+
+    def header(self) -> None:
+        return None
+
+    def collection(self, items: list[pytest.Item]) -> None:
+        pass
+
+    def runtestloop(self, session: pytest.Session) -> None:
+        if session.config.getoption("--ditar-baseline"):
+            raise pytest.UsageError("--ditar-baseline needs a config: pass --ditar-config PATH")
+
+    def sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        pass
+
+    def terminal_summary(self, terminalreporter: Any) -> None:
+        pass
+
+    def unconfigure(self, config: pytest.Config) -> None:
+        pass
+
+
+NO_RUN = NoRun()

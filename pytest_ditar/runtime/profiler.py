@@ -1,0 +1,242 @@
+"""Worker side of `dit-ar profile`: one candidate call under torch.profiler, with the pipeline's parts
+marked by ranges that this module installs, never by the candidate.
+
+Marks (labels of core.attribution): a forward pre/post hook pair on every module of a model the
+candidate holds whose class (or a base class) is listed in `MODULE_LABELS` (attention,
+feed-forward, adaLN, norms, the timestep/class embedding, blocks, patch embed) and on the model
+itself ("transformer"); the VAE's `decoder` and `post_quant_conv` ("vae"; nothing inside it);
+the scheduler's `step`, `scale_model_input` and `set_timesteps`, wrapped on the instance. Each
+mark is a `record_function` range, so it also shows in the Chrome trace. All of it is removed
+after the call.
+
+The worker runs this (worker_main.op_profile) and writes two files into the folder the judge
+named (its scratch): the Chrome trace and `profile.json` (the spans, the top operators, the
+FLOPs). The judge attributes the spans (core.attribution) and stores both.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_ditar.core.attribution import CALL, OP, SPAN_PHASE, module_label
+from pytest_ditar.interface import Request
+
+PREFIX = "ditar::"  # every range this module opens; nothing else in a trace starts with it
+TRACE = "trace.json"
+DATA = "profile.json"
+TOP_OPS = 10
+SCHEDULER_METHODS = {"step": "scheduler.step", "scale_model_input": "scheduler.scale",
+                     "set_timesteps": "scheduler.set_timesteps"}
+WALK_DEPTH = 4
+
+
+@dataclass
+class Marks:
+    """The hooks and wrappers installed on one candidate, and how to take them off again."""
+
+    handles: list[Any] = field(default_factory=list)
+    wrapped: list[tuple[Any, str, Any, bool]] = field(default_factory=list)  # (object, name, old, was an attribute)
+    counts: dict[str, int] = field(default_factory=dict)  # label -> modules or methods marked
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+        for obj, name, old, had in reversed(self.wrapped):
+            if had:
+                setattr(obj, name, old)
+            else:
+                obj.__dict__.pop(name, None)
+        self.handles, self.wrapped = [], []
+
+
+def _reachable(candidate: object) -> tuple[list[Any], list[Any]]:
+    """The torch modules and the scheduler-like objects reachable from the candidate's attributes
+    (and dict/list values) a few levels deep; a module's own insides are not walked here."""
+    import torch
+
+    seen: set[int] = set()
+    modules, schedulers = [], []
+    frontier: list[Any] = [candidate]
+    for _ in range(WALK_DEPTH + 1):
+        nxt: list[Any] = []
+        for obj in frontier:
+            if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, type)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, torch.nn.Module):
+                modules.append(obj)
+            elif isinstance(obj, torch.Tensor):
+                continue
+            elif isinstance(obj, dict):
+                nxt.extend(obj.values())
+            elif isinstance(obj, (list, tuple)):
+                nxt.extend(obj)
+            else:
+                if type(obj).__name__.endswith("Scheduler") and callable(getattr(obj, "step", None)):
+                    schedulers.append(obj)
+                if hasattr(obj, "__dict__"):
+                    nxt.extend(vars(obj).values())
+        frontier = nxt
+    inner = {id(m) for top in modules for m in list(top.modules())[1:]}
+    return [m for m in modules if id(m) not in inner], schedulers
+
+
+def _is_vae(m: Any) -> bool:
+    name = type(m).__name__.lower()
+    return ("autoencoder" in name or "vae" in name) and hasattr(m, "decoder")
+
+
+def install(candidate: object) -> Marks:
+    """Mark the candidate's models and schedulers (see the module's docstring)."""
+    import torch
+    from torch.autograd.profiler import record_function
+
+    marks = Marks()
+    stack: list[Any] = []
+
+    def hook(module: Any, label: str) -> None:
+        def enter(*_: Any) -> None:
+            rf = record_function(PREFIX + label)
+            rf.__enter__()
+            stack.append(rf)
+
+        def leave(*_: Any) -> None:
+            if stack:
+                stack.pop().__exit__(None, None, None)
+
+        marks.handles.append(module.register_forward_pre_hook(enter))
+        marks.handles.append(module.register_forward_hook(leave, always_call=True))
+        marks.counts[label] = marks.counts.get(label, 0) + 1
+
+    roots, schedulers = _reachable(candidate)
+    for root in roots:
+        if _is_vae(root):
+            for part in (getattr(root, "post_quant_conv", None), root.decoder):
+                if isinstance(part, torch.nn.Module):
+                    hook(part, "vae")
+            continue
+        if "Transformer" in type(root).__name__ or "Transformer" in type(getattr(root, "_orig_mod", None)).__name__:
+            hook(root, "transformer")
+        for m in list(root.modules())[1:]:
+            label = module_label(c.__name__ for c in type(m).__mro__)
+            if label is not None and label in SPAN_PHASE:
+                hook(m, label)
+    for sched in schedulers:
+        for name, label in SCHEDULER_METHODS.items():
+            old = getattr(sched, name, None)
+            if callable(old):
+                marks.wrapped.append((sched, name, old, name in vars(sched)))
+                setattr(sched, name, _ranged(old, PREFIX + label, record_function))
+                marks.counts[label] = marks.counts.get(label, 0) + 1
+    return marks
+
+
+def _ranged(fn: Callable[..., Any], name: str, record_function: Any) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with record_function(name):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def profile_call(candidate: Any, request: Request, warm: Request, warmup: int, reference: Request | None,
+                 device: str, out_dir: Path) -> dict[str, Any]:
+    """Warm up (`warmup` calls of `warm`), time one unprofiled call of `reference`, then run
+    `request` once under torch.profiler inside a "call" range; write the trace and the data
+    file into `out_dir`; return the reply (file names, sizes, walls)."""
+    import torch
+    from torch.autograd.profiler import record_function
+    from torch.profiler import ProfilerActivity, profile
+
+    out_dir = Path(out_dir)
+    cuda = device.startswith("cuda")
+    marks = install(candidate)
+    try:
+        for _ in range(warmup):
+            candidate.generate(warm)
+        _sync(device)
+        unprofiled_s = None
+        if reference is not None:
+            t0 = time.perf_counter()
+            candidate.generate(reference)
+            _sync(device)
+            unprofiled_s = time.perf_counter() - t0
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities, record_shapes=True, with_flops=True) as prof:
+            t0 = time.perf_counter()
+            with record_function(PREFIX + CALL):
+                candidate.generate(request)
+                _sync(device)
+            wall_s = time.perf_counter() - t0
+    finally:
+        marks.remove()
+    t_post = time.perf_counter()
+    prof.export_chrome_trace(str(out_dir / TRACE))
+    events = prof.events()
+    data = {"spans": spans_of(events, cuda), "top_ops": top_ops(prof, cuda), "flops": total_flops(prof),
+            "marks": marks.counts, "wall_s": wall_s, "unprofiled_s": unprofiled_s, "events": len(events),
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "device": device}
+    (out_dir / DATA).write_text(json.dumps(data))
+    return {"trace": TRACE, "data": DATA, "wall_s": wall_s, "post_s": time.perf_counter() - t_post}
+
+
+def _on_host(e: Any) -> bool:
+    """A host-side event (an operator, a range), not a kernel or a device-side range."""
+    return str(getattr(e, "device_type", "CPU")).endswith("CPU")
+
+
+def _device_us(e: Any) -> float:
+    # device_time_total since torch 2.4; cuda_time_total before it (deprecated since, with a warning)
+    return float((e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total) or 0.0)
+
+
+def _self_device_us(e: Any) -> float:
+    return float((e.self_device_time_total if hasattr(e, "self_device_time_total") else e.self_cuda_time_total)
+                 or 0.0)
+
+
+def spans_of(events: Any, cuda: bool) -> list[list[Any]]:
+    """[label, start us, end us(, device us)] of every range this module opened, on the call's
+    thread; on CUDA also each top-level operator of the call ("op"), for the device time of the
+    phases that have no range (core.attribution)."""
+    call = next((e for e in events if e.name == PREFIX + CALL and _on_host(e)), None)
+    if call is None:
+        return []
+    out = []
+    for e in events:
+        if e.thread != call.thread or not _on_host(e):  # a range's device-side twin (gpu_user_annotation) too
+            continue
+        if e.name.startswith(PREFIX):
+            row = [e.name[len(PREFIX):], round(e.time_range.start, 3), round(e.time_range.end, 3)]
+        elif cuda and e.cpu_parent is not None and e.cpu_parent.id == call.id:
+            row = [OP, round(e.time_range.start, 3), round(e.time_range.end, 3)]
+        else:
+            continue
+        if cuda:
+            row.append(round(_device_us(e), 3))
+        out.append(row)
+    return out
+
+
+def top_ops(prof: Any, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Any]]:
+    """The operators with the most self time (device time on CUDA), the marked ranges left out."""
+    rows = [a for a in prof.key_averages() if not a.key.startswith(PREFIX) and _on_host(a)]  # kernels: the trace
+    rows.sort(key=(lambda a: _self_device_us(a)) if cuda else (lambda a: a.self_cpu_time_total), reverse=True)
+    return [{"name": a.key, "calls": int(a.count), "self_cpu_us": float(a.self_cpu_time_total),
+             "cpu_total_us": float(a.cpu_time_total), "self_device_us": _self_device_us(a) if cuda else None,
+             "flops": float(a.flops or 0)} for a in rows[:n]]
+
+
+def total_flops(prof: Any) -> float:
+    """FLOPs of the operators the profiler has a formula for (matmul, conv, add, mul)."""
+    return float(sum(a.flops or 0 for a in prof.key_averages()))

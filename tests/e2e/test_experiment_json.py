@@ -1,0 +1,48 @@
+"""`dit-ar experiment --json` (issue 28): stdout is one JSON document that agrees with the run's
+summary.json and its verdict line (which go to stderr with the rest of pytest's output), for a
+KEEP, a DISCARD and a refusal; a script reads the verdict without parsing pytest's output."""
+import json
+import statistics
+
+from candidates import ALTERS, REDUNDANT, STOCK
+from conftest import research_project
+
+
+def _run(proj, cls: str, subject: str):
+    res = proj.ditar("experiment", "--classification", cls, "--description", subject, "--json")
+    doc = json.loads(res.stdout)  # the whole of stdout: one document
+    line = next((ln for ln in reversed(res.stderr.splitlines()) if ln.startswith("DITAR ")), "")
+    return res, doc, line
+
+
+def test_experiment_json_matches_the_summary_and_the_verdict_line(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
+    sha = proj.commit_candidate(STOCK, "exact", "Drop the redundant pass")
+    res, doc, line = _run(proj, "exact", "Drop the redundant pass")
+    assert line.startswith("DITAR VERDICT: KEEP ") and doc["line"] == line, res.stderr[-3000:]
+    assert doc["verdict"] == "KEEP" and doc["exit_status"] == res.returncode == 0 and doc["schema_version"] == 1
+    assert doc["commit"] == sha[:7] and doc["class"] == "exact"
+    summary = json.loads((proj.root / doc["run_dir"] / "summary.json").read_text())
+    assert summary["decision"] == doc["verdict"] and summary["reasons"] == doc["reasons"]
+    objective = doc["lanes"][doc["lane"]]
+    outcome = summary["lanes"][doc["lane"]]["outcome"]
+    assert objective["verdict"] == outcome["verdict"] == "FASTER" and objective["speedup"] == outcome["speedup"]
+    assert abs(doc["speedup"] - outcome["speedup"]) < 5e-4 and doc["ci95"][0] <= doc["speedup"] <= doc["ci95"][1]
+    assert objective["rounds"] == len(summary["lanes"][doc["lane"]]["measurement"]["samples"]) > 0
+    row = proj.ledger()[-1]
+    assert doc["quality"] == {"passed": row["quality_pass"], "total": row["quality_total"]}
+    # summary.md beside it, for a CI step summary: the same verdict, each lane in throughput units too
+    md = (proj.root / doc["run_dir"] / "summary.md").read_text()
+    median = statistics.median(summary["lanes"][doc["lane"]]["measurement"]["samples"])
+    assert md.startswith(f"**KEEP** `{sha[:7]}` class exact") and f"| {doc['lane']} | FASTER | " in md, md
+    assert f"| {median:.4f} | {1 / median:.2f} | " in md, (md, median)  # latency_b1: batch 1
+
+    proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    res, doc, line = _run(proj, "exact", "Lower guidance")
+    assert doc["verdict"] == "DISCARD" and doc["exit_status"] == res.returncode == 1 and doc["reason"], doc
+    assert doc["reason"] in line and doc["reasons"][0] == doc["reason"], (doc, line)
+
+    proj.write("mutable/pipeline.py", STOCK + "\n# an edit left uncommitted\n")
+    res, doc, _ = _run(proj, "exact", "Dirty tree")
+    assert doc["verdict"] == "REFUSED" and doc["exit_status"] == res.returncode == 4 and doc["reason"], doc
+    assert doc["run_dir"] is None and "lanes" not in doc

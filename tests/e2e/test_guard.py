@@ -1,0 +1,55 @@
+"""`pytest --ditar-guard` (issue 28): a regression gate for ordinary CI, on a branch that is no
+research branch. The working tree is timed beside the stored champion's own build: an unchanged
+tree passes, one planted 10% slower fails naming the lane, a broken contract fails; nothing is
+written under the state directory, no worktree is left, git is not touched."""
+import json
+import os
+
+from candidates import ALTERS, STOCK, slowed
+from conftest import REPO, research_project
+
+# The loop tests' lanes stop at 24 rounds or 5 s (conftest.make_project): too few to tell a 10%
+# slowdown from this 2-core host's noise. A guard in CI gets the rounds it needs to see one.
+PERF = {**json.loads((REPO / "config/autoresearch.json").read_text())["perf"],
+        "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 96, "lane_budget_s": 20.0, "twin": False}
+
+
+def _state(proj) -> dict[str, tuple[int, int]]:
+    out = {}
+    for dirpath, _, files in os.walk(proj.root / ".autoresearch"):
+        for f in files:
+            st = os.stat(os.path.join(dirpath, f))
+            out[os.path.join(dirpath, f)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _guard(proj, *extra: str):
+    res = proj.pytest("--ditar-guard", "--ditar-tag=t", *extra)
+    last = res.stdout.lines[-1] if res.stdout.lines else ""
+    return res, last
+
+
+def test_guard_passes_unchanged_fails_a_planted_slowdown_and_writes_nothing(pytester, model_cache, tmp_path_factory):
+    proj = research_project(pytester, tmp_path_factory, config={"perf": PERF})
+    proj.git("checkout", "-q", "-b", "feature")
+    proj.git("branch", "-q", "-D", "autoresearch/t")  # ordinary CI: no research branch at all
+    head, before = proj.head(), _state(proj)
+
+    res, last = _guard(proj)
+    assert res.ret == 0 and last.startswith("DITAR GUARD: PASS latency_b1="), res.stdout.str()[-3000:]
+
+    proj.write("mutable/pipeline.py", slowed(0.10))  # each call sleeps 10% of its own time
+    res, last = _guard(proj)
+    out = res.stdout.str()
+    assert res.ret == 1 and last.startswith("DITAR GUARD: FAIL: lane "), out[-3000:]
+    assert "slower beyond the 5% tolerance" in out and "ditar: guard: lane latency_b1: " in out, out[-3000:]
+
+    proj.write("mutable/pipeline.py", ALTERS)  # different images: the contracts fail whatever the lanes say
+    res, last = _guard(proj, "-m", "quality")
+    assert res.ret == 1 and last.startswith("DITAR GUARD: FAIL: quality: "), res.stdout.str()[-3000:]
+
+    proj.write("mutable/pipeline.py", STOCK)
+    assert _state(proj) == before  # nothing under the state dir written, not even a worktree
+    assert proj.head() == head and proj.git("worktree", "list").count("\n") == 0, proj.git("worktree", "list")
+    res = proj.pytest("--ditar-guard", "--ditar-tag=t", "--ditar-guard-tolerance=1.5")
+    assert res.ret == 4 and "--ditar-guard-tolerance must be in [0, 1)" in res.stderr.str(), res.stderr.str()

@@ -1,0 +1,85 @@
+"""`dit-ar profile` (issue 28): one call of the candidate under torch.profiler, attributed to the
+pipeline's phases (core.attribution), with a Chrome trace and a JSON summary; it times no lane,
+records nothing and leaves git alone.
+
+The command on the tiny suite: the trace is parsed here and the coverage computed from what was
+written, not taken on trust. The attribution itself, on hand-made spans (no torch):
+tests/unit/core/test_attribution.py."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+# ---- the command, on the tiny suite (CPU) --------------------------------------------------
+
+def _out_dir(stdout: str) -> Path:
+    m = re.search(r"^summary\s+(\S+)", stdout, re.MULTILINE)
+    assert m, stdout[-3000:]
+    return Path(m.group(1)).parent
+
+
+def test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing(research):
+    proj = research
+    base, rows, ref = proj.head(), proj.ledger(), proj.git("show-ref")
+    proj.write("mutable/pipeline.py", (proj.root / "mutable/pipeline.py").read_text() + "\n# an edit\n")
+    res = proj.ditar("profile")
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:] + res.stderr[-3000:]
+    assert "lane latency_b1 (batch 1, 10 steps)" in out and "uncommitted changes" in out, out[-3000:]
+    for label in ("setup: noise, labels, timesteps", "attention", "MLP (feed-forward)", "adaLN", "norms (LayerNorm)",
+                  "conditioning: timestep + class embedding", "guidance combine", "scheduler step", "VAE decode",
+                  "host gaps", "call (wall)", "top 10 operators by self CPU time", "FLOP/s achieved"):
+        assert label in out, (label, out[-3000:])
+    assert out.rstrip().endswith("ditar: profile: no lane timed, nothing recorded, git untouched")
+    d = proj.root / _out_dir(out)
+    assert d.parent == proj.root / ".autoresearch/t/profiles" and d.name.endswith("-" + base[:7])
+
+    summary = json.loads((d / "summary.json").read_text())
+    trace = json.loads((d / "trace.json").read_text())
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    marks = [e for e in events if e["name"].startswith("ditar::")]
+    (call,) = [e for e in marks if e["name"] == "ditar::call"]
+    wall_ms = call["dur"] / 1e3
+    assert summary["call_wall_ms"] == pytest.approx(wall_ms, abs=0.01)
+    inside = [e for e in events if call["ts"] <= e["ts"] <= call["ts"] + call["dur"]]
+    assert sum(1 for e in inside if e["name"] == "ditar::scheduler.step") == summary["steps"] == 10
+    phases = {p["key"]: p for p in summary["phases"]}
+    for key, name in (("transformer", "ditar::transformer"), ("vae", "ditar::vae")):  # the table rests on the trace
+        traced = sum(e["dur"] for e in inside if e["name"] == name) / 1e3
+        assert phases[key]["host_ms"] == pytest.approx(traced, rel=1e-3, abs=0.01), key
+    assert sum(p["host_ms"] for p in summary["phases"] if p["parent"] is None) == pytest.approx(wall_ms, rel=1e-3)
+    coverage = 1 - phases["gaps"]["host_ms"] / wall_ms
+    assert coverage >= 0.90, summary["phases"]
+    assert summary["coverage"] == pytest.approx(coverage, abs=1e-6)
+    assert len(summary["top_ops"]) == 10 and all(not o["name"].startswith("ditar::") for o in summary["top_ops"])
+    assert summary["flops"] > 0 and summary["achieved_flops_per_s"] > 0
+    assert summary["candidate"] == {**summary["candidate"], "source": "working tree", "commit": base, "dirty": True}
+
+    assert proj.ledger() == rows and proj.head() == base and proj.git("show-ref") == ref
+    assert proj.git("status", "--porcelain") == "M mutable/pipeline.py"
+
+
+def test_profile_of_a_stored_commit_into_a_folder(research, tmp_path):
+    proj = research
+    base = proj.head()
+    proj.write("mutable/pipeline.py", "this is not python\n")  # the working tree is not what runs
+    res = proj.ditar("profile", "--commit", "HEAD", "--lane", "throughput_b8", "--steps", "2", "--warmup", "0",
+                     "--out", str(tmp_path / "p"))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"commit {base[:7]}, lane throughput_b8 (batch 4, 2 steps)" in res.stdout, res.stdout[-3000:]
+    summary = json.loads((tmp_path / "p/summary.json").read_text())
+    assert summary["candidate"]["source"] == "commit" and summary["candidate"]["commit"] == base
+    assert summary["steps_seen"] == 2 and len(summary["request"]["seeds"]) == 4
+    json.loads((tmp_path / "p/trace.json").read_text())
+    assert proj.head() == base and not (proj.root / ".autoresearch/t/profiles").exists()
+
+
+def test_an_unknown_lane_or_commit_is_a_usage_error(project):
+    res = project.ditar("profile", "--lane", "nope")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "no lane named 'nope'" in res.stderr and "latency_b1, throughput_b8" in res.stderr, res.stderr
+    res = project.ditar("profile", "--commit", "deadbeef")
+    assert res.returncode == 2 and "--commit deadbeef: no such commit" in res.stderr, res.stderr

@@ -1,0 +1,93 @@
+"""The keep/discard loop end to end: verdicts, git state, ledger, champion, patches."""
+import json
+import re
+
+import pytest
+
+from candidates import ALTERS, COMMENT_ONLY, REDUNDANT, STOCK
+from conftest import research_project
+
+
+@pytest.fixture
+def slow_research(pytester, model_cache, tmp_path_factory):
+    """A research branch whose baseline does a redundant full pass: removing it is a real speedup."""
+    return research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
+
+
+def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
+    proj = slow_research
+    sha, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert line.startswith("DITAR VERDICT: KEEP lane=latency_b1 speedup=") and "quality=6/6 class=exact" in line
+    speedup = float(line.split("speedup=")[1].split("x")[0])
+    ci_low = float(line.split("ci95=[")[1].split(",")[0])
+    assert speedup > 1.5 and ci_low > 1.0
+    assert proj.head() == sha  # kept: the commit stays
+    rows = proj.ledger()
+    assert [r["status"] for r in rows] == ["BASELINE", "KEEP"] and rows[-1]["commit"] == sha
+    champ = proj.root / f".autoresearch/t/champions/{sha}"
+    assert (champ / "manifest.json").is_file() and (champ / "lanes.json").is_file()
+    st = proj.ditar("status")
+    assert st.returncode == 0 and f"champion  {sha[:7]}" in st.stdout and "hash chain verifies" in st.stdout
+    # one figure to cite: one KEEP chained is that KEEP's own speedup and interval, in status and its JSON
+    assert f"speedup over the baseline {speedup:.3f}x ci95=[{ci_low:.3f}," in st.stdout, st.stdout
+    assert "chained over 1 KEEP(s) (cite this); stored medians, timed apart: " in st.stdout, st.stdout
+    status = json.loads(proj.ditar("status", "--json").stdout)
+    cum = status["champion"]["cumulative"]
+    assert cum["keeps"] == 1 and abs(cum["speedup"] - speedup) < 5e-4 and cum["ci95"][0] <= cum["speedup"], cum
+    # Where the run's time went: phases booked once each, the lanes' timed share, the holdout.
+    assert re.search(r"^ditar: time: start-up [0-9.]+s, guards [0-9.]+s, build ", res.stdout, re.M)
+    assert "perf overhead " in res.stdout
+    (summary,) = (proj.root / ".autoresearch/t/runs").glob("*/summary.json")
+    # what other programs read says which schema it follows: the summary, the ledger row, status --json
+    assert json.loads(summary.read_text())["schema_version"] == rows[-1]["schema_version"] \
+        == status["schema_version"] == 1
+    t = json.loads(summary.read_text())["timings"]
+    assert t["build.candidate"] > 0 and t["quality.generate"] > 0 and t["holdout"] > 0
+    assert t["perf.build_champion"] > 0 and t["perf.lanes"] >= t["perf.timed"] > 0
+    groups = sum(t[g] for g in t if g.startswith("group."))
+    # start-up (process start to the first phase) comes before every phase: together within the wall
+    assert 1.0 <= t["perf.overhead"] and t["startup"] > 0 and t["startup"] + groups <= t["wall"]
+
+
+def test_output_changing_exact_candidate_is_discarded_with_patch(research):
+    proj = research
+    base = proj.head()
+    sha, res, line = proj.experiment(ALTERS, "exact", "Lower guidance")
+    assert res.returncode == 1
+    assert line.startswith("DITAR VERDICT: DISCARD") and "quality=0/6" in line and "latent_rel_l2" in line
+    assert proj.head() == base  # reverted
+    rows = proj.ledger()
+    assert rows[-1]["status"] == "DISCARD" and rows[-1]["commit"] == sha
+    patches = list((proj.root / ".autoresearch/t/runs").glob("*/candidate.patch"))
+    assert len(patches) == 1 and "guidance * 0.75" in patches[0].read_text()
+    assert (patches[0].parent / "summary.json").is_file() and (patches[0].parent / "tests.log").is_file()
+
+
+def test_unchanged_candidate_is_not_kept(research):
+    proj = research
+    base = proj.head()
+    _, res, line = proj.experiment(COMMENT_ONLY, "exact", "A comment")
+    assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line
+    assert "not faster" in line or "unstable" in line.lower()
+    assert proj.head() == base
+
+
+def test_quality_only_run_on_candidate_commit_leaves_it(research):
+    proj = research
+    sha = proj.commit_candidate(ALTERS, "exact", "Lower guidance")
+    res = proj.pytest("-m", "quality")
+    assert res.ret == 1
+    assert "DITAR VERDICT" not in res.stdout.str() and "report only" in res.stdout.str()
+    assert proj.head() == sha
+    assert [r["status"] for r in proj.ledger()] == ["BASELINE"]
+
+
+def test_candidate_without_class_is_refused(research):
+    proj = research
+    sha = proj.commit_candidate(STOCK + "\n", None, "No trailer")
+    res = proj.pytest()
+    out = res.stdout.str()
+    assert res.ret == 4
+    assert "has no class" in out.strip().splitlines()[-1] and "Ditar-Class: exact" in out
+    assert proj.head() == sha  # refused, not reverted: the agent amends the message

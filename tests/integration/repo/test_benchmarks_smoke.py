@@ -1,0 +1,67 @@
+"""The benchmarks under benchmarks/ keep up with the package's API (they run on a GPU, rarely here).
+
+Every script imports and parses --help; the ladder renders each rung from the candidate template;
+worker_overhead.py runs end to end on the tiny suite with a handful of rounds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPTS = ["perf_lanes.py", "multi_gpu.py", "ladder.py", "worker_overhead.py", "report_speed.py", "fixed_cost.py",
+           "profile_rungs.py", "compile_reference.py"]
+
+# One interpreter for all of them: torch and diffusers are imported once.
+HELP_ALL = r"""
+import contextlib, io, runpy, sys
+from pathlib import Path
+bench = Path(sys.argv[1])
+for name in sys.argv[2:]:  # the slice is taken once; sys.argv is reset per script
+    sys.argv = [str(bench / name), "--help"]
+    buf = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buf):
+            runpy.run_path(str(bench / name), run_name="__main__")
+    except SystemExit as exc:
+        assert exc.code in (0, None), (name, exc.code)
+    assert "usage:" in buf.getvalue(), (name, buf.getvalue()[:500])
+    print("ok", name)
+"""
+
+
+def test_every_benchmark_imports_and_parses_help() -> None:
+    res = subprocess.run([sys.executable, "-c", HELP_ALL, str(REPO / "benchmarks"), *SCRIPTS], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stdout.split() == [w for s in SCRIPTS for w in ("ok", s)]
+
+
+def test_ladder_renders_every_rung(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "benchmarks/ladder.py", "--write-patches", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    patches = sorted(tmp_path.glob("*.patch"))
+    assert len(patches) >= 8
+    assert all("+++ b/mutable/pipeline.py" in p.read_text() for p in patches)
+
+
+def test_worker_overhead_runs_on_the_tiny_suite(tmp_path: Path, model_cache: Path) -> None:
+    out = tmp_path / "wo.json"
+    env = {**os.environ, "DITAR_CACHE": str(model_cache), "PYTHONPATH": str(REPO)}
+    res = subprocess.run([sys.executable, "benchmarks/worker_overhead.py", "--suite", "tiny", "--lanes", "latency_b1",
+                          "--rounds", "4", "--warmup", "1", "--pause-reps", "3", "--transport-reps", "3",
+                          "--transport-shape", "2,64", "--device", "cpu", "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    data = json.loads(out.read_text())
+    lane = data["lanes"]["latency_b1"]
+    assert lane["outputs_identical"] is True  # the same pipeline on both sides
+    assert len(lane["samples"]["inprocess_s"]) == len(lane["samples"]["worker_judge_s"]) == 4
+    assert lane["paired_ci95"][0] <= lane["paired_ratio"] <= lane["paired_ci95"][1]
+    assert lane["round_trip_median_ms"] > 0
+    assert data["transport"]["bytes"] == 2 * 64 * 64 * 3 + 2 * 4 * 8 * 8 * 4
+    assert "worker/in-proc" in res.stdout and "transport alone" in res.stdout

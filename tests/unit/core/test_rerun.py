@@ -1,0 +1,49 @@
+"""core.rerun: one judgment per change on a champion, one more run for a change the gate could not
+judge. Pure functions over format-patch text and ledger rows."""
+from pytest_ditar.core import rerun
+
+DIFF = ("diff --git a/mutable/pipeline.py b/mutable/pipeline.py\nindex 1111111..2222222 100644\n"
+        "--- a/mutable/pipeline.py\n+++ b/mutable/pipeline.py\n@@ -1 +1 @@\n-a\n+b\n")
+
+
+def _patch(subject: str, date: str, version: str = "2.43.0") -> str:
+    return (f"From 0123456789abcdef Mon Sep 17 00:00:00 2001\nFrom: agent <a@b>\nDate: {date}\n"
+            f"Subject: [PATCH] {subject}\n\n---\n mutable/pipeline.py | 2 +-\n\n{DIFF}-- \n{version}\n\n")
+
+
+def test_a_change_is_its_diff_not_its_message_date_or_git():
+    key = rerun.patch_key(_patch("Lean loop", "Tue, 1 Dec 2026 10:00:00 +0000"))
+    assert len(key) == rerun.KEY_CHARS
+    assert rerun.patch_key(_patch("Lean loop, second try", "Wed, 2 Dec 2026 11:00:00 +0000", "2.50.1")) == key
+    assert rerun.patch_key(_patch("Lean loop", "Tue, 1 Dec 2026 10:00:00 +0000").replace("+b\n", "+c\n")) != key
+    assert rerun.patch_key("") == "" and rerun.patch_key("From x\nSubject: empty\n") == ""
+
+
+def test_only_an_unstable_objective_lane_or_a_judge_crash_leaves_a_change_unjudged():
+    unstable = "lane latency_b1 unstable: champion drift: 1.30x slower than its stored samples"
+    assert not rerun.judged("DISCARD", [unstable], objective_unstable=True)
+    assert rerun.judged("DISCARD", [unstable, "quality 2/6 failed: psnr 20.1 < 38"], objective_unstable=True)
+    assert rerun.judged("DISCARD", ["lane latency_b1 not faster than champion: 0.99x"], objective_unstable=False)
+    assert not rerun.judged("CRASH", ["internal: the judge failed (traceback in x)"], objective_unstable=False)
+    assert rerun.judged("CRASH", ["candidate raised: NameError: x"], objective_unstable=False)
+    assert rerun.judged("KEEP", ["lane latency_b1 faster: 1.2x"], objective_unstable=False)
+
+
+def test_a_judged_change_is_refused_and_an_unjudged_one_runs_once_more_linked():
+    row = {"run": 4, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0}
+    assert rerun.refusal([], "k1", "champ") is None and rerun.rerun_of([], "k1", "champ") is None
+    assert rerun.refusal([row], "k1", "champ") is None  # unjudged once: one more run
+    assert rerun.rerun_of([row], "k1", "champ") == 4
+    again = {"run": 5, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "rerun_of": 4}
+    why = rerun.refusal([row, again], "k1", "champ")
+    assert why and "not judged twice (runs 4, 5" in why and "dit-ar doctor" in why
+    judged = {"run": 6, "patch": "k2", "parent": "champ", "status": "DISCARD", "judged": 1}
+    why = rerun.refusal([judged], "k2", "champ")
+    assert why and "already judged on this champion (run 6: DISCARD)" in why
+    # another champion, another change, or a row from before these columns: nothing in the way
+    assert rerun.refusal([judged], "k2", "new-champ") is None
+    assert rerun.refusal([judged], "k3", "champ") is None
+    assert rerun.refusal([{"run": 1, "parent": "champ", "status": "DISCARD"}], "", "champ") is None
+    # a re-run that was then judged is a judgment like any other
+    judged_rerun = {"run": 7, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 1, "rerun_of": 4}
+    assert "run 7: DISCARD" in rerun.refusal([row, judged_rerun], "k1", "champ")

@@ -1,0 +1,135 @@
+"""PhaseClock: exclusive time per phase, so phases add up to no more than the wall time."""
+import pytest
+
+from pytest_ditar.core import timings
+
+
+class FakeTime:
+    def __init__(self, epoch: float = 1000.0):
+        self.now = 0.0
+        self.epoch = epoch  # the epoch at now == 0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.epoch + self.now
+
+
+def test_nested_spans_book_their_time_once(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timings, "time", t)
+    clock = timings.PhaseClock(process_start=None)
+    with clock.span("holdout"):
+        t.now += 3
+        with clock.span("semantic"):
+            t.now += 5
+        with clock.span("holdout"):  # a build booked to the phase that asked for it
+            t.now += 2
+    with clock.span("perf.lanes"):
+        t.now += 4
+    clock.timed_s = 3.5
+    t.now += 1  # time in no phase
+    d = clock.as_dict()
+    assert d["semantic"] == 5 and d["holdout"] == 5  # the child's time is not in the parent's
+    assert d["group.firewall"] == 10 and d["group.perf"] == 4 and d["wall"] == 15
+    assert d["perf.overhead"] == pytest.approx(4 / 3.5, abs=1e-4) \
+        and d["firewall.fraction"] == pytest.approx(10 / 15, abs=1e-4)
+    line = clock.line()
+    assert "firewall 10.0s" in line and "perf overhead 1.143x of 3.5s timed" in line and "wall 15.0s" in line
+
+
+def test_worker_clocks_fold_into_windows_and_busy_time(monkeypatch):
+    """Two workers generating side by side: the wall sees the window, the busy time adds up."""
+    t = FakeTime(epoch=1000.0)
+    monkeypatch.setattr(timings, "time", t)
+    controller = timings.PhaseClock(process_start=995.0)  # its process started 5 s before this clock
+    workers = []
+    for offset in (2.0, 3.0):  # the second worker came up a second later
+        t.now = offset
+        w = timings.PhaseClock(process_start=None)
+        with w.span("build.candidate"):
+            t.now += 4
+        with w.span("quality.generate"):
+            t.now += 6
+        with w.span("quality.metrics"):
+            t.now += 1
+        workers.append(w.to_payload())
+    t.now = 16.0
+    for payload in workers:
+        controller.absorb(payload)
+    d = controller.as_dict()
+    assert d["workers"] == 2
+    assert d["group.quality"] == 14 and d["window.quality"] == 8  # 6 + 1 on each; from 1006 to 1014
+    assert d["group.build"] == 8 and d["window.build"] == 5
+    assert d["startup"] == 7  # controller start (995) to the first worker's build (1002)
+    assert d["wall"] == 21  # from the controller's process start
+    line = controller.line()
+    assert line.startswith("ditar: time on 2 workers: start-up 7.00s, build 5.00s window (8.00s busy), "
+                           "quality 8.00s window (14.0s busy)"), line
+    assert line.endswith(", all phases 12.0s window; wall 21.0s"), line  # first build (1002) to last metrics (1014)
+
+
+def test_process_start_is_before_now_on_linux():
+    """A process started just now reads a start time between its launch and its answer."""
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        assert timings.process_start_epoch() is None
+        return
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c",
+                          "from pytest_ditar.core import timings; print(timings.process_start_epoch())"],
+                         capture_output=True, text=True, check=True).stdout
+    start = float(out)
+    assert before - 1 <= start <= time.time() + 1  # a clock tick of slack on either side
+
+def test_warm_up_and_each_workers_build_are_reported_apart(monkeypatch):
+    """A compiled candidate's cost shows where it was paid: its own build() per worker, and the
+    lanes' warm-up (candidate and champion), none of it in a group or in the timed share."""
+    t = FakeTime()
+    monkeypatch.setattr(timings, "time", t)
+    clock = timings.PhaseClock(process_start=None)
+    with clock.span("build.candidate"):
+        t.now += 2  # the judge waited 2 s; the worker's build() took longer, overlapping other work
+    clock.built("candidate", 41.5)
+    clock.built("commit-1a2b3c4", 3.25)
+    clock.built("commit-1a2b3c4", 3.25)  # the holdout waits for the same worker again: noted once
+    clock.built("twin-1a2b3c4", None)  # never built: nothing to report
+    with clock.span("perf.lanes"):
+        t.now += 30
+    clock.note("perf.warmup", 12.0)
+    clock.note("perf.warmup_champion", 0.5)
+    clock.timed_s = 15.0
+    d = clock.as_dict()
+    assert d["worker_build.candidate"] == 41.5 and d["worker_build.commit-1a2b3c4"] == 3.25
+    assert "worker_build.twin-1a2b3c4" not in d
+    assert d["perf.warmup"] == 12.0 and d["perf.warmup_champion"] == 0.5
+    assert d["group.build"] == 2 and d["group.perf"] == 30  # notes add to no group
+    line = clock.line()
+    assert "build 2.00s, perf 30.0s, built in candidate 41.5s / commit-1a2b3c4 3.25s, " \
+           "warm-up 12.0s (champion 0.50s), perf overhead 2.000x of 15.0s timed" in line, line
+
+
+def test_no_warm_up_and_no_build_say_nothing(monkeypatch):
+    t = FakeTime()
+    monkeypatch.setattr(timings, "time", t)
+    clock = timings.PhaseClock(process_start=None)
+    with clock.span("quality.generate"):
+        t.now += 1
+    clock.note("perf.warmup", 0.0)
+    line = clock.line()
+    assert "warm-up" not in line and "built in" not in line, line
+
+
+def test_builds_fold_in_from_xdist_workers_as_the_longest():
+    """Each xdist judge builds its own candidate: what one build cost is the longest of them."""
+    controller = timings.PhaseClock(process_start=None)
+    for seconds in (30.0, 34.0):
+        w = timings.PhaseClock(process_start=None)
+        w.built("candidate", seconds)
+        controller.absorb(w.to_payload())
+    controller.absorb({"seconds": {}})  # an older payload without builds
+    assert controller.as_dict()["worker_build.candidate"] == 34.0

@@ -1,0 +1,53 @@
+"""Perf-lane exclusivity: a second process on the lane's GPU makes the lane UNSTABLE, by PID."""
+import os
+import time
+from types import SimpleNamespace
+
+from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.hardware import exclusivity
+
+
+def names(pid):
+    return {1234: "python"}.get(pid, "?")
+
+
+def test_cpu_is_not_checked_and_passes_but_a_gpu_without_nvml_is_not_exclusive():
+    r = exclusivity.check("cpu")
+    assert not r.checked and r.ok and r.message() == "exclusivity not checked (no NVML on CPU)"
+    r = exclusivity.Watch("cuda:0", lister=None)
+    r.lister = None  # no GPU here: NVML does not answer (tests/unit/hardware/test_nvml_unavailable.py covers why)
+    with r:
+        pass
+    assert not r.report.ok and r.report.message().startswith("GPU exclusivity cannot be checked: NVML unavailable (")
+
+
+def test_foreign_process_is_named_with_memory():
+    lister = lambda gpu: [(os.getpid(), 1 << 30), (1234, int(2.1 * 2**30))]  # noqa: E731
+    r = exclusivity.check("cuda:0", lister, allowed={os.getpid()}, namer=names)
+    assert r.checked and not r.ok
+    assert r.message() == "GPU 0 shared with pid 1234 (python, 2.1 GiB): timings would be poisoned"
+    assert exclusivity.check("cuda:1", lambda g: [(os.getpid(), None)], allowed={os.getpid()}).ok
+
+
+def test_watch_catches_a_process_that_arrives_during_the_lane():
+    state = {"procs": [(os.getpid(), None)]}
+    w = exclusivity.Watch("cuda:0", lister=lambda g: list(state["procs"]), interval_s=0.01,
+                          allowed=lambda: {os.getpid()}, namer=names)
+    with w:
+        assert w.report.ok  # clean before the lane
+        state["procs"].append((1234, 2**30))
+        time.sleep(0.1)
+        state["procs"].pop()  # gone again before the lane ends: still caught
+    assert not w.report.ok and "pid 1234 (python, 1.0 GiB)" in w.report.message()
+
+
+def test_shared_gpu_turns_a_faster_lane_unstable():
+    oc = LaneOutcome("latency_b1", True, "FASTER", 1.5, 1.4, 1.6, "faster")
+    res = SimpleNamespace(outcome=oc, comparison={})
+    bad = exclusivity.ExclusivityReport(0, True, [exclusivity.Offender(1234, "python", None)])
+    out = exclusivity.apply(res, bad)
+    assert out.outcome.verdict == "UNSTABLE" and "pid 1234 (python)" in out.outcome.reason
+    good = SimpleNamespace(outcome=oc, comparison={})
+    assert exclusivity.apply(good, exclusivity.ExclusivityReport(None, False, note="no NVML")).outcome.verdict \
+        == "FASTER"
+    assert good.comparison["exclusivity"] == "exclusivity not checked (no NVML)"

