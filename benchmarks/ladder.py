@@ -38,6 +38,10 @@ RUNGS = [
      {"BATCHED_COND": True}, "KEEP or not faster"),
     ("cuda_graphs", "exact", "Replay the transformer forward as one CUDA graph per batch shape",
      {"CUDA_GRAPHS": True}, "KEEP"),
+    # Issue 29: inductor fuses the block's norms, modulation, residual gates and GEMM epilogues; the
+    # graph above then replays the compiled kernels. Compiles in the first run's build and warm-up.
+    ("regional_compile", "exact", "Compile the repeated DiT block once (inductor) inside the replayed graph",
+     {"REGIONAL_COMPILE": "default"}, "KEEP"),
     # On top of whatever is the champion (an earlier version flipped back to the stock loop here).
     ("sdpa", "exact", "Prefer cuDNN then flash SDPA kernels for DiT's attention shapes",
      {"SDPA_BACKENDS": ["CUDNN_ATTENTION", "FLASH_ATTENTION"]}, "KEEP or not faster"),
@@ -54,7 +58,7 @@ RUNGS = [
      "DISCARD: class gate (no evaluators)"),
 ]
 DEFAULTS = {"LEAN": True, "SDPA_BACKENDS": None, "FUSED_QKV": False, "BATCHED_COND": False, "CUDA_GRAPHS": False,
-            "DTYPE": None, "STEPS_SCALE": 1.0, "INT8_WEIGHTS": False, "REDUNDANT_PASS": False,
+            "REGIONAL_COMPILE": None, "DTYPE": None, "STEPS_SCALE": 1.0, "INT8_WEIGHTS": False, "REDUNDANT_PASS": False,
             "GUIDANCE_SCALE": 1.0, "BREAK_SEED": None}
 
 
@@ -257,6 +261,25 @@ def print_table(state: dict, base_med: dict) -> None:
               f"{f(100 * t['firewall.fraction'] if t.get('firewall.fraction') else None, '{:.1f}%'):>9}{share:>12}"
               f"{f(b1.get('round_trip_ms'), '{:.2f}') + '/' + f(b8.get('round_trip_ms'), '{:.2f}'):>13}"
               f"  {r['reason'][:90]}")
+    print_costs(state)
+
+
+def print_costs(state: dict) -> None:
+    """Each gated run's fixed cost and its compile (issues 25 and 29): the command's wall against the lanes'
+    timed seconds, the candidate's and the champion's build in their workers, and their warm-ups (where a
+    compiled side compiles, apart from the timed rounds; a warm compile cache shows as a short one)."""
+    print(f"\n{'rung':<17}{'wall s':>7}{'timed s':>8}{'wall-timed':>11}{'start-up':>9}{'build':>7}"
+          f"{'cand build':>11}{'champ build':>12}{'twin build':>11}{'cand warm':>10}{'champ warm':>11}{'quality':>8}")
+    for r in state["rows"]:
+        t = r.get("timings") or {}
+        builds = {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("worker_build.")}
+        champ = max((v for k, v in builds.items() if k.startswith("commit-")), default=None)
+        twin = max((v for k, v in builds.items() if k.startswith("twin-")), default=None)
+        f = lambda x: f"{x:.1f}" if isinstance(x, (int, float)) else "-"  # noqa: E731
+        timed = t.get("perf.timed") or 0.0
+        print(f"{r['rung']:<17}{r['wall_s']:>7.1f}{f(timed):>8}{f(r['wall_s'] - timed):>11}{f(t.get('startup')):>9}"
+              f"{f(t.get('group.build')):>7}{f(builds.get('candidate')):>11}{f(champ):>12}{f(twin):>11}"
+              f"{f(t.get('perf.warmup')):>10}{f(t.get('perf.warmup_champion')):>11}{f(t.get('group.quality')):>8}")
 
 
 if __name__ == "__main__":

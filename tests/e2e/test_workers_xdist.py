@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from conftest import research_project, verdict_line
-from integration.runtime.test_workers import assert_outside_judge, recording, records
+from e2e.test_workers import assert_outside_judge, recording, records
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

@@ -30,7 +30,7 @@ TEST_FUNCTION_FLOOR = 438
 # entry once a test imports its module; a new module gets a test that imports it, or a line here.
 INDIRECT = {
     # the console script's subcommands, run as a user runs them (Project.ditar in tests/conftest.py)
-    "pytest_ditar.cli.baseline": "tests/integration/plugin/test_option_baseline.py::"
+    "pytest_ditar.cli.baseline": "tests/e2e/test_option_baseline.py::"
                                  "test_baseline_refuses_to_overwrite_unless_forced",
     "pytest_ditar.cli.command": "tests/integration/repo/test_docs_commands.py::test_docs_conventions",  # the parser
     "pytest_ditar.cli.compare": "tests/e2e/test_compare.py::test_compare_baseline_champion_runs_and_hosts",
@@ -39,7 +39,7 @@ INDIRECT = {
                                    "test_faster_exact_candidate_is_kept_and_becomes_champion",
     "pytest_ditar.cli.init": "tests/integration/cli/test_worktrees.py::"
                              "test_init_with_gpu_makes_worktrees_and_status_all_lists_them",
-    "pytest_ditar.cli.profile": "tests/integration/cli/test_profile.py::"
+    "pytest_ditar.cli.profile": "tests/e2e/test_profile.py::"
                                 "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.cli.recover": "tests/adversarial/test_defence_state.py::"
                                 "test_recover_refuses_a_healthy_state_unless_forced",
@@ -47,7 +47,7 @@ INDIRECT = {
     "pytest_ditar.cli.status": "tests/integration/loop/test_loop_integrity.py::"
                                "test_edited_ledger_row_is_detected_by_status_and_the_next_run",
     "pytest_ditar.cli.trial": "tests/e2e/test_try.py::test_try_reports_lanes_quality_and_margins_and_records_nothing",
-    "pytest_ditar.cli.verify": "tests/integration/loop/test_firewall.py::"
+    "pytest_ditar.cli.verify": "tests/e2e/test_firewall.py::"
                                "test_verify_catches_an_edited_snapshot_file_and_an_edited_ledger_row",
     "pytest_ditar.hardware.stack": "tests/integration/cli/test_doctor_nvml.py::"
                                    "test_doctor_reports_nvml_it_cannot_import",  # doctor's stack rows
@@ -57,44 +57,44 @@ INDIRECT = {
     # the gated run: `dit-ar experiment` is `pytest --ditar-gate` through the plugin
     "pytest_ditar.loop.backup": "tests/adversarial/test_defence_state.py::"
                                 "test_missing_ledger_or_baseline_is_broken_everywhere_until_recovered",
-    "pytest_ditar.loop.baseline": "tests/integration/plugin/test_option_baseline.py::"
+    "pytest_ditar.loop.baseline": "tests/e2e/test_option_baseline.py::"
                                   "test_baseline_stores_verified_snapshot",
     "pytest_ditar.loop.gate": "tests/integration/loop/test_loop_verdicts.py::"
                               "test_faster_exact_candidate_is_kept_and_becomes_champion",  # its AST: unit/loop
     "pytest_ditar.loop.nextstep": "tests/e2e/test_loop_agent.py::"
                                   "test_agent_start_up_smoke_checks_each_class_and_is_told_the_truth",
     "pytest_ditar.loop.phases": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
-    "pytest_ditar.loop.profile": "tests/integration/cli/test_profile.py::test_profile_of_a_stored_commit_into_a_folder",
+    "pytest_ditar.loop.profile": "tests/e2e/test_profile.py::test_profile_of_a_stored_commit_into_a_folder",
     "pytest_ditar.loop.record": "tests/integration/loop/test_loop_verdicts.py::"
                                 "test_output_changing_exact_candidate_is_discarded_with_patch",
     "pytest_ditar.loop.session": "tests/integration/loop/test_loop_verdicts.py::test_unchanged_candidate_is_not_kept",
-    "pytest_ditar.loop.startup": "tests/integration/runtime/test_workers.py::"
+    "pytest_ditar.loop.startup": "tests/e2e/test_workers.py::"
                                  "test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run",
-    "pytest_ditar.loop.verify": "tests/integration/loop/test_firewall.py::"
+    "pytest_ditar.loop.verify": "tests/e2e/test_firewall.py::"
                                 "test_verify_catches_an_edited_manifest_through_the_ledger_anchor",
     "pytest_ditar.store.shards": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
     # the plugin: loaded by pytest (entry point pytest11), in every run of a project
     "pytest_ditar.plugin.activation": "tests/integration/plugin/test_activation.py::"
                                       "test_the_suites_folder_or_a_ditar_option_make_a_ditar_run",
     "pytest_ditar.plugin.console": "tests/integration/plugin/test_marker_perf.py::test_slower_candidate_is_discarded",
-    "pytest_ditar.plugin.fixtures": "tests/integration/plugin/test_marker_quality.py::"
+    "pytest_ditar.plugin.fixtures": "tests/e2e/test_marker_quality.py::"
                                     "test_quality_passes_against_own_baseline",  # suites/tiny's tests use them
     "pytest_ditar.plugin.gateplugin": "tests/integration/loop/test_loop_verdicts.py::"
                                       "test_candidate_without_class_is_refused",
     "pytest_ditar.plugin.hooks": "tests/integration/plugin/test_plugin_hygiene.py::test_markers_are_registered",
-    "pytest_ditar.plugin.hookspecs": "tests/integration/plugin/test_option_baseline.py::"
+    "pytest_ditar.plugin.hookspecs": "tests/e2e/test_option_baseline.py::"
                                      "test_baseline_stores_verified_snapshot",  # the root conftest.py implements one
     "pytest_ditar.plugin.keys": "tests/integration/plugin/test_plugin_hygiene.py::test_exit_status_is_pytests_own",
     # the worker process and what starts it
-    "pytest_ditar.runtime.clock": "tests/integration/runtime/test_workers.py::"
+    "pytest_ditar.runtime.clock": "tests/e2e/test_workers.py::"
                                   "test_a_worker_whose_clock_disagrees_with_the_judges_is_a_crash",
-    "pytest_ditar.runtime.proctree": "tests/integration/runtime/test_workers.py::"
+    "pytest_ditar.runtime.proctree": "tests/e2e/test_workers.py::"
                                      "test_hung_worker_is_killed_with_its_process_group",
-    "pytest_ditar.runtime.profiler": "tests/integration/cli/test_profile.py::"
+    "pytest_ditar.runtime.profiler": "tests/e2e/test_profile.py::"
                                      "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
-    "pytest_ditar.runtime.worker_main": "tests/integration/runtime/test_workers.py::"
+    "pytest_ditar.runtime.worker_main": "tests/e2e/test_workers.py::"
                                         "test_paused_worker_runs_nothing_until_resumed",
-    "pytest_ditar.runtime.zygote": "tests/integration/runtime/test_workers.py::"
+    "pytest_ditar.runtime.zygote": "tests/e2e/test_workers.py::"
                                    "test_workers_fork_from_a_clean_zygote_unless_turned_off",
     # example candidates (data for `dit-ar demo`): run as a candidate's mutable/pipeline.py
     "pytest_ditar.demo.candidates.cfg_split": "tests/e2e/test_multigpu.py::"

@@ -1,5 +1,5 @@
 """core.attribution (issue 28): one call's spans attributed to the pipeline's phases, on hand-made
-spans (no torch). `dit-ar profile` itself, on the tiny suite: tests/integration/cli/test_profile.py."""
+spans (no torch). `dit-ar profile` itself, on the tiny suite: tests/e2e/test_profile.py."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """The quality firewall's rules as plain functions: invalid-output reasons (core.quality), the
 zero-regression rule (core.regression), the semantic keys' config errors (config.project,
 config.semantic) and the fresh-seed holdout draw (loop.holdout). Through `dit-ar experiment` and
-`dit-ar verify`: tests/integration/loop/test_firewall.py."""
+`dit-ar verify`: tests/e2e/test_firewall.py."""
 import dataclasses
 import json
 import random
