@@ -141,6 +141,9 @@ def main() -> int:
     ap.add_argument("--compile-reference", metavar="MODES", default=None,
                     help="after the rungs, time the champion beside torch.compile of the stock pipeline in these "
                          "comma-separated modes (reduce-overhead, max-autotune), side by side in this call")
+    ap.add_argument("--profile-lanes", metavar="LANES", default=None,
+                    help="after the rungs, profile the champion through `dit-ar profile` on these comma-separated "
+                         "lanes (the evidence for the next rung: where a call's time goes), into OUT/profile-LANE")
     args = ap.parse_args()
     if args.write_patches:
         return write_patches(Path(args.write_patches))
@@ -210,6 +213,10 @@ def main() -> int:
         print(f"[ladder] {name}: {verdict} [{wall:.0f} s]", flush=True)
     (out / "ladder.json").write_text(json.dumps(state, indent=1, default=str))
     print_table(state, base_med)
+    for lane in (args.profile_lanes.split(",") if args.profile_lanes else []):
+        head = git(ws, "rev-parse", "--short", "HEAD")
+        res = ditar(ws, "profile", "--lane", lane, "--out", str(out / f"profile-{lane}"), check=False)
+        print(f"[ladder] profile of the champion {head} on {lane}:\n{res.stdout}{res.stderr[-2000:]}", flush=True)
     if args.compile_reference:
         import compile_reference
 

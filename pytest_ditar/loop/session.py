@@ -227,6 +227,8 @@ class DitarSession:
     def close(self) -> None:
         """Stop every worker (and whatever they started); keep their logs beside the run's when the
         run has a log directory."""
+        for w in self._workers.values():  # all at once: each tears down its CUDA context in parallel
+            w.ask_to_quit()
         for w in self._workers.values():
             w.close()
         if self._scratch is not None:

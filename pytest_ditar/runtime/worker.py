@@ -96,6 +96,7 @@ class CandidateWorker:
         self.build_s: float | None = None
         self.error: CandidateError | None = None  # a failed worker stays failed
         self.paused = False
+        self._quit_sent = False
         self.t_header = 0.0  # when the last reply's header arrived (judge's clock)
         self.buffer_path: Path | None = None  # shared-memory file the worker writes its arrays into
         self.buffer_file: Any = None
@@ -210,19 +211,27 @@ class CandidateWorker:
         self._drain("build", timeout_s or self.build_timeout_s or START_TIMEOUT_S)
         return self
 
-    def close(self) -> None:
-        """Ask the worker to quit, killing it if it does not within a few seconds; then end every
-        process it started."""
-        if self.proc is None:
+    def ask_to_quit(self) -> None:
+        """Send the quit without waiting, so several workers tear down (CUDA contexts, interpreters) at
+        the same time; close() then waits. A worker still starting or building is killed instead."""
+        if self.proc is None or self._quit_sent:
             return
-        conn = cast(Connection, self.conn)  # start() opened it
-        _LIVE.discard(self)
+        self._quit_sent = True
         if self.pending:  # still starting or building (a refused run): nothing of it is worth waiting for
             self.kill()
         with contextlib.suppress(OSError, ValueError):
             self.resume()
             if self.error is None and self.proc.poll() is None:
-                conn.send_bytes(json.dumps({"op": "quit"}).encode())
+                cast(Connection, self.conn).send_bytes(json.dumps({"op": "quit"}).encode())
+
+    def close(self) -> None:
+        """Ask the worker to quit (unless ask_to_quit did), killing it if it does not within a few
+        seconds; then end every process it started."""
+        if self.proc is None:
+            return
+        conn = cast(Connection, self.conn)  # start() opened it
+        self.ask_to_quit()
+        _LIVE.discard(self)
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
