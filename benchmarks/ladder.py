@@ -247,7 +247,7 @@ def write_patches(out: Path) -> int:
 
 def print_table(state: dict, base_med: dict) -> None:
     print("\nbaseline medians: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in base_med.items()))
-    hdr = (f"{'rung':<13}{'class':<13}{'verdict':<8}{'b1 x champ':>11}{'ci95':>15}{'b1 cum':>8}{'b8 cum':>8}"
+    hdr = (f"{'rung':<17}{'class':<13}{'verdict':<8}{'b1 x champ':>11}{'ci95':>15}{'b1 cum':>8}{'b8 cum':>8}"
            f"{'TFLOP/s b8':>11}{'PSNR min':>9}{'SSIM min':>9}{'VRAM GiB':>9}{'wall s':>7}{'perf ovh':>9}"
            f"{'firewall':>9}{'audit+probe':>12}{'rt ms b1/b8':>13}  reason")
     print(hdr)
@@ -260,7 +260,7 @@ def print_table(state: dict, base_med: dict) -> None:
         # the run's own integrity checks (issue 15): timed-output audits and the caching probe, share of the wall
         checks = (t.get("perf.audit") or 0) + (t.get("perf.probe") or 0)
         share = f"{checks:.2f}s {100 * checks / t['wall']:.1f}%" if checks and t.get("wall") else "-"
-        print(f"{r['rung']:<13}{r['class']:<13}{r['verdict']:<8}{f(b1.get('speedup'), '{:.3f}x'):>11}{ci:>15}"
+        print(f"{r['rung']:<17}{r['class']:<13}{r['verdict']:<8}{f(b1.get('speedup'), '{:.3f}x'):>11}{ci:>15}"
               f"{f(b1.get('cumulative_vs_baseline'), '{:.2f}x'):>8}{f(b8.get('cumulative_vs_baseline'), '{:.2f}x'):>8}"
               f"{f(b8.get('achieved_tflops'), '{:.0f}'):>11}{f(r['worst_psnr'], '{:.1f}'):>9}"
               f"{f(r['worst_ssim'], '{:.4f}'):>9}"
