@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.hardware.roofline import fmt_flops
 
 
 class Profile(Command):
@@ -52,13 +53,6 @@ class Profile(Command):
 
 def _ms(v: float | None) -> str:
     return "" if v is None else f"{v:.2f}"
-
-
-def _flops(v: float) -> str:
-    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v:.0f} FLOP"
 
 
 def _where(path: Path) -> str:
@@ -110,12 +104,13 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     lines.append(f"  {'operator':<44} {'calls':>6} {key + ' ms':>14} {'CPU total ms':>13} {'FLOP':>11}")
     for op in s["top_ops"]:
         self_ms = (op["self_device_us"] if cuda else op["self_cpu_us"]) / 1e3
-        flop = _flops(op["flops"]) if op["flops"] else "-"
+        flop = fmt_flops(op["flops"]) if op["flops"] else "-"
         lines.append(f"  {op['name'][:44]:<44} {op['calls']:>6} {self_ms:>14.3f} {op['cpu_total_us'] / 1e3:>13.3f} "
                      f"{flop:>11}")
     if s.get("flops"):
         lines.append(f"FLOPs (the profiler's formulas: matmul, conv, add, mul; not attention kernels): "
-                     f"{_flops(s['flops'])} in the call, {_flops(s['achieved_flops_per_s'])}/s achieved over its wall")
+                     f"{fmt_flops(s['flops'])} in the call, {fmt_flops(s['achieved_flops_per_s'])}/s achieved "
+                     "over its wall")
     else:
         lines.append("FLOPs: the profiler counted none for this call")
     lines.append(f"trace    {_where(out_dir / s['trace'])}  (chrome://tracing or ui.perfetto.dev; ranges ditar::*)")

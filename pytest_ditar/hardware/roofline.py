@@ -41,8 +41,9 @@ def flop_floor_seconds(flops: float, profile_or_peak_tflops: TargetProfile | flo
     return float(flops) / (_peak_tflops(profile_or_peak_tflops) * 1e12)
 
 
-def _fmt_flops(flops: float) -> str:
-    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+def fmt_flops(flops: float) -> str:
+    """A FLOP count (or rate, with "/s" after it) in the largest unit it reaches: "96.5 TFLOP"."""
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
         if flops >= scale:
             return f"{flops / scale:.3g} {unit}"
     return f"{flops:.3g} FLOP"
@@ -69,7 +70,7 @@ def roofline_check(
     if measured_s < floor:
         return (
             f"reported {_fmt_seconds(measured_s)} is below the {_fmt_seconds(floor)} floor for "
-            f"{_fmt_flops(flops)} at {peak:g} TFLOP/s: the timer is not measuring the work"
+            f"{fmt_flops(flops)} at {peak:g} TFLOP/s: the timer is not measuring the work"
         )
     return None
 
@@ -84,7 +85,7 @@ def host_roofline_check(measured_s: float, flops: float, host_flops_per_s: float
         return f"reported time {measured_s!r} s is not positive: the timer is not measuring the work"
     implied = flops / measured_s
     if implied > host_flops_per_s * margin:
-        return (f"{_fmt_flops(flops)} in {_fmt_seconds(measured_s)} implies {implied / 1e9:.3g} GFLOP/s, above the "
+        return (f"{fmt_flops(flops)} in {_fmt_seconds(measured_s)} implies {implied / 1e9:.3g} GFLOP/s, above the "
                 f"host's measured {host_flops_per_s / 1e9:.3g} GFLOP/s (x{margin:g} margin): the timer is not "
                 f"measuring the work")
     return None
