@@ -10,7 +10,7 @@ GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Callable, cast
 
 from pytest_ditar.core import interference, probes, sequential as seq, stats
@@ -155,10 +155,12 @@ class LaneRunner:
     judges it. `gated` says whether this run decides (the caching probe, the candidate's class
     claim for the audit); `progress` gets the rounds done."""
 
-    def __init__(self, sess: Any, gated: Callable[[], bool], claimed_class: Callable[[], str | None]):
+    def __init__(self, sess: Any, gated: Callable[[], bool], claimed_class: Callable[[], str | None],
+                 guard: Callable[[], float | None] = lambda: None):
         self.sess = sess
         self.gated = gated
         self.claimed_class = claimed_class
+        self.guard = guard  # `--ditar-guard`'s tolerance, None outside a guard
         self._champion: Any = None
         self._champion_error: str | None = None
         self._champion_tried = False
@@ -206,7 +208,12 @@ class LaneRunner:
         sess = self.sess
         cand = sess.get_candidate()
         group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
-        objective = lane.name == sess.cfg.objective_lane
+        # A guard asks every lane, the objective one included, "slower beyond the tolerance?": the
+        # objective lane's sequential rule asks "faster?" and stops once that is ruled out, too soon
+        # to show a slowdown (a 30% one went unnamed on CI after 12 rounds).
+        tolerance = self.guard()
+        objective = lane.name == sess.cfg.objective_lane and tolerance is None
+        perf_cfg = sess.cfg.perf if tolerance is None else replace(sess.cfg.perf, guard_tolerance=tolerance)
         champ = None if group else self.champion()
         sequential = twin = None
         try:
@@ -226,7 +233,7 @@ class LaneRunner:
         else:
             source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
-        res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=sess.cfg.perf,
+        res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
                     stored_samples=stored_samples, sequential=sequential, cpu=sess.resolved_device() == "cpu",
                     stored_host_s=list(stored.get("host_s", [])))
         champion.attach_flops(sess, lane, res)

@@ -121,7 +121,7 @@ class PerfRunner:
 
         self.sess = sess
         self.config = config
-        self.lanes = LaneRunner(sess, self._gated, self._claimed_class)
+        self.lanes = LaneRunner(sess, self._gated, self._claimed_class, self._guard)
 
     def _gate(self):
         return get_gate(self.config) if self.config is not None else None
@@ -129,6 +129,10 @@ class PerfRunner:
     def _gated(self) -> bool:
         gate = self._gate()
         return bool(gate and gate.gated)
+
+    def _guard(self) -> float | None:
+        gate = self._gate()
+        return gate.opts.guard if gate is not None else None
 
     def _claimed_class(self) -> str | None:
         """Timed outputs are held to the candidate's own class claim (the cumulative class outside a gate)."""
