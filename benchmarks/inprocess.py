@@ -46,7 +46,7 @@ class InProcessCandidate:
         if hasattr(latents, "detach"):
             latents = latents.detach().float().cpu().numpy()
         return Outputs(np.ascontiguousarray(latents, dtype=np.float32), np.ascontiguousarray(gen.images),
-                       seconds, seconds)
+                       seconds, seconds, {})
 
     # the worker's life-cycle calls, for code that handles both kinds alike
     def built(self, timeout_s: float | None = None) -> "InProcessCandidate":

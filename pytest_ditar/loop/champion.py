@@ -66,13 +66,14 @@ def stored_lanes(sess: DitarSession, ledger: Ledger | None = None) -> dict[str, 
         return baseline_lanes(sess)
 
 
-def build(sess: DitarSession, champion_commit: str | None, head: str | None, start_only: bool = False) -> Any:
+def build(sess: DitarSession, champion_commit: str | None, head: str | None, start_only: bool = False,
+          ranks: int = 1) -> Any:
     """The champion's code from a worktree of its commit, built in its own worker (`start_only`:
     the build is sent and this returns at once). None when the lanes interleave with nothing:
     interleaving off, or no champion distinct from HEAD (the lanes then use stored samples)."""
     if not sess.cfg.perf.interleave or not champion_commit or champion_commit == head:
         return None
-    return sess.build_at_commit(champion_commit, BUILD_PHASE, start_only=start_only)
+    return sess.build_at_commit(champion_commit, BUILD_PHASE, start_only=start_only, ranks=ranks)
 
 
 def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:

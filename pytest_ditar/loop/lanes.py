@@ -161,17 +161,17 @@ class LaneRunner:
         self.gated = gated
         self.claimed_class = claimed_class
         self.guard = guard  # `--ditar-guard`'s tolerance, None outside a guard
-        self._champion: Any = None
+        self._champion: dict[int, Any] = {}  # ranks -> the champion's worker (a group for ranks > 1)
         self._champion_error: str | None = None
-        self._champion_tried = False
-        self._twin: Any = None
+        self._twin: dict[int, Any] = {}
         self._stream: Any = None
 
-    def champion(self) -> Any:
-        """The champion's own code from a git worktree, built in its worker; None if impossible.
-        A gated run sent its build when the guards passed, so this mostly waits for it."""
-        if not self._champion_tried:
-            self._champion_tried = True
+    def champion(self, ranks: int = 1) -> Any:
+        """The champion's own code from a git worktree, built in its worker (its group of `ranks`
+        for a multi-GPU lane); None if impossible. A gated run sent its build when the guards
+        passed, so this mostly waits for it."""
+        if ranks not in self._champion:
+            self._champion[ranks] = None
             from pytest_ditar.loop import champion
             from pytest_ditar.vcs import repo as gitops
 
@@ -180,20 +180,20 @@ class LaneRunner:
                 # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
                 # where HEAD is the champion, so the champion is timed beside it
                 head = None if st.dirty_paths or self.sess.beside_champion else st.head
-                self._champion = champion.build(self.sess, champion.commit(self.sess), head)
+                self._champion[ranks] = champion.build(self.sess, champion.commit(self.sess), head, ranks=ranks)
             except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
                 self._champion_error = f"{type(exc).__name__}: {exc}"
-        return self._champion
+        return self._champion[ranks]
 
-    def twin(self) -> Any:
+    def twin(self, ranks: int = 1) -> Any:
         """The champion's second build (perf.twin), sent beside the others when the guards passed."""
         from pytest_ditar.loop import champion
 
-        if self._twin is None and self.sess.cfg.perf.twin:
+        if self._twin.get(ranks) is None and self.sess.cfg.perf.twin:
             commit = champion.commit(self.sess)
             if commit:
-                self._twin = self.sess.build_twin(commit, TWIN_PHASE)
-        return self._twin
+                self._twin[ranks] = self.sess.build_twin(commit, TWIN_PHASE, ranks=ranks)
+        return self._twin.get(ranks)
 
     def requests(self) -> Any:
         """One stream of timed requests per run, keyed by the session's secret."""
@@ -206,21 +206,21 @@ class LaneRunner:
         from pytest_ditar.loop import champion
 
         sess = self.sess
-        cand = sess.get_candidate()
-        group = getattr(lane, "gpus", 1) > 1  # a multi-GPU lane: torch.distributed ranks, timed as one group
+        ranks = getattr(lane, "gpus", 1)  # a multi-GPU lane: one group of ranks a side (runtime.group)
         # A guard asks every lane, the objective one included, "slower beyond the tolerance?": the
         # objective lane's sequential rule asks "faster?" and stops once that is ruled out, too soon
         # to show a slowdown (a 30% one went unnamed on CI after 12 rounds).
         tolerance = self.guard()
         objective = lane.name == sess.cfg.objective_lane and tolerance is None
         perf_cfg = sess.cfg.perf if tolerance is None else replace(sess.cfg.perf, guard_tolerance=tolerance)
-        champ = None if group else self.champion()
         sequential = twin = None
         try:
+            cand = sess.get_candidate(ranks)
+            champ = self.champion(ranks)
             if objective and champ is not None:
                 sequential = plan_for(lane, sess.cfg.perf)
-                twin = self.twin()  # its build failed, or the champion's worktree moved: a CRASH
-            m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective, group)
+                twin = self.twin(ranks)  # its build failed, or the champion's worktree moved: a CRASH
+            m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective)
         except CandidateError as exc:
             if exc not in sess.errors:
                 sess.errors.append(exc)
@@ -245,17 +245,13 @@ class LaneRunner:
         return res
 
     def _measure(self, lane: Any, cand: Any, champ: Any, twin: Any, sequential: Sequential | None, benchmark: Any,
-                 progress: Callable[[int], None] | None, objective: bool, group: bool) -> tuple[LaneMeasurement, Any]:
+                 progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, Any]:
         """The lane's rounds under the GPU exclusivity watch (its report comes back with them)."""
         from pytest_ditar.hardware import exclusivity
 
         sess = self.sess
         cls = self.claimed_class() or sess.cls
         with exclusivity.Watch(sess.resolved_device()) as watch, sess.clock.span("perf.lanes"):
-            if group:
-                from pytest_ditar.runtime.multigpu import measure_group_lane
-
-                return measure_group_lane(sess, lane), watch
             m = measure_lane(cand, sess.suite, lane, champion=champ, twin=twin, benchmark=benchmark,
                              timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,
                              stream=self.requests(), audit=output_audit(cls, sess.cfg.thresholds_for(cls)),

@@ -137,9 +137,12 @@ class DitarSession:
             self._baseline = load_snapshot(self.baseline_dir, "baseline")
         return self._baseline
 
-    def worker(self, candidate_dir: Path, name: str) -> CandidateWorker:
+    def worker(self, candidate_dir: Path, name: str, ranks: int = 1) -> CandidateWorker:
         """The (started) worker process for the pipeline in `candidate_dir`, one per directory and
-        name per session (a second name on one directory is a second build: the champion's twin)."""
+        name per session (a second name on one directory is a second build: the champion's twin);
+        `ranks` > 1: a group of that many ranks (runtime.group), for a multi-GPU lane."""
+        if ranks > 1:
+            name = f"{name}-{ranks}ranks"
         key = (Path(candidate_dir).resolve(), name)
         if key not in self._workers:
             require_pipeline(key[0])  # a missing package is a usage error, before any process starts
@@ -154,11 +157,18 @@ class DitarSession:
             # overlay whose writes stay in its sandbox; the champion's side (its worktree's
             # workers: champion, twin, holdout baseline) writes the champion's cache itself.
             champion_side = key[0] != self.cfg.candidate_path.resolve()
-            w = CandidateWorker(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
-                                memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
-                                cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")),
-                                build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
-                                compile_cache=self.compile_cache(), compile_cache_writable=champion_side)
+            kind: Any = CandidateWorker
+            if ranks > 1:
+                from functools import partial
+
+                from pytest_ditar.runtime.group import GroupWorker
+
+                kind = partial(GroupWorker, ranks=ranks)
+            w = kind(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
+                     memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
+                     cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")),
+                     build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
+                     compile_cache=self.compile_cache(), compile_cache_writable=champion_side)
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
 
@@ -204,8 +214,16 @@ class DitarSession:
             w.memory_budget_gib = self.memory_budget_gib
             w.request_build()
 
-    def get_candidate(self) -> CandidateWorker:
-        """The candidate's worker, built once per session; a failure is remembered, not retried."""
+    def get_candidate(self, ranks: int = 1) -> CandidateWorker:
+        """The candidate's worker, built once per session; a failure is remembered, not retried.
+        `ranks` > 1: the candidate's group for a multi-GPU lane (its own build, once per session)."""
+        if ranks > 1:
+            w = self.worker(self.cfg.candidate_path, "candidate", ranks)
+            w.memory_budget_gib = self.memory_budget_gib
+            with self.clock.span("build.candidate"):
+                w.built(self.cfg.build_timeout_s)
+            self.clock.built(w.name, w.build_s)
+            return w
         if self.candidate_error is not None:
             raise self.candidate_error
         if self.candidate is None:
@@ -282,7 +300,8 @@ class DitarSession:
         with self.clock.span("semantic"):  # only runs that score book firewall time (loading included)
             return session_scores(self, item, cand, base)
 
-    def build_at_commit(self, commit: str, phase: str = "build.worktree", start_only: bool = False) -> CandidateWorker:
+    def build_at_commit(self, commit: str, phase: str = "build.worktree", start_only: bool = False,
+                        ranks: int = 1) -> CandidateWorker:
         """The candidate package of `commit`, from a worktree under the state dir, built in its worker.
 
         A worktree is pinned to one commit, so one worker serves both the perf lanes' champion and
@@ -291,14 +310,16 @@ class DitarSession:
 
         The candidate runs beside it and could edit that worktree before its worker imports it, so
         the worktree is checked to be its commit first, and unchanged once the build is done."""
-        return self._build_in_worktree(commit, f"commit-{commit[:7]}", phase, start_only)
+        return self._build_in_worktree(commit, f"commit-{commit[:7]}", phase, start_only, ranks)
 
-    def build_twin(self, commit: str, phase: str = "perf.build_twin", start_only: bool = False) -> CandidateWorker:
+    def build_twin(self, commit: str, phase: str = "perf.build_twin", start_only: bool = False,
+                   ranks: int = 1) -> CandidateWorker:
         """A second, independent build of `commit`'s worktree (a process of its own): the objective
         lane's second reference (loop.lanes)."""
-        return self._build_in_worktree(commit, f"twin-{commit[:7]}", phase, start_only)
+        return self._build_in_worktree(commit, f"twin-{commit[:7]}", phase, start_only, ranks)
 
-    def _build_in_worktree(self, commit: str, name: str, phase: str, start_only: bool) -> CandidateWorker:
+    def _build_in_worktree(self, commit: str, name: str, phase: str, start_only: bool,
+                           ranks: int = 1) -> CandidateWorker:
         from pytest_ditar.loop import worktrees
 
         wt = (self.worktree_root or self.state_dir / "worktrees") / commit[:12]
@@ -309,7 +330,7 @@ class DitarSession:
                 except CandidateError as exc:  # changed again as it was checked out afresh: a CRASH
                     self.errors.append(exc)
                     raise
-            w = self.worker(wt / self.cfg.candidate_dir, name)
+            w = self.worker(wt / self.cfg.candidate_dir, name, ranks)
             w.memory_budget_gib = self.memory_budget_gib
             if start_only:
                 w.request_build()

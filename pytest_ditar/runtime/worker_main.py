@@ -13,6 +13,7 @@ worker sends, so candidate code that writes to the socket can at worst send wron
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import mmap
@@ -88,7 +89,8 @@ class Worker:
         self.errors_seen: dict[str, int] = {}  # each error's one-line text -> times it was replied
 
     # ---- operations (each returns the reply header; arrays go in self.arrays) -------------------
-    def op_hello(self, device: str, cpu_threads: int, fingerprint: bool, buffer: str) -> dict[str, Any]:
+    def op_hello(self, device: str, cpu_threads: int, fingerprint: bool, buffer: str,
+                 group: str | None = None) -> dict[str, Any]:
         import torch
 
         self.buffer = open(buffer, "r+b")
@@ -97,6 +99,8 @@ class Worker:
             # One intra-op thread on CPU by default: toy-sized ops gain nothing from a pool, and a
             # pool that spin-waits against other processes turns timing noise into 100x outliers.
             torch.set_num_threads(cpu_threads)
+        if group:  # a rank of a group (runtime.group): the process group exists before build()
+            _join_group(group, device)
         reply: dict[str, Any] = {"pid": os.getpid(), "argv": sys.argv}
         if fingerprint:
             from pytest_ditar.hardware.fingerprint import collect
@@ -119,7 +123,9 @@ class Worker:
         self._sync()
         return {"build_s": time.perf_counter() - t0}
 
-    def op_generate(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_generate(self, request: dict[str, Any], outputs: bool = True) -> dict[str, Any]:
+        """One call, device synchronized; `outputs`: False for a group's other ranks, whose reply
+        carries only their time (rank 0's outputs are the group's)."""
         t_received = self.t_received
         req = _request(request)
         idle_s = self._idle_probe()
@@ -128,9 +134,10 @@ class Worker:
         self._sync()  # the reply means the device work is done: the judge's clock needs no device
         worker_s = time.perf_counter() - t0
         latents = gen.latents
-        if hasattr(latents, "detach"):
-            latents = latents.detach().float().cpu().numpy()
-        self.arrays = [np.asarray(latents, dtype=np.float32), np.asarray(gen.images)]
+        if outputs:
+            if hasattr(latents, "detach"):
+                latents = latents.detach().float().cpu().numpy()
+            self.arrays = [np.asarray(latents, dtype=np.float32), np.asarray(gen.images)]
         # perf_counter is CLOCK_MONOTONIC on Linux, one clock for every process: the judge can
         # place these stamps on its own timeline to see where a round trip's time goes.
         return {"worker_s": worker_s, "idle_probe_s": idle_s,
@@ -304,8 +311,83 @@ def main(argv: list[str]) -> int:
     contain_orphans()
     if argv[1] == "--zygote":
         return zygote(int(argv[2]))
+    if argv[1] == "--group":
+        return group([int(fd) for fd in argv[2].split(",")], [int(fd) for fd in argv[4].split(",")])
     Worker(Connection(int(argv[1]))).serve()
     return 0
+
+
+def _join_group(backend: str, device: str) -> None:
+    """torch.distributed's process group of this rank (RANK, WORLD_SIZE, MASTER_* set by group())."""
+    import torch
+    import torch.distributed as dist
+
+    extra: dict[str, Any] = {}
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+        extra["device_id"] = torch.device(device)  # NCCL bound to this rank's GPU up front
+    else:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group(backend, init_method="env://", **extra)
+
+
+def group(fds: list[int], logs: list[int]) -> int:
+    """A group's launcher (runtime.group): one rank per judge socket (and log), forked before
+    anything is imported, every rank in this process group (so paused and killed as one). The ranks meet on
+    this process's loopback, a free port of it: in the sandbox's own network namespace. The
+    first rank to fail ends the others: a rank that waits in a collective for a dead peer would
+    otherwise hang until the judge's timeout."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pids = {}
+    for rank, fd in enumerate(fds):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for other in (*fds, *logs):
+                    if other not in (fd, logs[rank]):
+                        os.close(other)  # its own log stays open as its stdout and stderr, below
+                os.dup2(logs[rank], 1)
+                os.dup2(logs[rank], 2)
+                os.close(logs[rank])
+                die_with_parent()
+                os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(len(fds)),
+                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                sys.argv = [__file__, str(fd)]
+                Worker(Connection(fd)).serve()
+                code = 0
+            except BaseException:  # noqa: BLE001 - a forked rank never returns into the launcher
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        pids[pid] = rank
+    for fd in (*fds, *logs):
+        os.close(fd)
+    code = 0
+    while pids:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid not in pids:
+            continue  # an orphan re-parented here (this launcher is a subreaper)
+        rank = pids.pop(pid)
+        if status != 0 and pids:
+            sys.stderr.write(f"ditar group: rank {rank} ended ({os.waitstatus_to_exitcode(status)}): "
+                             "ending the others\n")
+            for other in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(other, signal.SIGKILL)
+        code = code or (os.waitstatus_to_exitcode(status) & 0xFF)
+    return code
 
 
 def zygote(fd: int) -> int:

@@ -10,8 +10,8 @@ link is fast (NVLink: the exchange is a few microseconds; over a slow PCIe path 
 warns). Same algorithm and weights; only the row partition of the transformer batch changes,
 hence "exact" (on CPU the batch-B vs batch-2B GEMMs may round differently in the last bit).
 
-Run by the harness in a torch.distributed group (pytest_ditar.multigpu, NCCL on CUDA, gloo on
-CPU). Outside a 2-rank group it is the single-process lean pipeline it derives from.
+Run by the judge in a torch.distributed group on a `gpus: 2` lane (pytest_ditar.runtime.group,
+NCCL on CUDA, gloo on CPU). Outside a 2-rank group it is the single-process lean pipeline it derives from.
 """
 from __future__ import annotations
 

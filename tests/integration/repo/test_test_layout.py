@@ -98,7 +98,8 @@ INDIRECT = {
                                    "test_workers_fork_from_a_clean_zygote_unless_turned_off",
     # example candidates (data for `dit-ar demo`): run as a candidate's mutable/pipeline.py
     "pytest_ditar.demo.candidates.cfg_split": "tests/e2e/test_multigpu.py::"
-                                              "test_cfg_split_over_two_gloo_ranks_passes_exact_and_numerical",
+                                              "test_every_rank_builds_in_a_worker_and_the_group_is_timed_beside_"
+                                              "a_champion_group",
     "pytest_ditar.demo.candidates.compiled_stock": "tests/e2e/test_compile_reference.py::"
                                                    "test_the_champion_is_timed_beside_torch_compile_with_the_compile_apart",
     "pytest_ditar.demo.candidates.faster_exact": "tests/e2e/test_loop_agent.py::"
