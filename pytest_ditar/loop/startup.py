@@ -46,7 +46,7 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
     wanted = set(lane_names)
     lanes = [ln for ln in sess.suite.lanes if ln.name in wanted]
     if opts.phase == phases.QUALITY or not any(getattr(ln, "gpus", 1) == 1 for ln in lanes):
-        return failed  # no lane to time, or multi-GPU lanes only: they interleave nothing
+        return failed  # no lane to time, or multi-GPU lanes only: their groups build when they run (loop.lanes)
     try:
         champion.build(sess, champion_commit, head, start_only=True)
         objective = sess.cfg.objective_lane
