@@ -190,6 +190,12 @@ class Watch:
             self._look()  # one last look: a job that started and is still there
 
 
+def combine(reports: list[ExclusivityReport]) -> ExclusivityReport:
+    """One report for a lane on several GPUs (a group lane: one watch per rank's GPU): the first
+    GPU that was shared or could not be checked, else the first GPU's."""
+    return next((r for r in reports if not r.ok), reports[0])
+
+
 def apply(result: Any, report: ExclusivityReport) -> Any:
     """Turn a lane result UNSTABLE when its GPU was shared; note the check either way."""
     result.comparison = {**(result.comparison or {}), "exclusivity": report.message()}

@@ -9,6 +9,7 @@ GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable, cast
@@ -238,20 +239,27 @@ class LaneRunner:
                     stored_host_s=list(stored.get("host_s", [])))
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
-        res = exclusivity.apply(res, watch.report)  # a shared GPU makes the lane UNSTABLE, naming the PID
+        # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID
+        res = exclusivity.apply(res, exclusivity.combine([wt.report for wt in watch]))
         if benchmark is not None and not getattr(benchmark, "disabled", False):
             benchmark.extra_info.update(verdict_story(res, champ_samples))  # benchmark.json tells the verdict's story
         sess.lanes[lane.name] = res
         return res
 
     def _measure(self, lane: Any, cand: Any, champ: Any, twin: Any, sequential: Sequential | None, benchmark: Any,
-                 progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, Any]:
-        """The lane's rounds under the GPU exclusivity watch (its report comes back with them)."""
+                 progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, list[Any]]:
+        """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
+        watches come back with them)."""
         from pytest_ditar.hardware import exclusivity
+        from pytest_ditar.runtime.group import rank_device
 
         sess = self.sess
         cls = self.claimed_class() or sess.cls
-        with exclusivity.Watch(sess.resolved_device()) as watch, sess.clock.span("perf.lanes"):
+        device = sess.resolved_device()
+        ranks = getattr(lane, "gpus", 1)
+        devices = [rank_device(device, r) for r in range(ranks)] if ranks > 1 else [device]
+        with contextlib.ExitStack() as stack, sess.clock.span("perf.lanes"):
+            watch = [stack.enter_context(exclusivity.Watch(d)) for d in devices]
             m = measure_lane(cand, sess.suite, lane, champion=champ, twin=twin, benchmark=benchmark,
                              timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,
                              stream=self.requests(), audit=output_audit(cls, sess.cfg.thresholds_for(cls)),

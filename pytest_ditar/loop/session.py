@@ -207,10 +207,11 @@ class DitarSession:
 
         return check()
 
-    def start_candidate(self) -> None:
-        """Send the candidate's build without waiting: it builds while the judge does other work."""
-        if self.candidate is None and self.candidate_error is None:
-            w = self.worker(self.cfg.candidate_path, "candidate")
+    def start_candidate(self, ranks: int = 1) -> None:
+        """Send the candidate's build without waiting: it builds while the judge does other work
+        (`ranks` > 1: its group for a multi-GPU lane)."""
+        if ranks > 1 or (self.candidate is None and self.candidate_error is None):
+            w = self.worker(self.cfg.candidate_path, "candidate", ranks)
             w.memory_budget_gib = self.memory_budget_gib
             w.request_build()
 

@@ -45,15 +45,19 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
         failed.append(f"candidate build: {exc}")
     wanted = set(lane_names)
     lanes = [ln for ln in sess.suite.lanes if ln.name in wanted]
-    if opts.phase == phases.QUALITY or not any(getattr(ln, "gpus", 1) == 1 for ln in lanes):
-        return failed  # no lane to time, or multi-GPU lanes only: their groups build when they run (loop.lanes)
+    if opts.phase == phases.QUALITY or not lanes:
+        return failed  # no lane to time
+    objective = sess.cfg.objective_lane
     try:
-        champion.build(sess, champion_commit, head, start_only=True)
-        objective = sess.cfg.objective_lane
-        if sess.cfg.perf.twin and champion_commit and champion_commit != head \
-                and any(ln.name == objective for ln in lanes) and sess.cfg.perf.interleave:
-            # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
-            sess.build_twin(champion_commit, start_only=True)
+        # one build a side per rank count: 1 for the one-GPU lanes, N for a lane of N GPUs (a group)
+        for ranks in sorted({getattr(ln, "gpus", 1) for ln in lanes}):
+            if ranks > 1:
+                sess.start_candidate(ranks)
+            champion.build(sess, champion_commit, head, start_only=True, ranks=ranks)
+            if sess.cfg.perf.twin and champion_commit and champion_commit != head and sess.cfg.perf.interleave \
+                    and any(ln.name == objective and getattr(ln, "gpus", 1) == ranks for ln in lanes):
+                # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
+                sess.build_twin(champion_commit, start_only=True, ranks=ranks)
         if baseline_commit and baseline_commit not in (champion_commit, head) and sess.cfg.holdout.count:
             # the holdout's reference is the baseline code: a third worker, started now too
             sess.build_at_commit(baseline_commit, "holdout", start_only=True)

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from dataclasses import asdict, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -32,7 +33,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import proctree, worker as w
+from pytest_ditar.runtime import proctree, worker as w, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.worker import CLOCK_SLACK_S, START_TIMEOUT_S, CandidateWorker, Outputs
 
@@ -53,19 +54,21 @@ class GroupWorker(CandidateWorker):
         if ranks < 2:
             raise ValueError(f"a group has at least 2 ranks, got {ranks}")
         super().__init__(name, candidate_dir, spec, **kwargs)
-        # wire endpoints only: their process is the group's launcher (set by start()); each rank
-        # logs to a file of its own (the launcher to the group's), so lines never interleave
-        self.ranks = [CandidateWorker(f"{name}.rank{r}", candidate_dir,
-                                      replace(spec, device=rank_device(spec.device, r)),
-                                      log_path=self.log_path.with_name(f"{name}.rank{r}.log"),
-                                      memory_budget_gib=self.memory_budget_gib,
-                                      build_timeout_s=self.build_timeout_s, sandboxed=False)
+        # wire endpoints only, their process the group's; each rank logs to a file of its own (the
+        # launcher to the group's), so lines never interleave
+        self.ranks = [_Rank(self, f"{name}.rank{r}", candidate_dir, replace(spec, device=rank_device(spec.device, r)),
+                            log_path=self.log_path.with_name(f"{name}.rank{r}.log"),
+                            memory_budget_gib=self.memory_budget_gib, build_timeout_s=self.build_timeout_s,
+                            sandboxed=False)
                       for r in range(ranks)]
+        self._ends: list[Any] = []  # the launcher's ends (rank sockets, then logs) until it runs
+        self._group_env: dict[str, str] = {}
 
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, fingerprint: bool = False) -> "GroupWorker":
-        """Launch the group's process tree and say hello to every rank; returns at once."""
-        if self._proc is not None:
+        """Launch the group's process tree (forked from the zygote on a thread of its own, as a
+        worker is, else a fresh interpreter) and say hello to every rank; returns at once."""
+        if self._launcher is not None or self._proc is not None:
             return self
         if self.spec.device.startswith("cuda"):
             import torch
@@ -75,46 +78,75 @@ class GroupWorker(CandidateWorker):
                                                   f"{torch.cuda.device_count()} visible")
         if not w._SUBREAPER:
             w._SUBREAPER.append(proctree.become_subreaper())
-        box = self._sandbox_spec() if self.sandboxed else None
+        self._box = self._sandbox_spec() if self.sandboxed else None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ) if self.env is None else dict(self.env)
-        if box is not None:
+        if self._box is not None:
             env["TMPDIR"] = str(self.cwd)
         if self.buffer_dir is None:
             self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=w._shared_memory_dir()))
-        ends = []
+        socks, logs = [], []
         for r in self.ranks:
             parent, child = socket.socketpair()
             r.conn = Connection(parent.detach())
             fd, path = tempfile.mkstemp(prefix=f"ditar-{r.name}-", suffix=".buf", dir=self.buffer_dir)
             r.buffer_file, r.buffer_path = os.fdopen(fd, "rb"), Path(path)
-            ends.append(child)
-        logs = [open(r.log_path, "ab") for r in self.ranks]
-        fds, log_fds = [c.fileno() for c in ends], [f.fileno() for f in logs]
-        keep = ",".join(str(fd) for fd in (*fds, *log_fds))
-        inside = ["-m", "pytest_ditar.runtime.sandbox", box.to_json(), "--keep", keep] if box is not None else []
-        from pytest_ditar.runtime import zygote
-
-        try:
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, *inside, "-m",
-                                               "pytest_ditar.runtime.worker_main", "--group",
-                                               ",".join(map(str, fds)), "--logs", ",".join(map(str, log_fds))],
-                                              pass_fds=(*fds, *log_fds), stdin=subprocess.DEVNULL, stdout=log,
-                                              stderr=subprocess.STDOUT, cwd=self.cwd, env=env,
-                                              start_new_session=True)
-        finally:
-            for end in ends:
-                end.close()
-            for f in logs:
-                f.close()
+            socks.append(child)
+            logs.append(open(r.log_path, "ab"))
+        self._ends, self._group_env = [*socks, *logs], env
+        z = zygote.zygote()
+        if z is None:
+            self._proc = self._spawn_group()
+        else:
+            self._launcher = threading.Thread(target=self._launch_group, args=(z,), name=f"ditar-start-{self.name}",
+                                              daemon=True)
+            self._launcher.start()
         w._LIVE.add(self)
         backend = backend_for(self.spec.device)
         for i, r in enumerate(self.ranks):
-            r._proc = self._proc  # the group's process: a dead rank's reply reads the launcher's exit
             r._send("hello", device=r.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint and i == 0,
                     buffer=str(r.buffer_path), group=backend)
         return self
+
+    def _fds(self) -> list[int]:
+        return [e.fileno() for e in self._ends]
+
+    def _launch_group(self, z: Any) -> None:
+        box = self._box.to_json() if self._box is not None else None
+        self._proc = w._fork_from_zygote(z, self._fds(), self.log_path, self.cwd, self._group_env, box,
+                                         ranks=len(self.ranks))
+
+    def _spawn_group(self) -> subprocess.Popen:
+        """The launcher in a fresh interpreter (no zygote here), a session of its own."""
+        fds = self._fds()
+        n = len(self.ranks)
+        keep = ",".join(map(str, fds))
+        inside = ["-m", "pytest_ditar.runtime.sandbox", self._box.to_json(), "--keep", keep] if self._box else []
+        try:
+            with open(self.log_path, "ab") as log:
+                return subprocess.Popen([sys.executable, *zygote.PYTHON_FLAGS, *inside, "-m",
+                                         "pytest_ditar.runtime.worker_main", "--group", ",".join(map(str, fds[:n])),
+                                         "--logs", ",".join(map(str, fds[n:]))],
+                                        pass_fds=fds, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        cwd=self.cwd, env=self._group_env, start_new_session=True)
+        finally:
+            self._close_ends()
+
+    def _close_ends(self) -> None:
+        for end in self._ends:
+            end.close()
+        self._ends = []
+
+    @property
+    def proc(self) -> Any:
+        """The launcher's process (Popen or ZygoteChild), once launched; None before start()."""
+        if self._launcher is not None:
+            self._launcher.join()
+            self._launcher = None
+            if self._proc is None:  # the zygote refused or died: a fresh interpreter, from this thread
+                self._proc = self._spawn_group()
+            self._close_ends()
+        return self._proc
 
     def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
         self.start()
@@ -139,24 +171,24 @@ class GroupWorker(CandidateWorker):
         return self
 
     def ask_to_quit(self) -> None:
-        if self._proc is None or self._quit_sent:
+        if self.proc is None or self._quit_sent:
             return
         self._quit_sent = True
         if any(r.pending for r in self.ranks):
             self.kill()
         with contextlib.suppress(OSError, ValueError):
             self.resume()
-            if self.error is None and self._proc.poll() is None:
+            if self.error is None and self.proc.poll() is None:
                 for r in self.ranks:
                     cast(Connection, r.conn).send_bytes(json.dumps({"op": "quit"}).encode())
 
     def close(self) -> None:
-        if self._proc is None:
+        if self.proc is None:
             return
         self.ask_to_quit()
         w._LIVE.discard(self)
         try:
-            self._proc.wait(timeout=10)
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.kill()
         w._end_candidate_processes(self)
@@ -273,6 +305,21 @@ class GroupWorker(CandidateWorker):
 
     def _died(self) -> CandidateError:
         return self.ranks[0]._died()
+
+
+class _Rank(CandidateWorker):
+    """One rank's wire endpoint: its socket, its buffer and its log; its process is the group's."""
+
+    def __init__(self, group: GroupWorker, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.group = group
+
+    def start(self, fingerprint: bool = False) -> "_Rank":
+        return self  # the group launches every rank
+
+    @property
+    def proc(self) -> Any:
+        return self.group.proc
 
 
 def _ranked(exc: CandidateError, rank: int, world: int) -> CandidateError:

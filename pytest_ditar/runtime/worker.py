@@ -162,7 +162,7 @@ class CandidateWorker:
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None
-        self._proc = _fork_from_zygote(z, child.fileno(), self.log_path, self.cwd, env, box)
+        self._proc = _fork_from_zygote(z, [child.fileno()], self.log_path, self.cwd, env, box)
 
     @property
     def proc(self) -> Any:
@@ -489,10 +489,10 @@ def _end_candidate_processes(w: CandidateWorker) -> None:
     proctree.end_all_but(list(_live_pids(but=w)), _spared(), known_children={w.proc.pid})
 
 
-def _fork_from_zygote(z: Any, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str],
-                      box: str | None = None) -> Any:
+def _fork_from_zygote(z: Any, fds: list[int], log_path: Path, cwd: Path | None, env: dict[str, str],
+                      box: str | None = None, ranks: int = 0) -> Any:
     try:
-        return z.spawn(fd, log_path, cwd, env, box)
+        return z.spawn(fds, log_path, cwd, env, box, ranks)
     except (OSError, ValueError, KeyError):
         return None  # a zygote that cannot fork (or refused to: CUDA touched): spawn directly
 

@@ -32,6 +32,7 @@ from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
 
 ALIGN = 64  # each array starts on a cache line
+MAX_FDS = 64  # file descriptors one zygote request may pass: a group's sockets and logs, 32 ranks
 
 
 def die_with_parent() -> None:
@@ -420,7 +421,7 @@ def zygote(fd: int) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
     while True:
         try:
-            msg, fds, _, _ = socket.recv_fds(sock, WIRE_MAX_MESSAGE, 1)
+            msg, fds, _, _ = socket.recv_fds(sock, WIRE_MAX_MESSAGE, MAX_FDS)
         except OSError:
             return 0
         if not msg:
@@ -429,12 +430,13 @@ def zygote(fd: int) -> int:
         req = json.loads(msg)
         if req["op"] == "spawn":
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the fork starts with no handler of ours
-            pid = _fork_worker(sock, fds[0], req)
+            pid = _fork_worker(sock, fds, req)
             exited[pid] = None  # before anything reaps it: its exit code is kept for the judge
             signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
             _reap(exited)
             reply: dict[str, int | float | None] = {"pid": pid, "imports_s": imports_s}
-            os.close(fds[0])
+            for fd in fds:
+                os.close(fd)
         else:
             reply = {"code": exited.get(int(req["pid"]), -9)}  # never ours, or reaped and reported: gone
         sock.send(json.dumps(reply).encode())
@@ -452,7 +454,9 @@ def _fork_is_clean() -> bool:
     return os.waitstatus_to_exitcode(status) == 0
 
 
-def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
+def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any]) -> int:
+    """Fork a worker serving the judge's socket fds[0]; or, for a group of `req["ranks"]` ranks,
+    the group's launcher (group()): fds are then the ranks' sockets, then their logs."""
     sys.stdout.flush()
     sys.stderr.flush()
     ready_r, ready_w = os.pipe()
@@ -487,11 +491,15 @@ def _fork_worker(zygote_sock: Any, fd: int, req: dict[str, Any]) -> int:
             # this fork stays outside as the keeper; its child runs the worker in the sandbox
             from pytest_ditar.runtime import sandbox
 
-            sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=(fd,))
+            sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=fds)
             contain_orphans()
-        sys.argv = [__file__, str(fd)]
-        Worker(Connection(fd)).serve()
-        code = 0
+        ranks = int(req.get("ranks") or 0)
+        if ranks:
+            code = group(fds[:ranks], fds[ranks:])
+        else:
+            sys.argv = [__file__, str(fds[0])]
+            Worker(Connection(fds[0])).serve()
+            code = 0
     except BaseException:  # noqa: BLE001 - a forked child must never return into the zygote's loop
         traceback.print_exc()
     finally:

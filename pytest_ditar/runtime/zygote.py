@@ -72,13 +72,14 @@ class Zygote:
             raise OSError("the zygote is gone")
         return json.loads(reply)
 
-    def spawn(self, fd: int, log_path: Path, cwd: Path | None, env: dict[str, str],
-              sandbox: str | None = None) -> ZygoteChild:
-        """Fork a worker serving the socket `fd`, with `env` as its environment, inside the sandbox
+    def spawn(self, fds: Sequence[int], log_path: Path, cwd: Path | None, env: dict[str, str],
+              sandbox: str | None = None, ranks: int = 0) -> ZygoteChild:
+        """Fork a worker serving the socket fds[0], with `env` as its environment, inside the sandbox
         `sandbox` (a runtime.sandbox.Spec as JSON) where given (the first call waits for the
-        zygote's imports)."""
+        zygote's imports); `ranks` > 0: a group's launcher (runtime.group), fds its ranks'
+        sockets, then their logs."""
         reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None, "env": env,
-                           "sandbox": sandbox}, [fd])
+                           "sandbox": sandbox, "ranks": ranks}, fds)
         self.imports_s = reply.get("imports_s", self.imports_s)
         return ZygoteChild(self, int(reply["pid"]))
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from candidates import SLOWER
 from conftest import REPO, Project, make_project, small_suite
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap and /proc: Linux only")
@@ -53,25 +54,21 @@ def build(spec):
     return Recorded(spec)
 '''
 
-# Slower by 60 ms a call, with every clock of its own process running at a tenth of the speed.
-CLOCK = '''
-import time
-from pytest_ditar.demo.candidates.cfg_split import CfgSplitDiT
+# The stock pipeline with a second full pass (twice its work, in the same pattern as the champion's,
+# so no host load can favour it), every clock of its own processes at a tenth of the speed.
+CLOCK = SLOWER + '''
 
-_real_perf, _real_mono = time.perf_counter, time.monotonic
-_t0 = _real_perf()
-
-
-class Clocked(CfgSplitDiT):
-    def generate(self, request):
-        time.sleep(0.06)
-        return super().generate(request)
+_build = build
 
 
 def build(spec):
-    time.perf_counter = lambda: _t0 + (_real_perf() - _t0) / 10
-    time.monotonic = lambda: _t0 + (_real_mono() - _t0) / 10
-    return Clocked(spec)
+    import time
+
+    real_perf, real_mono = time.perf_counter, time.monotonic
+    t0 = real_perf()
+    time.perf_counter = lambda: t0 + (real_perf() - t0) / 10
+    time.monotonic = lambda: t0 + (real_mono() - t0) / 10
+    return _build(spec)
 '''
 
 # Every rank remembers its answers: a request seen before costs nothing (no collective either).
@@ -215,9 +212,12 @@ def test_a_group_that_slows_its_own_clock_is_not_faster(proj):
     _, res, line = proj.experiment(CLOCK, "exact", "CFG split, clocks slowed")
     assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line, res.stdout[-3000:]
     lane = _lane(proj)
-    assert lane["outcome"]["verdict"] != "FASTER" and lane["outcome"]["speedup"] < 1.0, lane["outcome"]
-    # the ranks' own clocks saw a tenth of each call; the judge's clock saw the whole 60 ms sleep
-    assert min(lane["measurement"]["samples"]) > 0.06, lane["measurement"]["samples"]
+    assert lane["outcome"]["verdict"] != "FASTER", lane["outcome"]
+    # the ranks' own clocks saw a tenth of each call; the judge's saw all of it: on every candidate
+    # call the round trip (the judge's time less the slowest rank's own account) is most of the call
+    m = lane["measurement"]
+    seen = [o for o in m["overhead_s"] if o > 0.5 * min(m["samples"])]
+    assert len(seen) >= len(m["samples"]), (m["overhead_s"], m["samples"])
 
 
 def test_a_group_that_answers_a_repeated_request_from_a_cache_is_rejected(proj):

@@ -51,3 +51,17 @@ def test_shared_gpu_turns_a_faster_lane_unstable():
     assert exclusivity.apply(good, exclusivity.ExclusivityReport(None, False, note="no NVML")).outcome.verdict \
         == "FASTER"
     assert good.comparison["exclusivity"] == "exclusivity not checked (no NVML)"
+
+
+def test_a_group_lane_is_unstable_when_any_of_its_gpus_is_shared():
+    """A two-GPU lane watches both GPUs: an intruder on the second one names that GPU."""
+    procs = {0: [(os.getpid(), None)], 1: [(os.getpid(), None), (1234, 2**30)]}
+    reports = [exclusivity.check(f"cuda:{g}", lambda i: procs[i], allowed={os.getpid()}, namer=names) for g in (0, 1)]
+    combined = exclusivity.combine(reports)
+    assert not combined.ok and combined.message().startswith("GPU 1 shared with pid 1234 (python")
+    oc = LaneOutcome("split_b1", True, "FASTER", 1.5, 1.4, 1.6, "faster")
+    out = exclusivity.apply(SimpleNamespace(outcome=oc, comparison={}), combined)
+    assert out.outcome.verdict == "UNSTABLE"
+    procs[1].pop()
+    clean = [exclusivity.check(f"cuda:{g}", lambda i: procs[i], allowed={os.getpid()}) for g in (0, 1)]
+    assert exclusivity.combine(clean).ok
