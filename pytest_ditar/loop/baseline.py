@@ -123,7 +123,10 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     host = {"host_flops": candidate.probe_flops()} if sess.resolved_device() == "cpu" else {}
     out: dict[str, Any] = {}
     for lane in sess.suite.lanes:
-        m = measure_lane(candidate, sess.suite, lane, champion=candidate, timeout_s=sess.cfg.item_timeout_s,
+        # a multi-GPU lane's A/A is its group against itself, as its lanes will run; its FLOPs are
+        # one pipeline's (the one-process build's), the work a split divides among the ranks
+        timed = sess.get_candidate(getattr(lane, "gpus", 1))
+        m = measure_lane(timed, sess.suite, lane, champion=timed, timeout_s=sess.cfg.item_timeout_s,
                          pin_cpu=sess.cfg.perf.pin_cpu)
         noise = asdict(noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
         # The floor a paired (interleaved) comparison is held to: A/A on per-round ratios.

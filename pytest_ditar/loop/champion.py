@@ -86,7 +86,7 @@ def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
 
 def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
     """FLOPs per call come from the baseline count (an exact change does the same work); a lane
-    faster than the device can compute them is a CRASH."""
+    faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices' worth)."""
     from pytest_ditar.hardware.profiles import get_profile
     from pytest_ditar.hardware.roofline import host_roofline_check, roofline_check
 
@@ -98,15 +98,16 @@ def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
     res.flops = flops
     res.achieved_tflops = flops / med / 1e12
     device = sess.resolved_device()
+    per_device = flops / max(1, getattr(lane, "gpus", 1))  # at best, the ranks split the work evenly
     if device.startswith("cuda"):
         fp = sess.fingerprint()
         try:
             peak = get_profile("h200" if "H200" in fp.device_name else sess.cfg.target)
         except ValueError:
             peak = get_profile(sess.cfg.target)
-        problem = roofline_check(med, flops, peak)
+        problem = roofline_check(med, per_device, peak)
     elif device == "cpu" and stored.get("host_flops"):  # measured at baseline (an older one has none)
-        problem = host_roofline_check(med, flops, float(stored["host_flops"]))
+        problem = host_roofline_check(med, per_device, float(stored["host_flops"]))
     else:
         problem = None
     if problem:

@@ -5,8 +5,9 @@ lanes time it on the judge's clock from the request sent to every rank until the
 reply, rank 0's outputs are the group's (read through the same wire protocol and shared-memory
 buffer as any worker's), and the champion of a group lane is a GroupWorker too.
 
-One process tree per group: a launcher (`worker_main --group`) in one sandbox forks one worker
-per rank, each serving the judge on a socket of its own, all in the launcher's process group.
+One process tree per group: a launcher (`worker_main.group`, forked from the zygote like any
+worker, else a fresh interpreter) in one sandbox forks one worker per rank, each serving the judge
+on a socket of its own, all in the launcher's process group.
 So the group is paused (SIGSTOP of that group) and killed as one, while the other side is timed;
 the ranks meet on the sandbox's own loopback (its network namespace: nothing outside reaches it),
 NCCL on CUDA with rank r on GPU r, gloo on CPU. Every rank joins torch.distributed before its

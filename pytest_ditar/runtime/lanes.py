@@ -90,6 +90,7 @@ class LaneMeasurement:
     probes: dict[str, list[float]] = field(default_factory=dict)  # idle probe per call and side (GPU)
     host_s: list[float] = field(default_factory=list)  # the judge's fixed host workload after each round
     pids: dict[str, int] = field(default_factory=dict)  # each side's worker pid, for the record
+    ranks: int = 1  # processes a side: a multi-GPU lane's group (runtime.group) has one per GPU
     audit_failure: str | None = None  # the first timed output that failed its audit, naming the round
     audit_s: float = 0.0  # judge time spent auditing timed outputs
     probe: dict[str, Any] = field(default_factory=dict)  # the caching probe's samples (objective lane)
@@ -210,7 +211,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     workers = [w for w in (candidate, champion, twin) if w is not None]
     distinct = list({id(w): w for w in workers}.values())
     judged = champion is not None and champion is not candidate  # an A/A run has nothing to audit against
-    m = LaneMeasurement(lane.name, [], [])
+    m = LaneMeasurement(lane.name, [], [], ranks=len(getattr(candidate, "ranks", ())) or 1)
     sides: dict[str, tuple[CandidateWorker, list[float]]] = {"c": (candidate, m.samples)}
     if champion is not None:
         sides["h"] = (champion, m.champion_samples)

@@ -146,7 +146,10 @@ def group_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFa
             assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         _TEMPLATE["t"] = root
     shutil.copytree(_TEMPLATE["t"], pytester.path, symlinks=True, dirs_exist_ok=True)
-    return Project(pytester.path, pytester)
+    proj = Project(pytester.path, pytester)
+    # the baseline's A/A of the lane ran the stock group against itself, two ranks a side
+    assert json.loads((proj.root / ".autoresearch/t/baseline/lanes.json").read_text())[LANE]["ranks"] == 2
+    return proj
 
 
 @pytest.fixture
@@ -199,6 +202,7 @@ def test_every_rank_builds_in_a_worker_and_the_group_is_timed_beside_a_champion_
     lane = _lane(proj)
     m = lane["measurement"]
     assert lane["outcome"]["verdict"] != "REJECTED", lane["outcome"]  # every timed output passed its audit
+    assert m["ranks"] == 2, m
     assert lane["champion_source"] == "interleaved" and len(m["champion_samples"]) == len(m["samples"]) >= 12, lane
     assert len({tuple(s) for s in m["seeds"]}) == len(m["seeds"]), m["seeds"]  # a fresh request every round
     assert m["looks"], m  # the objective lane's sequential rule
