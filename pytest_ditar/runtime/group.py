@@ -138,16 +138,10 @@ class GroupWorker(CandidateWorker):
             end.close()
         self._ends = []
 
-    @property
-    def proc(self) -> Any:
-        """The launcher's process (Popen or ZygoteChild), once launched; None before start()."""
-        if self._launcher is not None:
-            self._launcher.join()
-            self._launcher = None
-            if self._proc is None:  # the zygote refused or died: a fresh interpreter, from this thread
-                self._proc = self._spawn_group()
-            self._close_ends()
-        return self._proc
+    def _launched(self) -> None:
+        if self._proc is None:  # the zygote refused or died: a fresh interpreter, from this thread
+            self._proc = self._spawn_group()
+        self._close_ends()
 
     def hello(self, timeout_s: float = START_TIMEOUT_S) -> dict[str, Any]:
         self.start()
@@ -288,9 +282,7 @@ class GroupWorker(CandidateWorker):
             for conn in ready:
                 i = waiting[cast(Connection, conn)]
                 r = self.ranks[i]
-                try:
-                    while r.pending and r.pending[0] != op:  # replies pipelined before this one
-                        r._receive(r.pending[0], None)
+                try:  # every caller drained the ops sent before `op` (built() reads hello first)
                     got[i] = r._receive(op, None)
                 except CandidateError as exc:
                     raise self._fail(_ranked(exc, i, len(self.ranks))) from None

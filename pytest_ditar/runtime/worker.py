@@ -170,12 +170,17 @@ class CandidateWorker:
         if self._launcher is not None:
             self._launcher.join()
             self._launcher = None
-            child, env = cast("tuple[socket.socket, dict[str, str]]", self._child)  # set with the launcher
-            if self._proc is None:  # the zygote refused or died: a fresh interpreter, from this thread
-                self._proc = self._spawn(child.fileno(), env)
-            child.close()
-            self._child = None
+            self._launched()
         return self._proc
+
+    def _launched(self) -> None:
+        """Once the zygote has answered: a fresh interpreter where it forked nothing (it refused or
+        died), from this thread; then the worker's end of the socket is closed here."""
+        child, env = cast("tuple[socket.socket, dict[str, str]]", self._child)  # set with the launcher
+        if self._proc is None:
+            self._proc = self._spawn(child.fileno(), env)
+        child.close()
+        self._child = None
 
     def _spawn(self, fd: int, env: dict[str, str]) -> subprocess.Popen:
         """A fresh interpreter of its own, where the zygote cannot serve; a session of its own

@@ -333,9 +333,10 @@ def _join_group(backend: str, device: str) -> None:
 
 
 def group(fds: list[int], logs: list[int]) -> int:
-    """A group's launcher (runtime.group): one rank per judge socket (and log), forked before
-    anything is imported, every rank in this process group (so paused and killed as one). The ranks meet on
-    this process's loopback, a free port of it: in the sandbox's own network namespace. The
+    """A group's launcher (runtime.group): one rank per judge socket (and log), each forked from
+    this process (so from the zygote's imports, where the zygote forked it), every rank in this
+    process group (so paused and killed as one). The ranks meet on this process's loopback, a free
+    port of it: in the sandbox's own network namespace. The
     first rank to fail ends the others: a rank that waits in a collective for a dead peer would
     otherwise hang until the judge's timeout."""
     import socket
