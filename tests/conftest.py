@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 # Under `pytest -n`, this process is an xdist worker; the projects it runs are not.
 for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
     os.environ.pop(_var)
+# Each test's runs start their own zygote: one kept warm per tag would outlive its test (the
+# product's default keeps it; tests/e2e/test_warm_zygote.py turns that on where it is the subject).
+os.environ.setdefault("DITAR_ZYGOTE_IDLE_S", "0")
 pytest_plugins = ["pytester"]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
 E2E = Path(__file__).resolve().parent / "e2e"

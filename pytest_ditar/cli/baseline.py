@@ -5,7 +5,7 @@ import argparse
 import json
 import statistics
 
-from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.core.errors import DitarError
 
 
@@ -20,6 +20,9 @@ class Baseline(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
+        from pytest_ditar.loop import warmstart
+
+        warmstart.begin(config_path(args), args.tag, records=True)  # the zygote it hands the first gated run
         from pytest_ditar.loop.baseline import create_baseline, manifest_summary
 
         sess = open_session(args, args.device)

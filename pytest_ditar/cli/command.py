@@ -49,7 +49,7 @@ def light_session(args: argparse.Namespace) -> tuple[Any, Any, str]:
     """Config, suite and tag without touching torch (status and report must be quick)."""
     from pytest_ditar.config.project import load_config
     from pytest_ditar.config.suite import load_suite
-    from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.loop.tags import resolve_tag
 
     cfg = load_config(config_path(args))
     return cfg, load_suite(cfg.suite_dir), resolve_tag(cfg, args.tag)

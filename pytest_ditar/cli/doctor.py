@@ -47,7 +47,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows.append(model_row(suite))
     rows += class_rows(cfg)
     rows.append(sandbox_row(cfg))
-    from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.loop.tags import resolve_tag
     from pytest_ditar.vcs import repo as gitops
 
     st = gitops.state(cfg.root)

@@ -85,7 +85,7 @@ def _document(line: str | None, rc: int, cfg: Path, tag: str | None) -> str:
 
     from pytest_ditar.config.project import load_config
     from pytest_ditar.core.verdict_json import parse_line, record
-    from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.loop.tags import resolve_tag
     from pytest_ditar.store.paths import TagPaths
 
     commit = parse_line(line or "").get("commit")
@@ -125,7 +125,7 @@ def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:
     """The project root, and the refusal once the session's bound is reached (else None)."""
     from pytest_ditar.config.project import load_config
     from pytest_ditar.loop.bound import bound_refusal
-    from pytest_ditar.loop.session import resolve_tag
+    from pytest_ditar.loop.tags import resolve_tag
     from pytest_ditar.store.paths import TagPaths
 
     cfg = load_config(path)

@@ -19,7 +19,7 @@ class Recover(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.session import resolve_tag
+        from pytest_ditar.loop.tags import resolve_tag
         from pytest_ditar.loop.verify import recover
         from pytest_ditar.store.paths import TagPaths
 

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as _sps
+
+from pytest_ditar.core.distributions import mannwhitneyu_p
 
 PROBE_FLOOR_S = 1e-3  # an idle probe above this (and PROBE_RATIO x the side's idle level) saw foreign work
 PROBE_RATIO = 20.0
@@ -106,7 +107,7 @@ def after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str
         prev = s
     if len(after) < 3 or len(other) < 3:
         return None
-    p = float(_sps.mannwhitneyu(after, other, alternative="greater").pvalue)
+    p = mannwhitneyu_p(after, other, "greater")
     slow = float(np.median(after) / np.median(other) - 1.0)
     return AfterCandidate(side, slow, p, len(after), len(other))
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from pytest_ditar.core.distributions import mannwhitneyu_p
+
 CACHING_TOLERANCE = 0.20  # repeats this much faster than new requests is caching
 CACHING_ALPHA = 0.01  # the confirmation's one-sided Mann-Whitney level
 # A CPU host's own speed moves between runs minutes apart (a 2-core VM: the champion's in-run
@@ -57,9 +59,7 @@ def _slower(slow: Sequence[float], fast: Sequence[float], tolerance: float, alph
     ratio = statistics.median(slow) / statistics.median(fast)
     if ratio <= 1.0 + tolerance:
         return None
-    from scipy.stats import mannwhitneyu
-
-    p = float(mannwhitneyu(list(slow), list(fast), alternative="greater").pvalue)
+    p = mannwhitneyu_p(list(slow), list(fast), "greater")
     return (ratio, p) if p < alpha else None
 
 

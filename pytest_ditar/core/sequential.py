@@ -51,7 +51,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
-from scipy import stats as _sps
+
+from pytest_ditar.core import distributions as _dist
 
 CONTINUE: Final = "CONTINUE"
 FASTER: Final = "FASTER"  # a look's decision, the same word as core.stats' verdict
@@ -120,8 +121,8 @@ def _sign_p(x: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     above = np.sum((x > 0) & valid, axis=-1)
     below = np.sum((x < 0) & valid, axis=-1)
     m = above + below
-    p_up = np.where(m > 0, _sps.binom.sf(above - 1, m, 0.5), 1.0)
-    p_down = np.where(m > 0, _sps.binom.sf(below - 1, m, 0.5), 1.0)
+    p_up = np.where(m > 0, _dist.binom_half_sf(above - 1, m), 1.0)
+    p_down = np.where(m > 0, _dist.binom_half_sf(below - 1, m), 1.0)
     return p_up, p_down
 
 
@@ -144,7 +145,7 @@ def _batch_p(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
     mean, sd = fr.mean(axis=1), fr.std(axis=1, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         t = np.where(sd > 0, mean / (sd / math.sqrt(b)), np.where(mean > 0, np.inf, np.where(mean < 0, -np.inf, 0.0)))
-    p: np.ndarray = _sps.t.sf(t, b - 1)
+    p: np.ndarray = _dist.t_sf(t, b - 1)
     return p
 
 
@@ -243,7 +244,7 @@ def resolvable(spread: float, rounds: int, alpha: float, threshold: float, power
     1 + threshold. Said beside "undecided", it tells a user whether the budget or the host was short."""
     if rounds < 1 or not (spread > 0.0 and math.isfinite(spread)):
         return threshold
-    z = float(_sps.norm.isf(alpha) + _sps.norm.ppf(power))
+    z = _dist.normal_isf(alpha) + _dist.normal_ppf(power)
     shift = z * spread * math.sqrt(math.pi / 2.0) / math.sqrt(rounds)
     return (1.0 + threshold) * math.exp(shift) - 1.0
 

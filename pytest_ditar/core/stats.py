@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
-from scipy import stats as _sps
+
+from pytest_ditar.core import distributions as _dist
 
 __all__ = [
     "FASTER",
@@ -333,7 +334,7 @@ def _paired_p(logs: np.ndarray, alternative: str) -> float:
     """One-sided Wilcoxon signed-rank on per-round log ratios ("greater": the candidate is faster)."""
     if not np.any(logs):
         return 1.0
-    return float(_sps.wilcoxon(logs, alternative=alternative).pvalue)
+    return _dist.wilcoxon_p(logs, alternative)
 
 
 def _fmt_pct(x: float) -> str:
@@ -387,8 +388,8 @@ def compare(
         sep_text = "three in four rounds beat the champion"
     else:
         champ_med, cand_med, speedup, low, high = _ratio_of_medians(champ_arr, cand_arr, n_boot, seed)
-        p_faster = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="less").pvalue)
-        p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
+        p_faster = _dist.mannwhitneyu_p(cand_arr, champ_arr, "less")
+        p_slower = _dist.mannwhitneyu_p(cand_arr, champ_arr, "greater")
         spread = max(cand_cv, champ_cv)
         which = "candidate" if cand_cv >= champ_cv else "champion"
         # Under too much spread the median's CI is not trusted; only a separation of whole
@@ -498,7 +499,7 @@ def regression_check(
         p_slower = _paired_p(logs, "less")
     else:
         champ_med, cand_med, speedup, low, high = _ratio_of_medians(champ_arr, cand_arr, n_boot, seed)
-        p_slower = float(_sps.mannwhitneyu(cand_arr, champ_arr, alternative="greater").pvalue)
+        p_slower = _dist.mannwhitneyu_p(cand_arr, champ_arr, "greater")
     head = f"{speedup:.3f}x {fmt_ci(low, high)}"
     verdict: RegressionVerdict
     if high < 1.0 - tolerance:

@@ -63,6 +63,9 @@ class PhaseClock:
     # How long the workers' zygote took to import torch and diffusers: what a CPU build mostly waits
     # on (it overlaps the judge's start-up and guards; a worker's own build starts after it).
     imports_s: float = 0.0
+    # "warm": the workers forked from a zygote an earlier run kept; else whether this one is kept
+    # for the next run, and why a recorded one was not used (runtime.zygote.state)
+    zygote: str = ""
     process_start: float | None = field(default_factory=process_start_epoch)
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
     started: float = field(default_factory=lambda: time.perf_counter())
@@ -125,7 +128,8 @@ class PhaseClock:
     def to_payload(self) -> dict[str, Any]:
         """What a worker sends the controller (JSON-able)."""
         return {"seconds": dict(self.seconds), "first": dict(self.first), "last": dict(self.last),
-                "timed_s": self.timed_s, "builds": dict(self.builds), "imports_s": self.imports_s}
+                "timed_s": self.timed_s, "builds": dict(self.builds), "imports_s": self.imports_s,
+                "zygote": self.zygote}
 
     def absorb(self, payload: dict[str, Any]) -> None:
         """Fold a worker's clock in: busy seconds add up, windows widen to cover it."""
@@ -140,6 +144,7 @@ class PhaseClock:
         for k, v in payload.get("builds", {}).items():  # each judge built its own: the longest is what one cost
             self.built(k, v)
         self.imports_s = max(self.imports_s, float(payload.get("imports_s", 0.0)))
+        self.zygote = self.zygote or str(payload.get("zygote") or "")
 
     def as_dict(self, wall_s: float | None = None) -> dict[str, float | None]:
         wall = wall_s if wall_s is not None else self.wall()
@@ -154,6 +159,7 @@ class PhaseClock:
         out["workers"] = self.workers
         out.update({f"worker_build.{k}": round(v, 4) for k, v in sorted(self.builds.items())})
         out["zygote_imports"] = round(self.imports_s, 4)
+        out["zygote_warm"] = 1.0 if self.zygote == "warm" else 0.0
         out["perf.timed"] = round(self.timed_s, 4)
         out["perf.overhead"] = round(perf / self.timed_s, 4) if self.timed_s else None
         out["firewall.fraction"] = round(self.group("firewall") / wall, 4) if wall else None
@@ -171,8 +177,10 @@ class PhaseClock:
                 parts.append(f"{g} {_s(window)} window ({_s(busy)} busy)")
             else:
                 parts.append(f"{g} {_s(busy)}")
-        if self.imports_s:
-            parts.append(f"zygote imports {_s(self.imports_s)}")
+        if self.zygote == "warm":
+            parts.append("zygote warm (kept by an earlier run)")
+        elif self.imports_s:
+            parts.append(f"zygote imports {_s(self.imports_s)}" + (f" ({self.zygote})" if self.zygote else ""))
         if self.builds:
             parts.append("built in " + " / ".join(f"{k} {_s(v)}" for k, v in sorted(self.builds.items())))
         warm, warm_champion = (d.get(k) or 0.0 for k in WARMUP)

@@ -29,6 +29,9 @@ ENV_CACHE = "DITAR_CACHE"  # where generated model directories are cached
 ENV_WEIGHTS_DIR = "DITAR_WEIGHTS_DIR"  # a local pipeline directory, over the suite's model.weights_dir
 ENV_PROGRESS = "DITAR_PROGRESS"  # 0: no progress bars; 1: bars even without a terminal
 ENV_ZYGOTE = "DITAR_ZYGOTE"  # 0: spawn every worker's interpreter directly instead of forking it from the zygote
+# seconds a sandboxed tag's zygote stays warm for its next gated run (runtime.zygote); 0: each run starts its own
+ENV_ZYGOTE_IDLE = "DITAR_ZYGOTE_IDLE_S"
+ZYGOTE_IDLE_S = 1800.0
 
 # The version of what the judge writes for other programs to read (summary.json, ledger rows,
 # `dit-ar status --json`): raised whenever a key changes meaning or goes away.

@@ -9,10 +9,11 @@ from typing import Any, Callable
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.outputs import ItemOutput
-from pytest_ditar.loop import gitpins, stamps
+from pytest_ditar.loop import gitpins, stamps, warmstart
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import write_snapshot
 from pytest_ditar.vcs import repo as gitops
 
@@ -21,7 +22,7 @@ def library_versions() -> dict[str, str]:
     import importlib.metadata as md
 
     out = {"python": sys.version.split()[0]}
-    for name in ("torch", "diffusers", "numpy", "scikit-image", "scipy", "pytest", "pytest-ditar"):
+    for name in ("torch", "diffusers", "numpy", "scipy", "pytest", "pytest-ditar"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:
@@ -100,6 +101,7 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
     files = {"lanes.json": json.dumps(lanes, indent=1).encode(), **(extra_files or {})}
     path = write_snapshot(sess.baseline_dir, outs, meta, extra_files=files, force=force)
     _anchor_in_ledger(sess, path)
+    warmstart.hand_over(TagPaths(sess.state_dir))  # the first gated run forks from this run's zygote
     _back_up(sess)
     sess.outputs.update({o.item_id: o for o in outs})
     return path
@@ -138,7 +140,6 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
 def _back_up(sess: DitarSession) -> None:
     """The new baseline and its ledger row go to refs/ditar/<tag> (a failure is said, not fatal)."""
     from pytest_ditar.loop.backup import save_note
-    from pytest_ditar.store.paths import TagPaths
 
     note = save_note(sess.cfg.root, TagPaths(sess.state_dir), f"ditar {sess.tag}: baseline")
     if note:

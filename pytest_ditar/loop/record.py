@@ -26,7 +26,7 @@ from pytest_ditar.core.decision import Decision, GuardResult, verdict_line
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
-from pytest_ditar.loop import backup, champion, gitpins, phases
+from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
@@ -349,6 +349,7 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
         if d.status == "KEEP":
             champion.store(s, cast(str, gate.head), cls)  # a judged run: its commit
+        warmstart.hand_over(TagPaths(s.state_dir))  # backed up with the row: the next run's zygote
     except OSError as exc:
         d = _crash(f"could not record the run: {oserror_line(exc)}")
         with contextlib.suppress(OSError):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import re
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,7 @@ from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.core.vocabulary import ENV_CONFIG, ENV_CPU_THREADS, ENV_TAG
+from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, require_pipeline, run_batch
 from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.runtime.worker import CandidateWorker
@@ -26,15 +26,6 @@ if TYPE_CHECKING:
     from pytest_ditar.hardware.fingerprint import Fingerprint
     from pytest_ditar.runtime.semantic import SessionScores
     from pytest_ditar.store.snapshot import Snapshot
-
-
-def resolve_tag(cfg: Config, explicit: str | None = None) -> str:
-    """The session tag: explicit > DITAR_TAG > research branch suffix > sanitized branch name."""
-    tag = explicit or os.environ.get(ENV_TAG)
-    if not tag:
-        branch = gitops.state(cfg.root).branch or "default"
-        tag = branch[len(cfg.branch_prefix):] if branch.startswith(cfg.branch_prefix) else branch
-    return re.sub(r"[^A-Za-z0-9._-]", "_", tag)
 
 
 @dataclass
@@ -237,6 +228,7 @@ class DitarSession:
                 from pytest_ditar.runtime import zygote
 
                 self.clock.imports_s = float(zygote.imports_s() or 0.0)  # most of a CPU build's wait
+                self.clock.zygote = zygote.state()
             except CandidateError as exc:
                 self.candidate_error = exc
                 self.errors.append(exc)

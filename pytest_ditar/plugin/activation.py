@@ -112,9 +112,25 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
 def before_configure(config: pytest.Config) -> None:
     path = ditar_config(config)
     if path is not None:
+        from pytest_ditar.plugin import xdist
+
+        if not xdist.is_controller(config):
+            # first, before the gate's own imports: a warm zygote is adopted at once, a new one's
+            # imports overlap everything the judge does until its first build
+            from pytest_ditar.loop import warmstart
+
+            warmstart.begin(path, config.getoption("--ditar-tag"), records=records(config))
         from pytest_ditar.plugin import gateplugin
 
         gateplugin.before_configure(config, path)
+
+
+def records(config: pytest.Config) -> bool:
+    """Whether this run writes the tag's record (a gated run or a baseline: not `--ditar-try`,
+    `--ditar-guard`, nor the quality phase's xdist workers), so may hand its zygote over."""
+    opt = config.getoption
+    return not (opt("--ditar-try") or opt("--ditar-guard") or opt("--ditar-phase") == "quality"
+                or os.environ.get("PYTEST_XDIST_WORKER"))
 
 
 def configure(config: pytest.Config) -> None:

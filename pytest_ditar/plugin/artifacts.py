@@ -48,7 +48,7 @@ def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
         return None
     try:
         from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.session import resolve_tag
+        from pytest_ditar.loop.tags import resolve_tag
         from pytest_ditar.vcs import repo as gitops
 
         cfg = load_config(cfg_path)

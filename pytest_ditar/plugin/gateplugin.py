@@ -48,10 +48,6 @@ def before_configure(config: pytest.Config, path: Path) -> None:
 
     install_bars(config)  # progress bars only when stderr is a terminal (pytest's capture is off here)
     request_artifacts(config, path)
-    if not xdist.is_controller(config):
-        from pytest_ditar.runtime import zygote
-
-        zygote.zygote()  # its imports overlap the judge's own start-up; workers fork from it later
 
 
 def configure(config: pytest.Config, path: Path) -> None:

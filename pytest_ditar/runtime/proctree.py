@@ -75,12 +75,14 @@ class Table:
             todo.extend(self.children.get(pid, ()))
         return out
 
-    def foreign(self, judge: int, spare: Iterable[int] = ()) -> set[int]:
-        """The trees of `judge`'s children outside its session (the candidates' processes), less
-        `spare`. A judge that runs another judge (a `dit-ar` or pytest subprocess, in its session)
-        leaves that one's workers alone."""
+    def foreign(self, judge: int, spare: Iterable[int] = (), zygotes: Iterable[int] = ()) -> set[int]:
+        """The trees of `judge`'s children outside its session (the candidates' processes) and of
+        the `zygotes`' children (a zygote kept warm from an earlier run is not the judge's child;
+        it serves one judge at a time), less `spare`. A judge that runs another judge (a `dit-ar`
+        or pytest subprocess, in its session) leaves that one's workers alone."""
         own = self.session(judge)
         roots = [c for c in self.children.get(judge, ()) if self.session(c) != own]
+        roots += [c for z in zygotes for c in self.children.get(z, ())]
         return set().union(*(self.tree(r) for r in roots)) - set(spare)
 
 
@@ -171,7 +173,7 @@ def hold(keep: list[int], paused_groups: set[int], spared: set[int]) -> Table | 
 
     def outside(t: Table) -> set[int]:
         kept = set().union(spared, *(t.tree(k) for k in keep))
-        return {p for p in t.foreign(judge, kept) if t.alive(p) and t.procs[p][0] not in "Tt"
+        return {p for p in t.foreign(judge, kept, spared) if t.alive(p) and t.procs[p][0] not in "Tt"
                 and t.pgrp(p) not in paused_groups}
 
     held, table = settle(outside, signal.SIGSTOP)
@@ -198,7 +200,7 @@ def strays(t: Table, workers: list[int], spared: set[int]) -> dict[int, set[int]
     judge = os.getpid()
     trees = {w: t.tree(w) for w in workers}
     out = {w: {p for p in trees[w] if t.alive(p) and t.pgrp(p) != w} for w in workers}
-    for p in t.foreign(judge, set().union(spared, *trees.values())):
+    for p in t.foreign(judge, set().union(spared, *trees.values()), spared):
         if t.alive(p):
             owners = [w for w in workers if w in (t.session(p), t.pgrp(p))] or workers
             for w in owners:
@@ -213,7 +215,7 @@ def end_all_but(workers: list[int], spared: set[int], known_children: Iterable[i
     judge = os.getpid()
 
     def doomed(t: Table) -> set[int]:
-        return {p for p in t.foreign(judge, set().union(spared, *(t.tree(w) for w in workers))) if t.alive(p)}
+        return {p for p in t.foreign(judge, set().union(spared, *(t.tree(w) for w in workers)), spared) if t.alive(p)}
 
     killed, _ = settle(doomed, signal.SIGKILL)
     _HELD.difference_update(killed)

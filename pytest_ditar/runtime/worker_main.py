@@ -24,7 +24,7 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -42,6 +42,19 @@ def die_with_parent() -> None:
             import ctypes
 
             ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+
+
+def set_dumpable(on: bool) -> None:
+    """Linux: whether processes of the same user may ptrace this one or read its memory (the
+    zygote is not: nothing can be planted in the image workers are forked from; a worker is, as
+    any process)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(4, int(on), 0, 0, 0)  # PR_SET_DUMPABLE
         except (OSError, AttributeError):
             pass
 
@@ -310,8 +323,6 @@ def main(argv: list[str]) -> int:
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the judge's to handle; it stops us
     contain_orphans()
-    if argv[1] == "--zygote":
-        return zygote(int(argv[2]))
     if argv[1] == "--group":
         return group([int(fd) for fd in argv[2].split(",")], [int(fd) for fd in argv[4].split(",")])
     Worker(Connection(int(argv[1]))).serve()
@@ -392,72 +403,10 @@ def group(fds: list[int], logs: list[int]) -> int:
     return code
 
 
-def zygote(fd: int) -> int:
-    """Import what every worker needs, never touch CUDA, and fork a worker per request (runtime.zygote)."""
-    import socket
-
-    started = time.perf_counter()
-    import numpy  # noqa: F401
-    import torch
-
-    from pytest_ditar.hardware.fingerprint import cuda_nodes_present
-
-    # diffusers asks at import whether CUDA is there (torch.accelerator.is_available), and torch's
-    # answer initializes CUDA, which poisons every later fork. The device nodes answer the same
-    # question touching neither CUDA nor NVML (an NVML state inherited into a sandboxed worker
-    # counted no GPU there); the test fork below proves nothing else did.
-    probe = torch.cuda.is_available
-    torch.cuda.is_available = cuda_nodes_present
-    try:
-        from diffusers import AutoencoderKL, DiTPipeline, DPMSolverMultistepScheduler  # noqa: F401
-    finally:
-        torch.cuda.is_available = probe
-    if not _fork_is_clean():
-        return 3  # the judge sees the zygote gone and spawns every worker's interpreter itself
-    imports_s = time.perf_counter() - started  # what every worker would pay without the zygote (the time line)
-    sock = socket.socket(fileno=fd)
-    exited: dict[int, int | None] = {}  # worker pid -> exit code, None while it runs
-    # Reap at once, not only at the next request: what a killed sandbox leaves (its bwrap, its PID 1)
-    # is re-parented here and must not linger as a zombie in the worker's process group.
-    signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
-    while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, WIRE_MAX_MESSAGE, MAX_FDS)
-        except OSError:
-            return 0
-        if not msg:
-            return 0  # the judge is gone
-        _reap(exited)
-        req = json.loads(msg)
-        if req["op"] == "spawn":
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the fork starts with no handler of ours
-            pid = _fork_worker(sock, fds, req)
-            exited[pid] = None  # before anything reaps it: its exit code is kept for the judge
-            signal.signal(signal.SIGCHLD, lambda *_: _reap(exited))
-            _reap(exited)
-            reply: dict[str, int | float | None] = {"pid": pid, "imports_s": imports_s}
-            for fd in fds:
-                os.close(fd)
-        else:
-            reply = {"code": exited.get(int(req["pid"]), -9)}  # never ours, or reaped and reported: gone
-        sock.send(json.dumps(reply).encode())
-
-
-def _fork_is_clean() -> bool:
-    """Whether a child forked now may use CUDA (torch marks a fork after CUDA initialization bad)."""
-    pid = os.fork()
-    if pid == 0:
-        import torch
-
-        bad = getattr(torch._C, "_cuda_isInBadFork", lambda: False)()
-        os._exit(1 if bad or torch.cuda.is_initialized() else 0)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) == 0
-
-
-def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any]) -> int:
+def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any], close: Sequence[Any] = ()) -> int:
     """Fork a worker serving the judge's socket fds[0]; or, for a group of `req["ranks"]` ranks,
-    the group's launcher (group()): fds are then the ranks' sockets, then their logs."""
+    the group's launcher (group()): fds are then the ranks' sockets, then their logs. The zygote's
+    own sockets (`zygote_sock`, `close`) are closed in the child."""
     sys.stdout.flush()
     sys.stderr.flush()
     ready_r, ready_w = os.pipe()
@@ -470,11 +419,14 @@ def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any]) -> int:
     code = 1
     try:
         zygote_sock.close()
+        for sock in close:
+            sock.close()
         os.close(ready_r)
         # A session of its own (so a process group of its own: paused and killed with whatever it
         # starts), and nothing it starts can rejoin the judge's session (runtime.proctree).
         os.setsid()
         os.close(ready_w)
+        set_dumpable(True)
         die_with_parent()
         contain_orphans()
         os.environ.clear()
@@ -507,20 +459,6 @@ def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any]) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def _reap(exited: dict[int, int | None]) -> None:
-    """Collect every child that has exited: a worker's exit code is kept for the judge to ask;
-    orphans re-parented here (this zygote is a subreaper) are just released."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if not pid:
-            return
-        if pid in exited:
-            exited[pid] = os.waitstatus_to_exitcode(status)
 
 
 if __name__ == "__main__":

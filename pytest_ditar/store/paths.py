@@ -12,6 +12,7 @@
         compile-cache/<device key>/       torch.compile's caches, shared by every worker of the tag
                                           on that device stack (a cache, never state)
         phase-quality.json                two-phase runs: pointer to the quality phase's record
+        zygote.json                       the warm zygote the last recording run handed over (runtime.zygote)
         report/                           `dit-ar report`'s HTML
 
 No pytest, git or torch here.
@@ -36,6 +37,7 @@ WORKTREES = "worktrees"
 PHASE_POINTER = "phase-quality.json"
 REPORT = "report"
 COMPILE_CACHE = "compile-cache"
+ZYGOTE_FILE = "zygote.json"
 
 
 def state_root(project_root: Path, state_dir: str) -> Path:
@@ -60,6 +62,10 @@ class TagPaths:
     @property
     def session_file(self) -> Path:
         return self.dir / SESSION_FILE
+
+    @property
+    def zygote_file(self) -> Path:
+        return self.dir / ZYGOTE_FILE
 
     @property
     def ledger_jsonl(self) -> Path:

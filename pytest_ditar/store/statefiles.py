@@ -26,13 +26,14 @@ from pytest_ditar.store.paths import (
     RUNS,
     SESSION_FILE,
     WORKTREES,
+    ZYGOTE_FILE,
     TagPaths,
 )
 
 __all__ = ["RUN_FILES", "backed_up", "changes", "digest", "folders", "recorded", "watched", "write_back"]
 
 RUN_FILES = ("summary.json", "verdict.txt", "candidate.patch")
-_TOP_FILES = (SESSION_FILE, LEDGER_JSONL, RESULTS_TSV)
+_TOP_FILES = (SESSION_FILE, LEDGER_JSONL, RESULTS_TSV, ZYGOTE_FILE)
 _SNAPSHOT_DIRS = (BASELINE, CHAMPIONS)
 
 

@@ -593,6 +593,14 @@ def blob_ids(root: Path, files: Mapping[str, Path], write: bool = False) -> dict
     return dict(zip(names, shas))
 
 
+def file_at(root: Path, rev: str, path: str) -> str | None:
+    """The text of `path` in `rev`'s tree; None where the revision or the file does not exist."""
+    try:
+        return _git(root, "cat-file", "blob", f"{rev}:{path}", keep_newline=True)
+    except DitarError:
+        return None
+
+
 def tree_blobs(root: Path, rev: str) -> dict[str, str]:
     """Every file of `rev`'s tree as path -> blob id (`ls-tree -r`), without reading the blobs."""
     return {path: sha for path, (mode, sha) in _tree(root, rev).items() if mode != "160000"}

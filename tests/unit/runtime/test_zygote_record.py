@@ -1,0 +1,59 @@
+"""Which kept zygote a judge may use (runtime.zygote): the record's key and the live process, read
+from /proc, never from the process itself. The end-to-end runs are tests/e2e/test_warm_zygote.py."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from pytest_ditar.runtime import zygote
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+
+
+def test_the_key_ignores_what_only_a_shell_or_git_sets_and_follows_the_rest(monkeypatch):
+    key = zygote.daemon_key()
+    monkeypatch.setenv("PWD", "/elsewhere")
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "7")
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "x")
+    monkeypatch.setenv("DITAR_ZYGOTE_IDLE_S", "5")
+    assert zygote.daemon_key() == key
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # read by torch at import: another image
+    assert zygote.daemon_key() != key
+
+
+@pytest.fixture
+def sleeper():
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield p
+    p.kill()
+    p.wait()
+
+
+def test_a_record_is_refused_unless_the_live_process_is_the_one_it_names(sleeper):
+    key = zygote.daemon_key()
+    start = zygote.start_ticks(sleeper.pid)
+    rec = {"pid": sleeper.pid, "start": start, "key": key, "name": "pytest-ditar/zygote/x", "idle_s": 60}
+    assert zygote.adoption_problem({"pid": "x"}, key) == "no usable record"
+    assert zygote.adoption_problem({**rec, "key": "0" * 24}, key).startswith("stale")
+    assert zygote.adoption_problem({**rec, "start": start + 1}, key) == "gone"  # the pid was reused
+    assert zygote.adoption_problem(rec, key) == f"pid {sleeper.pid} runs something else"
+    sleeper.kill()
+    sleeper.wait()
+    assert zygote.adoption_problem(rec, key) == "gone"
+
+
+def test_the_zygote_a_judge_starts_to_keep_names_itself_in_its_record_and_passes_the_checks():
+    z = zygote.Zygote.start(keep_s=30)
+    try:
+        rec = dict(z.kept or {})
+        assert rec["pid"] == z.pid and rec["start"] == zygote.start_ticks(z.pid)
+        assert zygote.adoption_problem(rec, zygote.daemon_key()) is None
+        assert zygote.adoption_problem(rec, "another-key") is not None
+    finally:
+        z.close()  # not handed over: killed
+    z.proc.wait(timeout=10)
+    assert zygote.start_ticks(z.pid) is None
+    assert os.environ.get("DITAR_ZYGOTE_IDLE_S") == "0"  # tests/conftest.py: nothing kept by the suite's runs
