@@ -102,6 +102,9 @@ def main() -> int:
     flags = dict(ladder.DEFAULTS, LEAN=False)
     rungs = {**{r[0]: r for r in ladder.RUNGS}, **EXTRA}
     manifest = json.loads((ws / ".autoresearch/ladder/baseline/manifest.json").read_text())
+    lanes = json.loads((ws / ".autoresearch/ladder/baseline/lanes.json").read_text())
+    # the host's own noise at the baseline (stock A/A), to read the verdicts beside
+    result["stock_aa_ci_half_width"] = {k: v["noise"]["ci_half_width"] for k, v in lanes.items()}
     first_seed = next(iter(manifest["seeds"].values()))
     for name in args.runs.split(","):
         _, cls, subject, updates, _ = rungs[name]
@@ -144,6 +147,8 @@ def print_table(r: dict) -> None:
         warm = "warm" if row.get("zygote_warm") else "cold"
         print(f"{row['run']:<12} {row['verdict']:<8} {warm:<6} " + " ".join(f"{row[c]:>14.2f}" for c in cols)
               + f"  {ok}")
+    print("stock A/A noise at the baseline (CI half-width): "
+          + ", ".join(f"{k} {v * 100:.1f}%" for k, v in r.get("stock_aa_ci_half_width", {}).items()))
     print(f"import pytest_ditar.plugin.hooks: {r['import_hooks_ms']:.1f} ms cumulative (pytest_benchmark.plugin "
           f"{r['import_pytest_benchmark_ms']:.1f} ms; bound 50 ms)")
     own = r["own_tests_s"]

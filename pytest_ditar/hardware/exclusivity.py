@@ -107,22 +107,25 @@ def gpu_index(device: str) -> int | None:
         return 0
 
 
-def own_pids() -> set[int]:
-    """This process and its children (a multi-GPU lane's ranks are ours, not intruders)."""
-    pids = {os.getpid()}
-    try:
-        import psutil
-
-        pids |= {c.pid for c in psutil.Process().children(recursive=True)}
-    except Exception:  # noqa: BLE001 - psutil optional: fall back to /proc
-        for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as fh:
-                        if int(fh.read().rsplit(")", 1)[1].split()[1]) == os.getpid():
-                            pids.add(int(entry))
-                except (OSError, ValueError, IndexError):
-                    continue
+def own_pids(roots: Iterable[int] = ()) -> set[int]:
+    """This process and every descendant of it and of `roots` (a multi-GPU lane's ranks, and the
+    workers of a zygote kept from an earlier run, which is not this judge's child but serves it
+    alone, are ours, not intruders)."""
+    tops = {os.getpid(), *roots}
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    children.setdefault(int(fh.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+    pids, todo = set(tops), list(tops)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in pids:
+                pids.add(child)
+                todo.append(child)
     return pids
 
 

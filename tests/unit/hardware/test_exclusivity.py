@@ -3,6 +3,8 @@ import os
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.hardware import exclusivity
 
@@ -65,3 +67,32 @@ def test_a_group_lane_is_unstable_when_any_of_its_gpus_is_shared():
     procs[1].pop()
     clean = [exclusivity.check(f"cuda:{g}", lambda i: procs[i], allowed={os.getpid()}) for g in (0, 1)]
     assert exclusivity.combine(clean).ok
+
+
+def test_the_workers_of_a_kept_zygote_are_ours_though_not_the_judges_descendants():
+    """Seen on an H200: a gated run that forked its workers from the zygote an earlier run kept
+    called its own three workers intruders on the GPU (UNSTABLE), since they are that zygote's
+    children, not the judge's. Whoever the zygote forked for this judge is this judge's."""
+    import subprocess
+    import sys
+
+    # a process tree outside this process's: a "zygote" the launcher left behind (double fork) with one child
+    launcher = ("import os, subprocess, sys, time\n"
+                "if os.fork():\n    os._exit(0)\n"
+                "os.setsid()\n"
+                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                "print(os.getpid(), c.pid, flush=True)\n"
+                "time.sleep(60)\n")
+    tree = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True)
+    zygote, child = (int(p) for p in tree.stdout.readline().split())
+    tree.wait()
+    try:
+        if int(open(f"/proc/{zygote}/stat").read().rsplit(")", 1)[1].split()[1]) == os.getpid():
+            pytest.skip("this test process is a child subreaper: the orphan came back to it")
+        lister = lambda _i: [(child, 2 << 30)]  # noqa: E731 - NVML's answer: the child holds the GPU
+        foreign = exclusivity.check("cuda:0", lister=lister, allowed=exclusivity.own_pids())
+        assert not foreign.ok and child in {o.pid for o in foreign.offenders}
+        ours = exclusivity.check("cuda:0", lister=lister, allowed=exclusivity.own_pids([zygote]))
+        assert ours.ok, ours.message()
+    finally:
+        os.killpg(zygote, 9)
