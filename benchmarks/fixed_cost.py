@@ -70,14 +70,16 @@ def own_tests_s(ws: Path) -> dict[str, float]:
 def breakdown(t: dict, wall: float) -> dict[str, float]:
     """The run's clock as the table's columns (seconds)."""
     g = {k: float(t.get(k) or 0.0) for k in ("startup", "group.build", "group.quality", "group.firewall",
-                                              "group.perf", "perf.timed", "perf.build_champion", "perf.build_twin")}
+                                              "group.perf", "perf.timed", "perf.build_champion", "perf.build_twin",
+                                              "group.verdict")}
     perf_rest = g["group.perf"] - g["perf.timed"] - g["perf.build_champion"] - g["perf.build_twin"]
     accounted = g["startup"] + g["group.build"] + g["group.quality"] + g["group.firewall"] + g["group.perf"] \
-        + float(t.get("group.guards") or 0.0)
+        + float(t.get("group.guards") or 0.0) + g["group.verdict"]
     return {"wall": wall, "timed": g["perf.timed"], "startup": g["startup"], "build": g["group.build"],
             "zygote_imports": float(t.get("zygote_imports") or 0.0), "guards": float(t.get("group.guards") or 0.0),
             "champion_build": g["perf.build_champion"] + g["perf.build_twin"], "quality": g["group.quality"],
-            "firewall": g["group.firewall"], "perf_rest": perf_rest, "unattributed": wall - accounted,
+            "firewall": g["group.firewall"], "perf_rest": perf_rest, "decide": g["group.verdict"],
+            "unattributed": wall - accounted,
             "fixed": wall - g["perf.timed"], "zygote_warm": bool(t.get("zygote_warm"))}
 
 
@@ -140,7 +142,7 @@ def print_table(r: dict) -> None:
     print(f"\nfixed cost of a gated run, suite {r['suite']} on {r['device']} "
           f"(seconds; bound: wall <= timed + {r['bound_s']:.0f})")
     cols = ("wall", "timed", "startup", "guards", "build", "zygote_imports", "champion_build", "quality", "firewall",
-            "perf_rest", "unattributed", "fixed")
+            "perf_rest", "decide", "unattributed", "fixed")
     print(f"{'run':<12} {'verdict':<8} {'zygote':<6} " + " ".join(f"{c:>14}" for c in cols) + "  within")
     for row in r["runs"]:
         ok = "yes" if row["fixed"] <= r["bound_s"] else "NO"

@@ -27,6 +27,8 @@ GROUPS = {
     "firewall": ("holdout", "semantic"),
     # the champion's and its twin's builds (the wait on them), then the lanes
     "perf": ("perf.build_champion", "perf.build_twin", "perf.lanes"),
+    # the decision's statistics, then writing it down: summary, ledger row, backup, revert
+    "verdict": ("gate.decide", "gate.record"),
 }
 # Inside perf.lanes, kept apart for the record (never added to a group): what the run's own
 # integrity checks cost, the audit of timed outputs and the caching probe.

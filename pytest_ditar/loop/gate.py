@@ -272,9 +272,12 @@ class Gate:
             self.summary_lines.append(phases.record_quality(self))
             self._note(record.unrecorded(self, "quality phase recorded"))
             return exitstatus
-        decision = self._decide()
+        with self.sess.clock.span("gate.decide"):  # the statistics (the holdout books its own span)
+            decision = self._decide()
         harm = backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)  # the holdout ran it too
-        return self.keep(record.damaged(self, harm, exitstatus) if harm else record.finish(self, decision))
+        with self.sess.clock.span("gate.record"):  # summary.json, the ledger row, the backup, the revert
+            outcome = record.damaged(self, harm, exitstatus) if harm else record.finish(self, decision)
+        return self.keep(outcome)
 
     def internal(self, what: str, trace: str | None) -> int | None:
         """Something in the judge failed after the candidate ran: a CRASH (record.internal); the exit
