@@ -19,6 +19,7 @@ bits (tests/unit/core/test_distributions.py bounds the difference against scipy 
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from typing import Any, Final
@@ -148,9 +149,10 @@ def t_sf(t: npt.ArrayLike, df: npt.ArrayLike) -> FloatArray:
 
     sf = I_x(df/2, 1/2) / 2 with x = df / (df + t^2) for t > 0 (1 minus that for t < 0). x and 1 - x
     come from u = t^2 / df as 1 / (1 + u) and u / (1 + u), and their logs as -log1p(u) and
-    -log1p(1 / u), so neither a small t nor a huge one rounds the tail away. Non-positive or nan
-    df, or nan t: nan. Where scipy 1.17 returns 0 for |t| beyond ~1e154 this returns the true tail
-    (below 1e-150, so no level tells them apart)."""
+    -log1p(1 / u), so neither a small t nor a huge one rounds the tail away. Non-positive, infinite
+    or nan df, or nan t: nan. Where scipy 1.17 returns 0 (df = 1, |t| beyond ~1e154) this returns
+    the true tail (below 1e-154, so no level tells them apart); near t = 0 at df = 1 scipy is off
+    by up to ~2e-9 and this is not (tests/unit/core/test_distributions.py)."""
     tt, nu = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(df, dtype=np.float64))
     out = np.full(tt.shape, np.nan)
     good_df = (nu > 0) & np.isfinite(nu)
@@ -275,12 +277,17 @@ def _ratio(count: int, total: int) -> float:
 # --------------------------------------------------------------------------- Wilcoxon signed-rank
 
 
+@functools.lru_cache(maxsize=64)
+def _signed_rank_counts(n: int) -> tuple[int, ...]:
+    """The null distribution of R+ over ranks 1..n, as counts (n <= 50: cheap, and reused)."""
+    return tuple(_subset_sum_counts(list(range(1, n + 1))))
+
+
 def _signed_rank_exact(r_plus: float, n: int, alternative: str) -> float:
     """No ties, no zeros: R+ over the 2^n equally likely sign patterns of ranks 1..n."""
-    counts = _subset_sum_counts(list(range(1, n + 1)))
+    counts, k = _signed_rank_counts(n), int(r_plus)  # R+ is a whole number without ties or zeros
     total = 2**n
-    ge = sum(counts[math.floor(r_plus):])  # P(R+ >= floor(r)): scipy rounds a fractional R+ down for sf
-    le = sum(counts[: math.ceil(r_plus) + 1])  # ... and up for the cdf
+    ge, le = sum(counts[k:]), sum(counts[: k + 1])
     if alternative == "greater":
         return _ratio(ge, total)
     if alternative == "less":
@@ -310,7 +317,7 @@ def _signed_rank_normal(r_plus: float, count: int, tie_sizes: npt.NDArray[np.int
     (scipy's `correction=False` default). A zero variance gives nan or +-inf, as scipy's z."""
     mean = count * (count + 1.0) * 0.25
     ties = float(np.sum(tie_sizes.astype(np.float64) ** 3 - tie_sizes))
-    se = math.sqrt((count * (count + 1.0) * (2.0 * count + 1.0) - ties / 2.0) / 24.0)
+    se = math.sqrt(max((count * (count + 1.0) * (2.0 * count + 1.0) - ties / 2.0) / 24.0, 0.0))
     z = _divide(r_plus - mean, se)
     if alternative == "greater":
         return normal_sf(z)
@@ -334,10 +341,11 @@ def wilcoxon_p(d: npt.ArrayLike, alternative: str = "two-sided",
     scipy 1.17.1's 'auto': more than 50 differences, the normal approximation; else, without ties
     or zeros the exact distribution of R+; with them, an exhaustive sign-flip permutation test up
     to 13 differences and the normal approximation above. 'wilcox' drops zeros before ranking;
-    'zsplit' ranks them and splits their ranks between R+ and R-. scipy 1.11 differed with ties or
-    zeros: it switched to the normal approximation (zeros) or used the exact table on non-integer
-    R+ (ties), with no permutation test; this matches 1.17.1. Empty or nan input: nan; a single
-    zero difference: ValueError, as scipy."""
+    'zsplit' ranks them and splits their ranks between R+ and R-. Older releases in the declared
+    range (1.11 among them) chose differently with ties or zeros (the normal approximation, or the
+    exact table on a non-integer R+; no permutation test): this matches 1.17.1, whose p-values can
+    differ from 1.11's on such input. Empty or nan input: nan; a single zero difference: ValueError,
+    as scipy."""
     _check_alternative(alternative)
     if zero_method not in ("wilcox", "zsplit"):
         raise ValueError(f"zero_method must be 'wilcox' or 'zsplit', got {zero_method!r}")
@@ -382,16 +390,14 @@ def mannwhitneyu_p(x: npt.ArrayLike, y: npt.ArrayLike, alternative: str = "two-s
     """p-value of scipy.stats.mannwhitneyu(x, y, alternative=...) with the defaults (method
     'auto', use_continuity True). 'greater': x stochastically larger than y.
 
-    'auto' (scipy 1.11 through 1.17): exact when either sample has at most 8 values and no value is
+    'auto' (1.17.1, and the same rule in 1.11): exact when either sample has at most 8 values and no value is
     tied anywhere in the pooled samples; else the normal approximation with the tie-corrected
     variance and a continuity correction of 1/2 towards the mean. Two-sided doubles the larger U's
-    tail, clipped to 1. Empty x or y: ValueError (as scipy); nan input: nan."""
+    tail, clipped to 1. Empty or nan input: nan, as scipy."""
     _check_alternative(alternative)
     a = np.asarray(x, dtype=np.float64).ravel()
     b = np.asarray(y, dtype=np.float64).ravel()
-    if a.size == 0 or b.size == 0:
-        raise ValueError("x and y must be non-empty")
-    if np.isnan(a).any() or np.isnan(b).any():
+    if a.size == 0 or b.size == 0 or np.isnan(a).any() or np.isnan(b).any():
         return math.nan
     n1, n2 = a.size, b.size
     ranks, tie_sizes = _ranks(np.concatenate((a, b)))
@@ -403,6 +409,6 @@ def mannwhitneyu_p(x: npt.ArrayLike, y: npt.ArrayLike, alternative: str = "two-s
     else:
         n = n1 + n2
         ties = float(np.sum(tie_sizes.astype(np.float64) ** 3 - tie_sizes))
-        s = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))))
+        s = math.sqrt(max(n1 * n2 / 12.0 * ((n + 1) - ties / (n * (n - 1))), 0.0))  # 0: every value tied
         p = normal_sf(_divide(u - n1 * n2 / 2.0 - 0.5, s))
     return min(max(p * factor, 0.0), 1.0)
