@@ -10,6 +10,7 @@ GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable, cast
@@ -251,7 +252,7 @@ class LaneRunner:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
         from pytest_ditar.hardware import exclusivity
-        from pytest_ditar.runtime import zygote
+        from pytest_ditar.runtime import proctree, zygote
         from pytest_ditar.runtime.group import rank_device
 
         sess = self.sess
@@ -260,9 +261,10 @@ class LaneRunner:
         ranks = getattr(lane, "gpus", 1)
         devices = [rank_device(device, r) for r in range(ranks)] if ranks > 1 else [device]
         with contextlib.ExitStack() as stack, sess.clock.span("perf.lanes"):
-            # the workers of a kept zygote are not the judge's descendants, and are its own
-            ours = [p for p in (zygote.running_pid(),) if p is not None]
-            watch = [stack.enter_context(exclusivity.Watch(d, allowed=lambda: exclusivity.own_pids(ours)))
+            # the judge's processes, and a kept zygote's: its workers are not the judge's
+            # descendants, but it serves this judge alone
+            ours = [os.getpid(), *(p for p in (zygote.running_pid(),) if p is not None)]
+            watch = [stack.enter_context(exclusivity.Watch(d, allowed=lambda: proctree.descendants(ours)))
                      for d in devices]
             m = measure_lane(cand, sess.suite, lane, champion=champ, twin=twin, benchmark=benchmark,
                              timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,

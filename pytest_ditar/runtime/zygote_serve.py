@@ -157,7 +157,7 @@ class Server:
             self.judge = None
         self.served += 1
         me = os.getpid()
-        proctree.settle(lambda t: {p for p in t.tree(me) if p != me and t.alive(p)}, signal.SIGKILL)
+        proctree.settle(lambda t: {p for p in t.tree(me) if p != me and t.alive(p)}, signal.SIGKILL, [me])
         deadline = time.monotonic() + 2.0
         while any(code is None for code in self.exited.values()) and time.monotonic() < deadline:
             self.reap()
