@@ -88,14 +88,17 @@ INDIRECT = {
     # the worker process and what starts it
     "pytest_ditar.runtime.clock": "tests/e2e/test_workers.py::"
                                   "test_a_worker_whose_clock_disagrees_with_the_judges_is_a_crash",
-    "pytest_ditar.runtime.proctree": "tests/e2e/test_workers.py::"
-                                     "test_hung_worker_is_killed_with_its_process_group",
     "pytest_ditar.runtime.profiler": "tests/e2e/test_profile.py::"
                                      "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.runtime.worker_main": "tests/e2e/test_workers.py::"
                                         "test_paused_worker_runs_nothing_until_resumed",
-    "pytest_ditar.runtime.zygote": "tests/e2e/test_workers.py::"
-                                   "test_workers_fork_from_a_clean_zygote_unless_turned_off",
+    # the zygote's own process, kept warm and adopted by the next gated run
+    "pytest_ditar.runtime.zygote_serve": "tests/e2e/test_warm_zygote.py::"
+                                         "test_the_next_run_forks_from_the_zygote_the_baseline_kept_and_a_stale_one_is_not_used",
+    "pytest_ditar.loop.warmstart": "tests/e2e/test_warm_zygote.py::"
+                                   "test_a_zygote_the_agent_starts_by_hand_and_names_in_the_state_is_never_used",
+    "pytest_ditar.loop.tags": "tests/e2e/test_warm_zygote.py::"
+                              "test_the_next_run_forks_from_the_zygote_the_baseline_kept_and_a_stale_one_is_not_used",
     # example candidates (data for `dit-ar demo`): run as a candidate's mutable/pipeline.py
     "pytest_ditar.demo.candidates.cfg_split": "tests/e2e/test_multigpu.py::"
                                               "test_every_rank_builds_in_a_worker_and_the_group_is_timed_beside_"
