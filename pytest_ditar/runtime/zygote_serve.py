@@ -19,6 +19,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from typing import Any
@@ -69,13 +70,13 @@ def _listen(name: str) -> socket.socket:
 
 
 def _peer_uid(conn: socket.socket) -> int:
-    import struct
-
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
 
 
 class Server:
+    """The zygote's loop: its judge's requests, and (kept) the next judge's connection."""
+
     def __init__(self, first: socket.socket, listener: socket.socket | None, idle_s: float, imports_s: float):
         self.judge: socket.socket | None = first
         self.listener = listener
