@@ -107,11 +107,11 @@ def gpu_index(device: str) -> int | None:
         return 0
 
 
-def own_pids(roots: Iterable[int] = ()) -> set[int]:
-    """This process and every descendant of it and of `roots` (a multi-GPU lane's ranks, and the
-    workers of a zygote kept from an earlier run, which is not this judge's child but serves it
-    alone, are ours, not intruders)."""
-    tops = {os.getpid(), *roots}
+def own_pids() -> set[int]:
+    """This process and every descendant of it (a multi-GPU lane's ranks are ours, not intruders).
+    A lane's watch is given the judge's and its kept zygote's trees instead (loop.lanes,
+    runtime.proctree.descendants)."""
+    tops = {os.getpid()}
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if entry.isdigit():
