@@ -33,8 +33,9 @@ GROUPS = {
 # Inside perf.lanes, kept apart for the record (never added to a group): what the run's own
 # integrity checks cost, the audit of timed outputs and the caching probe.
 INTEGRITY = ("perf.audit", "perf.probe")
-# Also inside perf.lanes and kept apart the same way: the lanes' untimed warm-up calls, the
-# candidate's and the interleaved champion's. A candidate that compiles lazily compiles here.
+# Also inside perf.lanes and kept apart the same way: the lanes' warm-up calls (device-synchronized
+# inference, in the timed seconds but not in a verdict), the candidate's, then the interleaved
+# champion's and its twin's together. A candidate that compiles lazily compiles here.
 WARMUP = ("perf.warmup", "perf.warmup_champion")
 
 
@@ -187,7 +188,7 @@ class PhaseClock:
             parts.append("built in " + " / ".join(f"{k} {_s(v)}" for k, v in sorted(self.builds.items())))
         warm, warm_champion = (d.get(k) or 0.0 for k in WARMUP)
         if warm or warm_champion:
-            parts.append(f"warm-up {_s(warm)}" + (f" (champion {_s(warm_champion)})" if warm_champion else ""))
+            parts.append(f"warm-up {_s(warm)}" + (f" (champion and twin {_s(warm_champion)})" if warm_champion else ""))
         if d["perf.overhead"]:
             parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
         checks = sum(d.get(k) or 0.0 for k in INTEGRITY)

@@ -273,5 +273,5 @@ class LaneRunner:
             sess.clock.note("perf.audit", m.audit_s)
             sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
             sess.clock.note("perf.warmup", sum(m.warmup_s))  # where a lazy compile shows
-            sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s))
+            sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s) + sum(m.twin_warmup_s))
         return m, watch

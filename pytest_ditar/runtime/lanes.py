@@ -80,6 +80,7 @@ class LaneMeasurement:
     champion_samples: list[float] = field(default_factory=list)
     champion_warmup_s: list[float] = field(default_factory=list)
     twin_samples: list[float] = field(default_factory=list)  # the champion's second build, same rounds
+    twin_warmup_s: list[float] = field(default_factory=list)
     peak_allocated_gib: float | None = None
     peak_reserved_gib: float | None = None
     wall_s: float = 0.0
@@ -101,7 +102,7 @@ class LaneMeasurement:
     def timed_s(self) -> float:
         """Device-synchronized inference inside the lane, warm-up included, every side."""
         return (sum(self.samples) + sum(self.warmup_s) + sum(self.champion_samples) + sum(self.champion_warmup_s)
-                + sum(self.twin_samples))
+                + sum(self.twin_samples) + sum(self.twin_warmup_s))
 
     def sides(self) -> dict[str, list[float]]:
         """Per-round seconds by side (core.sequential's names), the twin only when it ran."""
@@ -248,7 +249,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             if champion is not None:
                 m.champion_warmup_s.append(_timed(champion, workers, warm, timeout_s, []).seconds)
             if twin is not None:
-                _timed(twin, workers, warm, timeout_s, [])
+                m.twin_warmup_s.append(_timed(twin, workers, warm, timeout_s, []).seconds)
 
         def setup():  # the references drawn to run before the candidate in this round
             order = list(sides)

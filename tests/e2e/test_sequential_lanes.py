@@ -43,6 +43,15 @@ def test_the_twin_is_timed_in_the_same_randomized_rounds(pytester, model_cache):
     assert len(set(m["orders"])) > 1, "the order is drawn per round, not fixed"
     assert "twin_vs_champion" in lane["comparison"]
     assert summary["timings"].get("perf.build_twin", 0) >= 0 and "perf.seat_bias" not in summary["timings"]
+    # the twin warms up as the champion does, and those calls are timed inference like theirs (issue 25)
+    assert len(m["twin_warmup_s"]) == len(m["champion_warmup_s"]) >= 1, m
+    lanes = summary["lanes"].values()
+    timed = sum(sum(x["measurement"][k]) for x in lanes for k in
+                ("samples", "warmup_s", "champion_samples", "champion_warmup_s", "twin_samples", "twin_warmup_s"))
+    assert abs(summary["timings"]["perf.timed"] - timed) < 1e-3, (summary["timings"]["perf.timed"], timed)
+    warm = sum(x["measurement"]["champion_warmup_s"][i] + sum(x["measurement"]["twin_warmup_s"][i:i + 1])
+               for x in lanes for i in range(len(x["measurement"]["champion_warmup_s"])))
+    assert abs(summary["timings"]["perf.warmup_champion"] - warm) < 1e-3, summary["timings"]
 
 
 def test_a_keep_must_beat_the_twin_as_well_as_the_champion():

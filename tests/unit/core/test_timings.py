@@ -110,7 +110,7 @@ def test_warm_up_and_each_workers_build_are_reported_apart(monkeypatch):
     assert d["group.build"] == 2 and d["group.perf"] == 30  # notes add to no group
     line = clock.line()
     assert "build 2.00s, perf 30.0s, built in candidate 41.5s / commit-1a2b3c4 3.25s, " \
-           "warm-up 12.0s (champion 0.50s), perf overhead 2.000x of 15.0s timed" in line, line
+           "warm-up 12.0s (champion and twin 0.50s), perf overhead 2.000x of 15.0s timed" in line, line
 
 
 def test_no_warm_up_and_no_build_say_nothing(monkeypatch):
