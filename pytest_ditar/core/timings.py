@@ -155,6 +155,9 @@ class PhaseClock:
         out: dict[str, float | None] = {k: round(v, 4) for k, v in sorted(self.seconds.items())}
         out.update({f"group.{g}": round(self.group(g), 4) for g in GROUPS})
         out.update({f"window.{g}": None if w is None else round(w, 4) for g in GROUPS for w in [self.window(g)]})
+        # when each group first started (epoch): what ran beside what
+        out.update({f"start.{g}": min(self.first[k] for k in GROUPS[g] if k in self.first)
+                    for g in GROUPS if any(k in self.first for k in GROUPS[g])})
         whole = self.window()
         out["window.all"] = None if whole is None else round(whole, 4)
         startup = self.startup()
@@ -195,6 +198,8 @@ class PhaseClock:
         if checks:
             wall = cast(float, d["wall"])  # as_dict always sets it
             parts.append(f"audit+probe {_s(checks)} ({100 * checks / wall:.1f}% of the run)")
+        if d.get("holdout.reference"):
+            parts.append(f"holdout reference {_s(cast(float, d['holdout.reference']))} beside the build and quality")
         if d["group.firewall"]:
             parts.append(f"firewall {100 * (d['firewall.fraction'] or 0):.1f}% of the run")
         if self.workers > 1 and d["window.all"] is not None:

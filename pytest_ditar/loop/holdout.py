@@ -10,6 +10,7 @@ recognises corpus items, or replays stored outputs, is caught here.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Any, Sequence, cast
@@ -30,10 +31,12 @@ class HoldoutReport:
     failures: tuple[str, ...]
     seconds: float
     note: str = ""  # why it did not run, or did not finish
+    reference: dict[str, float | None] | None = None  # the baseline outputs made early (Reference)
 
     def to_dict(self) -> dict[str, Any]:
         return {"items": [{"id": it.id, "seed": it.seed, "label": it.label, "steps": it.steps} for it in self.items],
                 "failures": list(self.failures), "seconds": round(self.seconds, 4), "note": self.note,
+                "reference": self.reference,
                 "results": {r.item_id: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
                             for r in self.results}}
 
@@ -58,29 +61,110 @@ def baseline_pipeline(sess: Any, commit: str) -> Any:
     return sess.build_at_commit(commit, "holdout")
 
 
+class Reference:
+    """The baseline code's outputs for K fresh items, generated on a thread of the judge while the
+    candidate's build and quality phase run (none of it is timed), so the holdout itself waits only
+    for the candidate's calls. The items are drawn here, from the OS entropy pool: the candidate
+    first sees them when it is asked for them, after its quality phase, as before. The thread uses
+    only the baseline's worker, and whatever else would (the lanes: it may be the champion's) waits
+    for it first (`wait`)."""
+
+    def __init__(self, sess: Any, commit: str, worker: Any, rng: random.Random | None = None):
+        cfg = sess.cfg
+        self.commit = commit
+        self.worker = worker
+        self.items = draw(sess.suite.corpus, cfg.holdout.count, cfg.holdout.steps, rng)
+        self.outputs: dict[str, ItemOutput] = {}
+        self.failure: str | None = None  # the holdout's failure, in its own words
+        self.seconds = 0.0  # the thread's own time, off the judge's path
+        self.started = time.time()  # epochs, for holdout.json: it starts as the builds are sent
+        self.ended: float | None = None
+        groups = batches(self.items, sess.suite, sess.suite.pipeline.batch)
+        self._thread = threading.Thread(target=self._generate, name="ditar-holdout-reference", daemon=True,
+                                        args=(groups, sess.suite, cfg.build_timeout_s, cfg.item_timeout_s))
+        self._thread.start()
+
+    def _generate(self, groups: list, suite: Any, build_timeout_s: float | None, item_timeout_s: float | None) -> None:
+        t0 = time.perf_counter()
+        try:
+            try:
+                self.worker.built(build_timeout_s)
+            except Exception as exc:  # noqa: BLE001 - no trusted reference means no keep: fail closed
+                self.failure = f"holdout: the baseline code ({self.commit[:7]}) could not be built: {_one_line(exc)}"
+                return
+            for group in groups:
+                try:
+                    self.outputs.update({o.item_id: o for o in run_batch(self.worker, group, suite, item_timeout_s)})
+                except Exception as exc:  # noqa: BLE001 - a worker that died is a failed reference too
+                    seeds = ",".join(str(it.seed) for it in group)
+                    message = exc.message if isinstance(exc, CandidateError) else _one_line(exc)
+                    self.failure = f"holdout seed {seeds}: the baseline code failed: {message}"
+                    return
+        finally:
+            self.seconds = time.perf_counter() - t0
+            self.ended = time.time()
+
+    def wait(self) -> "Reference":
+        """Until the thread is done (the caller books the wait under its span)."""
+        self._thread.join()
+        return self
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+def start_reference(sess: Any, commit: str) -> None:
+    """Draw the holdout's items and start their baseline outputs now (loop.startup, once the builds
+    are sent); `run` takes them from `sess.holdout_reference`."""
+    if sess.cfg.holdout.count and sess.holdout_reference is None:
+        sess.holdout_reference = Reference(sess, commit, sess.build_at_commit(commit, "holdout", start_only=True))
+
+
+def settle(sess: Any) -> None:
+    """Wait for the reference's thread, if one runs: before anything else uses its worker."""
+    ref = sess.holdout_reference
+    if ref is not None and ref.running():
+        with sess.clock.span("holdout"):
+            ref.wait()
+
+
 def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> HoldoutReport:
-    """Generate fresh items with the baseline code and the candidate; judge them by the contracts."""
+    """Generate fresh items with the baseline code (or take them from the reference started early)
+    and with the candidate; judge them by the contracts."""
     t0 = time.perf_counter()
     cfg = sess.cfg
-    items = draw(sess.suite.corpus, cfg.holdout.count, cfg.holdout.steps, rng)
+    ref = sess.holdout_reference
+    ref = ref.wait() if ref is not None and ref.commit == baseline_commit else None
+    items = ref.items if ref is not None else draw(sess.suite.corpus, cfg.holdout.count, cfg.holdout.steps, rng)
     if not items:
         return HoldoutReport((), (), (), 0.0, "holdout disabled (holdout.count = 0)")
 
-    def done(results=(), failures=(), note="") -> HoldoutReport:
-        return HoldoutReport(items, tuple(results), tuple(failures), time.perf_counter() - t0, note)
+    made = None if ref is None else {"started": ref.started, "ended": ref.ended, "seconds": round(ref.seconds, 4)}
 
+    def done(results=(), failures=(), note="") -> HoldoutReport:
+        return HoldoutReport(items, tuple(results), tuple(failures), time.perf_counter() - t0, note, made)
+
+    if ref is not None:
+        sess.clock.note("holdout.reference", ref.seconds)
+    if ref is not None and ref.failure:
+        return done(failures=[ref.failure])
     try:
+        # built already where the reference ran: this checks its worktree is still its commit
         base_pipe = baseline_pipeline(sess, baseline_commit)
     except Exception as exc:  # noqa: BLE001 - no trusted reference means no keep: fail closed
         return done(failures=[f"holdout: the baseline code ({baseline_commit[:7]}) could not be built: "
                               f"{_one_line(exc)}"])
     candidate = sess.get_candidate()
-    base_outs: dict[str, ItemOutput] = {}
+    base_outs: dict[str, ItemOutput] = dict(ref.outputs) if ref is not None else {}
     cand_outs: dict[str, ItemOutput] = {}
     for group in batches(items, sess.suite, sess.suite.pipeline.batch):
         seeds = ",".join(str(it.seed) for it in group)
         try:
-            base_outs.update({o.item_id: o for o in run_batch(base_pipe, group, sess.suite, cfg.item_timeout_s)})
+            if not all(it.id in base_outs for it in group):
+                base_outs.update({o.item_id: o for o in run_batch(base_pipe, group, sess.suite, cfg.item_timeout_s)})
         except CandidateError as exc:
             return done(failures=[f"holdout seed {seeds}: the baseline code failed: {exc.message}"])
         try:

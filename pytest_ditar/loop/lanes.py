@@ -205,7 +205,7 @@ class LaneRunner:
 
     def run(self, lane: Any, benchmark: Any = None, progress: Callable[[int], None] | None = None) -> LaneResult:
         from pytest_ditar.hardware import exclusivity
-        from pytest_ditar.loop import champion
+        from pytest_ditar.loop import champion, holdout
 
         sess = self.sess
         ranks = getattr(lane, "gpus", 1)  # a multi-GPU lane: one group of ranks a side (runtime.group)
@@ -216,6 +216,7 @@ class LaneRunner:
         objective = lane.name == sess.cfg.objective_lane and tolerance is None
         perf_cfg = sess.cfg.perf if tolerance is None else replace(sess.cfg.perf, guard_tolerance=tolerance)
         sequential = twin = None
+        holdout.settle(sess)  # the holdout's reference may run on the champion's worker: done before any lane
         try:
             cand = sess.get_candidate(ranks)
             champ = self.champion(ranks)

@@ -56,6 +56,7 @@ class DitarSession:
     memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
     _semantic: SessionScores | None = None  # evaluators built once per session + score cache
     clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
+    holdout_reference: Any = None  # loop.holdout.Reference: the baseline's fresh outputs, made early
     # Keys the stream of timed requests (core.requests); made when the run starts, recorded in
     # the run's summary only after the candidate has finished.
     request_secret: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -240,6 +241,8 @@ class DitarSession:
         run has a log directory."""
         for w in self._workers.values():  # all at once: each tears down its CUDA context in parallel
             w.ask_to_quit()
+        if self.holdout_reference is not None:  # its worker, if still busy, was killed just now
+            self.holdout_reference.join(10.0)
         for w in self._workers.values():
             w.close()
         if self._scratch is not None:

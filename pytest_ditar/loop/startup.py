@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from pytest_ditar.core.errors import CandidateError, DitarError
-from pytest_ditar.loop import champion, phases
+from pytest_ditar.loop import champion, holdout, phases
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 
@@ -61,6 +61,9 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
         if baseline_commit and baseline_commit not in (champion_commit, head) and sess.cfg.holdout.count:
             # the holdout's reference is the baseline code: a third worker, started now too
             sess.build_at_commit(baseline_commit, "holdout", start_only=True)
+        if baseline_commit and opts.phase is None:
+            # and its outputs for the fresh items, made while the candidate builds and runs its quality
+            holdout.start_reference(sess, baseline_commit)
     except START_ERRORS as exc:
         failed.append(f"reference builds: {exc}")
     return failed

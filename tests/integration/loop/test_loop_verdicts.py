@@ -48,6 +48,13 @@ def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
     groups = sum(t[g] for g in t if g.startswith("group."))
     # start-up (process start to the first phase) comes before every phase: together within the wall
     assert 1.0 <= t["perf.overhead"] and t["startup"] > 0 and t["startup"] + groups <= t["wall"]
+    # the holdout's baseline outputs were made on a thread sent off with the builds, so it began
+    # before the quality phase ended (issue 25): the judge's holdout then waits on the candidate alone
+    held = json.loads((summary.parent / "holdout.json").read_text())
+    ref = held["reference"]
+    assert ref["started"] < t["start.quality"] + t["window.quality"] and ref["ended"] > ref["started"], (ref, t)
+    assert ref["seconds"] > 0 and t["holdout.reference"] == pytest.approx(ref["seconds"], abs=1e-3)
+    assert re.search(r"holdout reference [0-9.]+s beside the build and quality", res.stdout), res.stdout[-2000:]
 
 
 def test_output_changing_exact_candidate_is_discarded_with_patch(research):
