@@ -71,6 +71,10 @@ class PhaseClock:
     zygote: str = ""
     process_start: float | None = field(default_factory=process_start_epoch)
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
+    # The judge's time between its top-level spans (pytest's own work, fixtures, reports), booked
+    # under the span it preceded: so the time line names where every unbooked second lies.
+    gaps: dict[str, float] = field(default_factory=dict)
+    _last_end: float | None = None
     started: float = field(default_factory=lambda: time.perf_counter())
     _epoch0: float = field(default_factory=lambda: time.time())
 
@@ -81,6 +85,8 @@ class PhaseClock:
     @contextlib.contextmanager
     def span(self, name: str) -> Iterator[None]:
         frame = [time.perf_counter(), 0.0]
+        if not self._stack and self._last_end is not None:
+            self.gaps[name] = self.gaps.get(name, 0.0) + frame[0] - self._last_end
         self._stack.append(frame)
         self.first.setdefault(name, self._epoch(frame[0]))
         try:
@@ -93,6 +99,8 @@ class PhaseClock:
             self.last[name] = self._epoch(end)
             if self._stack:
                 self._stack[-1][1] += total
+            else:
+                self._last_end = end
 
     def note(self, name: str, seconds: float) -> None:
         """Book time already inside an open or closed span under a name of its own (INTEGRITY,
@@ -169,6 +177,8 @@ class PhaseClock:
         out["perf.timed"] = round(self.timed_s, 4)
         out["perf.overhead"] = round(perf / self.timed_s, 4) if self.timed_s else None
         out["firewall.fraction"] = round(self.group("firewall") / wall, 4) if wall else None
+        out.update({f"between.{k}": round(v, 4) for k, v in sorted(self.gaps.items())})
+        out["between"] = round(sum(self.gaps.values()), 4)
         out["wall"] = round(wall, 4)
         return out
 
@@ -202,6 +212,9 @@ class PhaseClock:
             parts.append(f"holdout reference {_s(cast(float, d['holdout.reference']))} beside the build and quality")
         if d["group.firewall"]:
             parts.append(f"firewall {100 * (d['firewall.fraction'] or 0):.1f}% of the run")
+        if self.gaps and self.workers <= 1:
+            most = max(self.gaps, key=lambda k: self.gaps[k])
+            parts.append(f"between phases {_s(sum(self.gaps.values()))} (most before {most} {_s(self.gaps[most])})")
         if self.workers > 1 and d["window.all"] is not None:
             parts.append(f"all phases {_s(d['window.all'])} window")
         on = f" on {self.workers} workers" if self.workers > 1 else ""

@@ -91,6 +91,17 @@ def _error(exc: BaseException, candidate_dir: str | None, seen: dict[str, int]) 
     return {"ok": False, "kind": err.kind, "message": err.message, "where": where, "traceback": trace[-4000:]}
 
 
+def _open_device(device: str) -> None:
+    import torch
+
+    with contextlib.suppress(Exception):  # an optimisation only: the build opens what this did not
+        x = torch.ones(8, 8, device=device)
+        torch.mm(x, x)
+        torch.cuda.synchronize(device)
+        del x
+        torch.cuda.empty_cache()
+
+
 class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
@@ -120,6 +131,13 @@ class Worker:
             from pytest_ditar.hardware.fingerprint import collect
 
             reply["fingerprint"] = collect(device).to_dict()
+        if device.startswith("cuda"):
+            # The device's context, allocator and BLAS libraries open now, while the judge collects
+            # and runs its guards, rather than inside the build it then waits on. What a candidate
+            # would open anyway, opened before any of its code runs: nothing of it is carried over.
+            import threading
+
+            threading.Thread(target=_open_device, args=(device,), name="ditar-open-device", daemon=True).start()
         return reply
 
     def op_build(self, candidate_dir: str, spec: dict[str, Any], memory_budget_gib: float | None) -> dict[str, Any]:

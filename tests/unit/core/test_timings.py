@@ -133,3 +133,29 @@ def test_builds_fold_in_from_xdist_workers_as_the_longest():
         controller.absorb(w.to_payload())
     controller.absorb({"seconds": {}})  # an older payload without builds
     assert controller.as_dict()["worker_build.candidate"] == 34.0
+
+
+def test_the_time_between_top_level_spans_is_booked_under_the_span_it_preceded(monkeypatch):
+    """Issue 25: every second of the judge's wall is named; what no phase booked (pytest's own
+    work between them) is kept by where it lay, and the time line names the largest."""
+    t = FakeTime()
+    monkeypatch.setattr(timings, "time", t)
+    clock = timings.PhaseClock(process_start=None)
+    t.now += 2  # start-up: before the first span, not a gap
+    with clock.span("gate.guards"):
+        t.now += 1
+    t.now += 0.5
+    with clock.span("build.candidate"):
+        t.now += 3
+        with clock.span("holdout"):  # nested: never a gap of its own
+            t.now += 1
+    t.now += 4
+    with clock.span("perf.lanes"):
+        t.now += 10
+    t.now += 0.25
+    with clock.span("perf.lanes"):
+        t.now += 1
+    d = clock.as_dict()
+    assert d["between.build.candidate"] == 0.5 and d["between.perf.lanes"] == 4.25 and "between.holdout" not in d
+    assert d["between"] == 4.75 and "between.gate.guards" not in d
+    assert "between phases 4.75s (most before perf.lanes 4.25s)" in clock.line(), clock.line()
