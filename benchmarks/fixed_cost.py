@@ -73,13 +73,14 @@ def breakdown(t: dict, wall: float) -> dict[str, float]:
                                               "group.perf", "perf.timed", "perf.build_champion", "perf.build_twin",
                                               "group.verdict")}
     perf_rest = g["group.perf"] - g["perf.timed"] - g["perf.build_champion"] - g["perf.build_twin"]
+    between = float(t.get("between") or 0.0)  # the judge's own time between its phases (named in the time line)
     accounted = g["startup"] + g["group.build"] + g["group.quality"] + g["group.firewall"] + g["group.perf"] \
-        + float(t.get("group.guards") or 0.0) + g["group.verdict"]
+        + float(t.get("group.guards") or 0.0) + g["group.verdict"] + between
     return {"wall": wall, "timed": g["perf.timed"], "startup": g["startup"], "build": g["group.build"],
             "zygote_imports": float(t.get("zygote_imports") or 0.0), "guards": float(t.get("group.guards") or 0.0),
             "champion_build": g["perf.build_champion"] + g["perf.build_twin"], "quality": g["group.quality"],
             "firewall": g["group.firewall"], "perf_rest": perf_rest, "decide": g["group.verdict"],
-            "unattributed": wall - accounted,
+            "between": between, "unattributed": wall - accounted,
             "fixed": wall - g["perf.timed"], "zygote_warm": bool(t.get("zygote_warm"))}
 
 
@@ -142,12 +143,12 @@ def print_table(r: dict) -> None:
     print(f"\nfixed cost of a gated run, suite {r['suite']} on {r['device']} "
           f"(seconds; bound: wall <= timed + {r['bound_s']:.0f})")
     cols = ("wall", "timed", "startup", "guards", "build", "zygote_imports", "champion_build", "quality", "firewall",
-            "perf_rest", "decide", "unattributed", "fixed")
+            "perf_rest", "decide", "between", "unattributed", "fixed")
     print(f"{'run':<12} {'verdict':<8} {'zygote':<6} " + " ".join(f"{c:>14}" for c in cols) + "  within")
     for row in r["runs"]:
         ok = "yes" if row["fixed"] <= r["bound_s"] else "NO"
         warm = "warm" if row.get("zygote_warm") else "cold"
-        print(f"{row['run']:<12} {row['verdict']:<8} {warm:<6} " + " ".join(f"{row[c]:>14.2f}" for c in cols)
+        print(f"{row['run']:<12} {row['verdict']:<8} {warm:<6} " + " ".join(f"{row.get(c, 0.0):>14.2f}" for c in cols)
               + f"  {ok}")
     print("stock A/A noise at the baseline (CI half-width): "
           + ", ".join(f"{k} {v * 100:.1f}%" for k, v in r.get("stock_aa_ci_half_width", {}).items()))
