@@ -27,12 +27,16 @@ GROUPS = {
     "firewall": ("holdout", "semantic"),
     # the champion's and its twin's builds (the wait on them), then the lanes
     "perf": ("perf.build_champion", "perf.build_twin", "perf.lanes"),
-    # the decision's statistics, then writing it down: summary, ledger row, backup, revert
-    "verdict": ("gate.decide", "gate.record"),
+    # the state's checks after the candidate ran, the decision's statistics, then writing it down:
+    # summary, ledger row, backup, revert
+    "verdict": ("gate.checks", "gate.decide", "gate.record"),
 }
 # Inside perf.lanes, kept apart for the record (never added to a group): what the run's own
 # integrity checks cost, the audit of timed outputs and the caching probe.
 INTEGRITY = ("perf.audit", "perf.probe")
+# Also inside perf.lanes, kept apart the same way: the timed rounds' round trips (the judge's time
+# less the worker's own, each call) and the judge's host-speed check after each round.
+UPKEEP = ("perf.round_trips", "perf.host_checks")
 # Also inside perf.lanes and kept apart the same way: the lanes' warm-up calls (device-synchronized
 # inference, in the timed seconds but not in a verdict), the candidate's, then the interleaved
 # champion's and its twin's together. A candidate that compiles lazily compiles here.
@@ -204,6 +208,9 @@ class PhaseClock:
             parts.append(f"warm-up {_s(warm)}" + (f" (champion and twin {_s(warm_champion)})" if warm_champion else ""))
         if d["perf.overhead"]:
             parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
+        trips, host = (d.get(k) or 0.0 for k in UPKEEP)
+        if trips or host:
+            parts.append(f"round trips {_s(trips)}, host checks {_s(host)}")
         checks = sum(d.get(k) or 0.0 for k in INTEGRITY)
         if checks:
             wall = cast(float, d["wall"])  # as_dict always sets it

@@ -258,8 +258,9 @@ class Gate:
             if self.opts.guard is not None and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
                 return self._guard()
             return Exit.REFUSED if self.refusal else exitstatus
-        self.test_log.close(self.sess.run_dir())
-        harm = self.state_harm or backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)
+        with self.sess.clock.span("gate.checks"):  # tests.log, then the state as the candidate left it
+            self.test_log.close(self.sess.run_dir())
+            harm = self.state_harm or backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)
         if harm:  # before anything else: the candidate may have taken the ledger with it
             return self.keep(record.damaged(self, harm, exitstatus))
         if exitstatus in (Exit.INTERRUPTED, Exit.INTERNAL_ERROR):
@@ -274,7 +275,8 @@ class Gate:
             return exitstatus
         with self.sess.clock.span("gate.decide"):  # the statistics (the holdout books its own span)
             decision = self._decide()
-        harm = backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)  # the holdout ran it too
+        with self.sess.clock.span("gate.checks"):  # the holdout ran candidate code too
+            harm = backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)
         with self.sess.clock.span("gate.record"):  # summary.json, the ledger row, the backup, the revert
             outcome = record.damaged(self, harm, exitstatus) if harm else record.finish(self, decision)
         return self.keep(outcome)

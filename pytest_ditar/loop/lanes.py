@@ -261,7 +261,8 @@ class LaneRunner:
         device = sess.resolved_device()
         ranks = getattr(lane, "gpus", 1)
         devices = [rank_device(device, r) for r in range(ranks)] if ranks > 1 else [device]
-        with contextlib.ExitStack() as stack, sess.clock.span("perf.lanes"):
+        # the span outermost: the watches' last look, on their way out, is the lane's time too
+        with sess.clock.span("perf.lanes"), contextlib.ExitStack() as stack:
             # the judge's processes, and a kept zygote's: its workers are not the judge's
             # descendants, but it serves this judge alone
             ours = [os.getpid(), *(p for p in (zygote.running_pid(),) if p is not None)]
@@ -273,6 +274,8 @@ class LaneRunner:
                              probe=objective and self.gated(), sequential=sequential)
             sess.clock.note("perf.audit", m.audit_s)
             sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
+            sess.clock.note("perf.round_trips", sum(m.overhead_s))
+            sess.clock.note("perf.host_checks", sum(m.host_s))
             sess.clock.note("perf.warmup", sum(m.warmup_s))  # where a lazy compile shows
             sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s) + sum(m.twin_warmup_s))
         return m, watch

@@ -102,6 +102,8 @@ def test_warm_up_and_each_workers_build_are_reported_apart(monkeypatch):
         t.now += 30
     clock.note("perf.warmup", 12.0)
     clock.note("perf.warmup_champion", 0.5)
+    clock.note("perf.round_trips", 0.25)
+    clock.note("perf.host_checks", 0.125)
     clock.timed_s = 15.0
     d = clock.as_dict()
     assert d["worker_build.candidate"] == 41.5 and d["worker_build.commit-1a2b3c4"] == 3.25
@@ -110,7 +112,8 @@ def test_warm_up_and_each_workers_build_are_reported_apart(monkeypatch):
     assert d["group.build"] == 2 and d["group.perf"] == 30  # notes add to no group
     line = clock.line()
     assert "build 2.00s, perf 30.0s, built in candidate 41.5s / commit-1a2b3c4 3.25s, " \
-           "warm-up 12.0s (champion and twin 0.50s), perf overhead 2.000x of 15.0s timed" in line, line
+           "warm-up 12.0s (champion and twin 0.50s), perf overhead 2.000x of 15.0s timed, " \
+           "round trips 0.25s, host checks 0.12s" in line, line
 
 
 def test_no_warm_up_and_no_build_say_nothing(monkeypatch):
