@@ -147,7 +147,8 @@ def test_forged_bytecode_of_the_judges_own_modules_is_never_loaded(own: OwnProje
         f"spec = u.spec_from_file_location('forged_probe', {str(src)!r}, "
         f"loader=m.SourceFileLoader('forged_probe', {str(src)!r}))\n"
         "mod = u.module_from_spec(spec); sys.modules['forged_probe'] = mod; spec.loader.exec_module(mod)\n"
-        "print('forged' if hasattr(mod, '_real_decide') else 'source')")], capture_output=True, text=True)
+        "print('forged' if hasattr(mod, '_real_decide') else 'source')")], capture_output=True, text=True,
+        env=own.judge.env(), cwd=own.judge.cache.parent)  # the probe's own compiled modules go to the judge's cache
     # the attack is real: the interpreter's own loader runs the forged code for this file
     assert plain.stdout.strip() == "forged", plain.stdout + plain.stderr
     j = judged(own, SLOWER, "slower")
