@@ -37,14 +37,17 @@ def test_guard_passes_unchanged_fails_a_planted_slowdown_and_writes_nothing(pyte
     proj.git("branch", "-q", "-D", "autoresearch/t")  # ordinary CI: no research branch at all
     head, before = proj.head(), _state(proj)
 
-    res, last = _guard(proj)
+    # A 15% tolerance: an unchanged pipeline on a loaded 2-core CI host once showed 0.934x
+    # ci95=[0.771,0.999] over 12 rounds (a false FAIL at the default 5%); the planted slowdown is 0.77x.
+    tolerance = "--ditar-guard-tolerance=0.15"
+    res, last = _guard(proj, tolerance)
     assert res.ret == 0 and last.startswith("DITAR GUARD: PASS latency_b1="), res.stdout.str()[-3000:]
 
     proj.write("mutable/pipeline.py", slowed(0.30))  # each call sleeps 30% of its own time
-    res, last = _guard(proj)
+    res, last = _guard(proj, tolerance)
     out = res.stdout.str()
     assert res.ret == 1 and last.startswith("DITAR GUARD: FAIL: lane "), out[-3000:]
-    assert "slower beyond the 5% tolerance" in out, out[-3000:]
+    assert "slower beyond the 15% tolerance" in out, out[-3000:]
     # the objective lane is judged as a guard lane, by its suite's rounds: not stopped by futility
     assert "ditar: lane latency_b1: NOT_FASTER" not in out and "ruled out at look" not in out, out[-3000:]
     assert "ditar: guard: lane latency_b1: " in out or "ditar: guard: lane throughput_b8: " in out, out[-3000:]
