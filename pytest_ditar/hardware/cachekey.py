@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 import platform
 import re
 
@@ -24,6 +23,7 @@ from pytest_ditar.hardware.fingerprint import (
     _cpu_model,
     _driver_from_proc,
     _pkg_version,
+    nvml_handle,
 )
 
 __all__ = ["device_key"]
@@ -39,14 +39,7 @@ def _gpu(index: int) -> tuple[str, str]:
     except Exception:  # noqa: BLE001 - no NVML library or driver
         return "", _driver_from_proc()
     try:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        entries = [e.strip() for e in visible.split(",") if e.strip()] if visible else None
-        if entries is None:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        elif entries[index].isdigit():
-            handle = pynvml.nvmlDeviceGetHandleByIndex(int(entries[index]))
-        else:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(entries[index])
+        handle = nvml_handle(pynvml, index)
         name, driver = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlSystemGetDriverVersion()
         return (name.decode() if isinstance(name, bytes) else str(name),
                 driver.decode() if isinstance(driver, bytes) else str(driver))

@@ -243,6 +243,18 @@ def _torch_flags(torch: Any) -> dict[str, bool]:
         }
 
 
+def nvml_handle(pynvml: Any, cuda_index: int) -> Any:
+    """NVML's handle of CUDA's device `cuda_index`: CUDA_VISIBLE_DEVICES renumbers CUDA's devices
+    (by index or UUID), not NVML's. Raises what NVML raises for a device it does not know."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible else None
+    if entries is None:
+        return pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+    if entries[cuda_index].isdigit():
+        return pynvml.nvmlDeviceGetHandleByIndex(int(entries[cuda_index]))
+    return pynvml.nvmlDeviceGetHandleByUUID(entries[cuda_index])
+
+
 def nvml_device_count() -> int | None:
     """GPUs NVML sees that CUDA_VISIBLE_DEVICES leaves visible; None without NVML (no library or
     driver). Never initializes CUDA, so a process may still fork safely after asking."""

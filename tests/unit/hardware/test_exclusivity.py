@@ -98,3 +98,37 @@ def test_the_workers_of_a_kept_zygote_are_ours_though_not_the_judges_descendants
         assert ours.ok, ours.message()
     finally:
         os.killpg(zygote, 9)
+
+
+def test_the_watch_finds_its_gpu_without_torch_and_through_cuda_visible_devices(monkeypatch):
+    """The judge's watch of `cuda` never imports torch (it once did, to ask torch for the current
+    device: 1.5 s a lane on an H200, and CUDA initialized in the judge), and it asks NVML about the
+    GPU the workers use: CUDA's numbering, after CUDA_VISIBLE_DEVICES, is not NVML's."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", (
+        "import sys\n"
+        "from pytest_ditar.hardware.exclusivity import gpu_index\n"
+        "print(gpu_index('cuda'), gpu_index('cuda:3'), gpu_index('cpu'), 'torch' in sys.modules)")],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "3", "None", "False"], out
+
+    asked: list = []
+    fake = SimpleNamespace(
+        nvmlInit=lambda: None, NVMLError=Exception,
+        nvmlDeviceGetHandleByIndex=lambda i: asked.append(("index", i)) or f"h{i}",
+        nvmlDeviceGetHandleByUUID=lambda u: asked.append(("uuid", u)) or u,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [SimpleNamespace(pid=4242, usedGpuMemory=1)],
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    lister, why = exclusivity.nvml()
+    assert lister is not None and why == ""
+    for visible, index, want in ((None, 1, ("index", 1)), ("3,1", 0, ("index", 3)),
+                                 ("GPU-aaaa,GPU-bbbb", 1, ("uuid", "GPU-bbbb"))):
+        if visible is None:
+            monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+        else:
+            monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+        asked.clear()
+        assert lister(index) == [(4242, 1)] and asked == [want], (visible, asked)
