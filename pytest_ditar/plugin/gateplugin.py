@@ -16,7 +16,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.loop.gate import Gate
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
-from pytest_ditar.plugin import fixtures, keys, xdist
+from pytest_ditar.plugin import artifacts, fixtures, keys, xdist
 
 # the short names the suites and `-m quality` use, registered in a ditar run only (a project's own
 # `perf` marker elsewhere stays its own); each is the same marker as its namespaced one
@@ -161,6 +161,10 @@ class GatePlugin:
         except BaseException:
             self.interrupted = True
             raise
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
+    def pytest_benchmark_generate_machine_info(self, config: pytest.Config) -> dict[str, Any]:
+        return artifacts.machine_info()  # a ditar run's only: a project's own runs keep py-cpuinfo's
 
     def pytest_internalerror(self, excrepr: Any, excinfo: Any) -> None:
         """A hook that raised during the run (INTERNALERROR): kept for the CRASH it makes of a gated run."""

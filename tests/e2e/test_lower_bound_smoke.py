@@ -50,6 +50,10 @@ def test_keep_files_junit_and_pytest_benchmark_json(pytester, model_cache, tmp_p
     assert (run / "junit.xml").is_file()
     bench = json.loads((run / "benchmark.json").read_text())
     assert bench["version"] == md.version("pytest-benchmark")  # written by the release under test
+    # its machine_info through its public hook, without py-cpuinfo (1.2 s a run on an H200 host)
+    info = bench["machine_info"]
+    assert info["cpu"]["source"].startswith("pytest-ditar") and info["cpu"]["brand_raw"], info
+    assert {"node", "machine", "python_version", "python_implementation", "system", "release"} <= set(info), info
     assert {b["extra_info"]["lane"] for b in bench["benchmarks"]} == {"latency_b1", "throughput_b8"}
     assert all(b["stats"]["data"] for b in bench["benchmarks"])
     # and it tells the verdict's story, as summary.json has it: the judged rounds, not only its own
