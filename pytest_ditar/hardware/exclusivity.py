@@ -98,8 +98,8 @@ def nvml() -> tuple[ProcessLister | None, str]:
 def gpu_index(device: str) -> int | None:
     """CUDA's index of `device`: cuda -> 0 (a fresh process's current device, which the workers
     given `cuda` use), cuda:N -> N, cpu -> None. Never imports torch: the judge asks this for its
-    GPU watch, and the judge opens no CUDA context (importing torch for it cost an H200 run
-    1.5 s a lane and initialized CUDA in the judge)."""
+    GPU watch, and the judge opens no CUDA context (importing torch for it cost about 3 s of a
+    run's two lanes on an H200 and initialized CUDA in the judge)."""
     if not device.startswith("cuda"):
         return None
     return int(device.split(":", 1)[1]) if ":" in device else 0

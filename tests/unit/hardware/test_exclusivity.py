@@ -102,7 +102,7 @@ def test_the_workers_of_a_kept_zygote_are_ours_though_not_the_judges_descendants
 
 def test_the_watch_finds_its_gpu_without_torch_and_through_cuda_visible_devices(monkeypatch):
     """The judge's watch of `cuda` never imports torch (it once did, to ask torch for the current
-    device: 1.5 s a lane on an H200, and CUDA initialized in the judge), and it asks NVML about the
+    device: about 3 s of a run's two lanes on an H200, and CUDA initialized in the judge), and it asks NVML about the
     GPU the workers use: CUDA's numbering, after CUDA_VISIBLE_DEVICES, is not NVML's."""
     import subprocess
     import sys
