@@ -90,15 +90,14 @@ class Reference:
             try:
                 self.worker.built(build_timeout_s)
             except Exception as exc:  # noqa: BLE001 - no trusted reference means no keep: fail closed
-                self.failure = f"holdout: the baseline code ({self.commit[:7]}) could not be built: {_one_line(exc)}"
+                self.failure = _unbuilt(self.commit, exc)
                 return
             for group in groups:
                 try:
                     self.outputs.update({o.item_id: o for o in run_batch(self.worker, group, suite, item_timeout_s)})
                 except Exception as exc:  # noqa: BLE001 - a worker that died is a failed reference too
-                    seeds = ",".join(str(it.seed) for it in group)
-                    message = exc.message if isinstance(exc, CandidateError) else _one_line(exc)
-                    self.failure = f"holdout seed {seeds}: the baseline code failed: {message}"
+                    self.failure = _baseline_failed(group, exc.message if isinstance(exc, CandidateError)
+                                                    else _one_line(exc))
                     return
         finally:
             self.seconds = time.perf_counter() - t0
@@ -155,8 +154,7 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
         # built already where the reference ran: this checks its worktree is still its commit
         base_pipe = baseline_pipeline(sess, baseline_commit)
     except Exception as exc:  # noqa: BLE001 - no trusted reference means no keep: fail closed
-        return done(failures=[f"holdout: the baseline code ({baseline_commit[:7]}) could not be built: "
-                              f"{_one_line(exc)}"])
+        return done(failures=[_unbuilt(baseline_commit, exc)])
     candidate = sess.get_candidate()
     base_outs: dict[str, ItemOutput] = dict(ref.outputs) if ref is not None else {}
     cand_outs: dict[str, ItemOutput] = {}
@@ -166,7 +164,7 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
             if not all(it.id in base_outs for it in group):
                 base_outs.update({o.item_id: o for o in run_batch(base_pipe, group, sess.suite, cfg.item_timeout_s)})
         except CandidateError as exc:
-            return done(failures=[f"holdout seed {seeds}: the baseline code failed: {exc.message}"])
+            return done(failures=[_baseline_failed(group, exc.message)])
         try:
             cand_outs.update({o.item_id: o
                               for o in run_batch(sess.get_candidate(), group, sess.suite, cfg.item_timeout_s)})
@@ -214,6 +212,14 @@ def _item_regressions(t: Any, m: Any) -> tuple[str, ...]:
         if drop > tolerance(t, score):
             out.append(f"{score} dropped {drop:.4g} (> {tolerance(t, score):g})")
     return tuple(out)
+
+
+def _unbuilt(commit: str, exc: BaseException) -> str:
+    return f"holdout: the baseline code ({commit[:7]}) could not be built: {_one_line(exc)}"
+
+
+def _baseline_failed(group: Sequence[CorpusItem], message: str) -> str:
+    return f"holdout seed {','.join(str(it.seed) for it in group)}: the baseline code failed: {message}"
 
 
 def _one_line(exc: BaseException) -> str:

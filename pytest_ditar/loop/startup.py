@@ -58,12 +58,12 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
                     and any(ln.name == objective and getattr(ln, "gpus", 1) == ranks for ln in lanes):
                 # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
                 sess.build_twin(champion_commit, start_only=True, ranks=ranks)
-        if baseline_commit and baseline_commit not in (champion_commit, head) and sess.cfg.holdout.count:
-            # the holdout's reference is the baseline code: a third worker, started now too
-            sess.build_at_commit(baseline_commit, "holdout", start_only=True)
-        if baseline_commit and opts.phase is None:
-            # and its outputs for the fresh items, made while the candidate builds and runs its quality
-            holdout.start_reference(sess, baseline_commit)
+        # the holdout's reference is the baseline code, a third worker where it is not the champion's
+        if baseline_commit and sess.cfg.holdout.count:
+            if opts.phase is None:  # built, and its outputs for the fresh items made, beside the candidate's quality
+                holdout.start_reference(sess, baseline_commit)
+            elif baseline_commit not in (champion_commit, head):
+                sess.build_at_commit(baseline_commit, "holdout", start_only=True)
     except START_ERRORS as exc:
         failed.append(f"reference builds: {exc}")
     return failed
