@@ -28,6 +28,8 @@ NAMED_ONLY = (ADVERSARIAL, E2E)  # CI steps of their own; `pytest tests` leaves 
 def pytest_configure(config: pytest.Config) -> None:
     # the lower-bound smoke set: .ci/run runs it again in an environment of the oldest releases
     config.addinivalue_line("markers", "lowerbound: gated runs that .ci/run repeats at the dependencies' lower bounds")
+    # timed under a load of its own making: .ci/run runs it alone, not beside another xdist worker's
+    config.addinivalue_line("markers", "solo: a test that makes its own host load; CI runs it without -n")
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -117,6 +119,21 @@ def small_suite(n_items: int = 6, latency_repeats: int = 12) -> dict:
     return suite
 
 
+def shared_perf(**overrides: object) -> dict:
+    """The loop tests' perf settings (make_project's), with `overrides`: the repo's, and the shortcuts below."""
+    perf = json.loads((REPO / "config/autoresearch.json").read_text())["perf"]
+    # A shared 2-core CI box is noisier than a dedicated GPU; the loop tests are about verdicts
+    # and git, so they tolerate more spread (the statistics have their own tests).
+    # Between runs the box's load changes too (the other xdist worker starts or ends a run): the
+    # champion drift check is off here, and on in the tests about it.
+    # The sequential objective lane stops at 24 rounds or 5 s here, and the twin (a second
+    # champion build per project) is on only in the tests about it, and in those that assert an
+    # unchanged candidate is never KEPT: without it one reference process slowed for a lane's
+    # rounds reads as a win (tests/e2e/test_aa_runs.py, 1 of 10 on a loaded CI box).
+    return {**perf, "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 24, "lane_budget_s": 5.0, "twin": False,
+            **overrides}
+
+
 def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config: dict | None = None,
                  mutable_source: str | None = None, root: Path | None = None) -> Project:
     root = root or pytester.path
@@ -127,14 +144,7 @@ def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config:
     shutil.copy(REPO / "conftest.py", root / "conftest.py")
     cfg = json.loads((REPO / "config/autoresearch.json").read_text())
     cfg.update(fixed_paths=["config/", "suites/", "conftest.py"], item_timeout_s=10)
-    # A shared 2-core CI box is noisier than a dedicated GPU; the loop tests are about verdicts
-    # and git, so they tolerate more spread (the statistics have their own tests).
-    # Between runs the box's load changes too (the other xdist worker starts or ends a run): the
-    # champion drift check is off here, and on in the tests about it.
-    # The sequential objective lane stops at 24 rounds or 5 s here, and the seat bias (a second
-    # champion build per project) is measured only in the tests about it: CI time.
-    cfg["perf"] = {**cfg["perf"], "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 24, "lane_budget_s": 5.0,
-                   "twin": False}
+    cfg["perf"] = shared_perf()
     cfg.update(config or {})
     (root / "config").mkdir(exist_ok=True)
     (root / "config/autoresearch.json").write_text(json.dumps(cfg, indent=1))
@@ -185,6 +195,13 @@ def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPat
 def research(pytester: pytest.Pytester, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
     """A project on autoresearch/t with its baseline of the stock pipeline stored."""
     return research_project(pytester, tmp_path_factory)
+
+
+@pytest.fixture
+def research_twin(pytester: pytest.Pytester, model_cache: Path, tmp_path_factory: pytest.TempPathFactory) -> Project:
+    """`research` with the objective lane's twin on, as the product ships it (A/A tests: the twin is
+    the defence against one reference process slowed for a lane's rounds)."""
+    return research_project(pytester, tmp_path_factory, config={"perf": shared_perf(twin=True)})
 
 
 GENERATE = "    def generate(self, request: Request) -> Generated:\n"

@@ -22,8 +22,8 @@ def test_honest_faster_candidate_is_kept(slow_research):
 
 @pytest.mark.parametrize("sources", [(COMMENT_ONLY, COMMENT_ONLY_2), (REFACTORED, REFACTORED_2)],
                          ids=["comment-only", "refactored"])
-def test_unchanged_computation_is_never_kept(research, sources):
-    proj = research
+def test_unchanged_computation_is_never_kept(research_twin, sources):
+    proj = research_twin  # the product's lane: twin on
     for n, source in enumerate(sources, 1):
         base, before = proj.head(), proj.ledger()
         j = experiment(proj, source, f"A/A, run {n}")

@@ -140,6 +140,7 @@ def _table(rows: list[dict], total_s: float) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.solo  # its own hog is the load under test: not beside another xdist worker's runs
 @pytest.mark.timeout(1200)
 def test_a_2x_win_is_kept_and_an_aa_is_not_under_a_bursty_cpu_hog(pytester, model_cache, tmp_path_factory,
                                                                   request, capsys):
