@@ -67,6 +67,9 @@ class PhaseClock:
     # "twin-<sha7>"). The build spans above only count the judge's wait, which overlaps other
     # work: these say what a build (a compile, say) cost.
     builds: dict[str, float] = field(default_factory=dict)
+    # what a worker's build reply says of itself (its CPU seconds, its device opening): where a slow
+    # build's seconds went, for the candidate's, which every run waits on
+    build_detail: dict[str, dict[str, float]] = field(default_factory=dict)
     # How long the workers' zygote took to import torch and diffusers: what a CPU build mostly waits
     # on (it overlaps the judge's start-up and guards; a worker's own build starts after it).
     imports_s: float = 0.0
@@ -111,11 +114,13 @@ class PhaseClock:
         WARMUP)."""
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
-    def built(self, worker: str, seconds: float | None) -> None:
+    def built(self, worker: str, seconds: float | None, detail: dict[str, float] | None = None) -> None:
         """A worker's build() took `seconds` (its own report; None: not built). One worker builds
         once, and waiting for it again notes the same figure, so the larger one is kept."""
         if seconds is not None:
             self.builds[worker] = max(self.builds.get(worker, 0.0), float(seconds))
+        if detail:
+            self.build_detail[worker] = dict(detail)
 
     def group(self, name: str) -> float:
         return sum(self.seconds.get(k, 0.0) for k in GROUPS[name])
@@ -143,7 +148,8 @@ class PhaseClock:
     def to_payload(self) -> dict[str, Any]:
         """What a worker sends the controller (JSON-able)."""
         return {"seconds": dict(self.seconds), "first": dict(self.first), "last": dict(self.last),
-                "timed_s": self.timed_s, "builds": dict(self.builds), "imports_s": self.imports_s,
+                "timed_s": self.timed_s, "builds": dict(self.builds), "build_detail": dict(self.build_detail),
+                "imports_s": self.imports_s,
                 "zygote": self.zygote}
 
     def absorb(self, payload: dict[str, Any]) -> None:
@@ -157,7 +163,7 @@ class PhaseClock:
             self.last[k] = max(self.last.get(k, v), float(v))
         self.timed_s += float(payload.get("timed_s", 0.0))
         for k, v in payload.get("builds", {}).items():  # each judge built its own: the longest is what one cost
-            self.built(k, v)
+            self.built(k, v, payload.get("build_detail", {}).get(k))
         self.imports_s = max(self.imports_s, float(payload.get("imports_s", 0.0)))
         self.zygote = self.zygote or str(payload.get("zygote") or "")
 
@@ -176,6 +182,8 @@ class PhaseClock:
         out["startup"] = None if startup is None else round(startup, 4)
         out["workers"] = self.workers
         out.update({f"worker_build.{k}": round(v, 4) for k, v in sorted(self.builds.items())})
+        out.update({f"worker_build.{k}.{d.removesuffix('_s')}": round(v, 4)
+                    for k, dd in sorted(self.build_detail.items()) for d, v in sorted(dd.items())})
         out["zygote_imports"] = round(self.imports_s, 4)
         out["zygote_warm"] = 1.0 if self.zygote == "warm" else 0.0
         out["perf.timed"] = round(self.timed_s, 4)
@@ -185,6 +193,17 @@ class PhaseClock:
         out["between"] = round(sum(self.gaps.values()), 4)
         out["wall"] = round(wall, 4)
         return out
+
+    def _build_note(self, worker: str) -> str:
+        """The candidate's build, which every run waits on, in parts: its own CPU, and the device's
+        opening (begun at the worker's hello) where it ran on into the build."""
+        d = self.build_detail.get(worker) if worker == "candidate" else None
+        if not d:
+            return ""
+        note = [f"cpu {_s(d['build_cpu_s'])}"] if "build_cpu_s" in d else []
+        if d.get("open_s"):
+            note.append(f"device opened in {_s(d['open_s'])}, {_s(d.get('open_in_build_s', 0.0))} of it inside")
+        return f" ({'; '.join(note)})" if note else ""
 
     def line(self, wall_s: float | None = None) -> str:
         d = self.as_dict(wall_s)
@@ -202,7 +221,8 @@ class PhaseClock:
         elif self.imports_s:
             parts.append(f"zygote imports {_s(self.imports_s)}" + (f" ({self.zygote})" if self.zygote else ""))
         if self.builds:
-            parts.append("built in " + " / ".join(f"{k} {_s(v)}" for k, v in sorted(self.builds.items())))
+            parts.append("built in " + " / ".join(f"{k} {_s(v)}{self._build_note(k)}"
+                                                  for k, v in sorted(self.builds.items())))
         warm, warm_champion = (d.get(k) or 0.0 for k in WARMUP)
         if warm or warm_champion:
             parts.append(f"warm-up {_s(warm)}" + (f" (champion and twin {_s(warm_champion)})" if warm_champion else ""))

@@ -215,7 +215,7 @@ class DitarSession:
             w.memory_budget_gib = self.memory_budget_gib
             with self.clock.span("build.candidate"):
                 w.built(self.cfg.build_timeout_s)
-            self.clock.built(w.name, w.build_s)
+            self.clock.built(w.name, w.build_s, w.build_detail)
             return w
         if self.candidate_error is not None:
             raise self.candidate_error
@@ -225,7 +225,7 @@ class DitarSession:
                 w.memory_budget_gib = self.memory_budget_gib
                 with self.clock.span("build.candidate"):
                     self.candidate = w.built(self.cfg.build_timeout_s)
-                self.clock.built(w.name, w.build_s)
+                self.clock.built(w.name, w.build_s, w.build_detail)
                 from pytest_ditar.runtime import zygote
 
                 self.clock.imports_s = float(zygote.imports_s() or 0.0)  # most of a CPU build's wait
@@ -332,7 +332,7 @@ class DitarSession:
                 w.request_build()
                 return w
             w.built(self.cfg.build_timeout_s)
-            self.clock.built(w.name, w.build_s)
+            self.clock.built(w.name, w.build_s, w.build_detail)
             err = self.check_worktrees()
             if err is not None:
                 raise err

@@ -45,6 +45,7 @@ from pytest_ditar.runtime.harness import frame_text
 
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
 MAX_ARRAY_BYTES = 1 << 31
+BUILD_DETAIL = ("build_cpu_s", "open_s", "open_in_build_s")  # what a build reply may say of itself
 CLOCK_SLACK_S = 0.002  # timer resolution and rounding across two processes
 START_TIMEOUT_S = 600.0  # interpreter + torch import + CUDA context on a cold, busy host
 
@@ -94,6 +95,9 @@ class CandidateWorker:
         self.pending: list[str] = []  # ops sent whose replies are not read yet, in order
         self.info: dict[str, Any] = {}  # hello's reply: pid, argv, fingerprint
         self.build_s: float | None = None
+        # the build reply's own account: its thread's CPU seconds, the device opening and how much of
+        # it fell inside the build (runtime.worker_main.op_build); informational, the judge times the wait
+        self.build_detail: dict[str, float] = {}
         self.error: CandidateError | None = None  # a failed worker stays failed
         self.paused = False
         self._quit_sent = False
@@ -399,6 +403,7 @@ class CandidateWorker:
             cast(Path, self.buffer_path).unlink(missing_ok=True)
         elif op == "build":
             self.build_s = float(header.get("build_s", 0.0))
+            self.build_detail = {k: float(header[k]) for k in BUILD_DETAIL if isinstance(header.get(k), (int, float))}
         return header, arrays
 
     def _array(self, spec: dict[str, Any]) -> np.ndarray:

@@ -91,7 +91,20 @@ def _error(exc: BaseException, candidate_dir: str | None, seen: dict[str, int]) 
     return {"ok": False, "kind": err.kind, "message": err.message, "where": where, "traceback": trace[-4000:]}
 
 
+# When this process's device opening ran (perf_counter): its build reply says how much of it fell
+# inside the build, which waits on it for its first device call.
+_OPENING: dict[str, float] = {}
+
+
 def _open_device(device: str) -> None:
+    _OPENING["start"] = time.perf_counter()
+    try:
+        _open(device)
+    finally:
+        _OPENING["end"] = time.perf_counter()
+
+
+def _open(device: str) -> None:
     import torch
 
     with contextlib.suppress(Exception):  # an optimisation only: the build opens what this did not
@@ -150,10 +163,16 @@ class Worker:
         sys.dont_write_bytecode = True
         sys.path.insert(0, str(Path(candidate_dir).parent))
         spec_obj = PipelineSpec(**{**spec, "model_dir": Path(spec["model_dir"])})
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         self.candidate = build_candidate(Path(candidate_dir), spec_obj)
         self._sync()
-        return {"build_s": time.perf_counter() - t0}
+        t1 = time.perf_counter()
+        reply = {"build_s": t1 - t0, "build_cpu_s": time.thread_time() - cpu0}
+        if "start" in _OPENING:  # what of the device's opening the build overlapped (and may have waited on)
+            end = _OPENING.get("end", t1)
+            reply["open_s"] = end - _OPENING["start"]
+            reply["open_in_build_s"] = max(0.0, min(end, t1) - max(_OPENING["start"], t0))
+        return reply
 
     def op_generate(self, request: dict[str, Any], outputs: bool = True) -> dict[str, Any]:
         """One call, device synchronized; `outputs`: False for a group's other ranks, whose reply

@@ -111,9 +111,11 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
     t1 = _summary(proj, sha1)["timings"]
     champion_worker = f"worker_build.commit-{proj.ledger()[0]['commit'][:7]}"
     assert t1["worker_build.candidate"] >= timeout + 2 and 0 < t1[champion_worker] < t1["worker_build.candidate"], t1
+    # the build's own account: a build that sleeps is wall without CPU, and the time line says so
+    assert 0 <= t1["worker_build.candidate.build_cpu"] < t1["worker_build.candidate"] - timeout, t1
     assert t1["perf.warmup"] > 0 and t1["perf.warmup_champion"] > 0 and t1["perf.timed"] > t1["perf.warmup"]
     time_line = next(line for line in res1.stdout.splitlines() if line.startswith("ditar: time"))
-    assert re.search(r"built in candidate [0-9.]+s / commit-[0-9a-f]{7} [0-9.]+s, "
+    assert re.search(r"built in candidate [0-9.]+s \(cpu [0-9.]+s\) / commit-[0-9a-f]{7} [0-9.]+s, "
                      r"warm-up [0-9.]+s \(champion and twin ", time_line), time_line
 
 
