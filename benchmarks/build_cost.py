@@ -1,10 +1,11 @@
 """Where a candidate's build goes (issue 25): the worker's steps timed apart, one build alone and
 several at once (a gated run builds the candidate, the champion and its twin together).
 
-A parent imports torch and diffusers once, as the zygote does, then forks K children at the same
-moment; each child opens the device, loads the suite's pipeline with `from_pretrained`, moves it to
-the device and makes two calls, each step timed on its own clock (CPU seconds beside the wall, so
-a step that waits shows as wall without CPU). The first child's `from_pretrained` is profiled.
+K fresh interpreters import torch and diffusers (what a warm zygote saves; timed apart), then
+start their builds at the same moment: each opens the device, loads the suite's pipeline with
+`from_pretrained`, moves it to the device and makes two calls, each step timed on its own clock
+(CPU seconds beside the wall: a step that waits shows as wall without CPU). The first child's
+`from_pretrained` is profiled.
 
     python benchmarks/build_cost.py --suite tiny --out /tmp/bc                 # CPU
     python benchmarks/build_cost.py --suite dit-xl-2-256 --out $OUT/build_cost  # GPU
@@ -18,6 +19,7 @@ import json
 import os
 import pstats
 import resource
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,28 +77,53 @@ def child(model_dir: Path, device: str, dtype_name: str, profile: bool, steps: i
     return out
 
 
-def run_batch(k: int, model_dir: Path, device: str, dtype: str, steps: int) -> list[dict]:
-    """Fork k children at once from this (imported, device-free) process; their reports."""
+def run_child(args: argparse.Namespace) -> int:
+    """One build in a fresh interpreter: imports (what a warm zygote saves), then, on the parent's
+    go, the build's steps; its report is the last line on stdout."""
+    t0 = time.perf_counter()
+    import diffusers
+    import torch
+
+    diffusers.utils.logging.disable_progress_bar()
+    imports_s = time.perf_counter() - t0
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = args.dtype_cuda if device == "cuda" else args.dtype_cpu
+    print("ready", flush=True)
+    sys.stdin.readline()  # the parent's go: every child's build starts together
+    try:
+        rep = child(Path(args.model_dir), device, dtype, profile=args.profile, steps=args.steps)
+    except Exception as exc:  # noqa: BLE001 - said in the table, never silent
+        rep = {"error": repr(exc)}
+    rep.update(imports_s=imports_s, dtype=dtype)
+    print(json.dumps(rep), flush=True)
+    return 0
+
+
+def run_batch(k: int, args: argparse.Namespace, model_dir: Path, dtypes: tuple[str, str]) -> list[dict]:
+    """k fresh children, released at once; their reports (an error where one failed or hung)."""
     kids = []
     for i in range(k):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: report on the pipe, then leave without the parent's cleanup
-            os.close(r)
-            try:
-                rep = child(model_dir, device, dtype, profile=(i == 0), steps=steps)
-            except BaseException as exc:  # noqa: BLE001 - said in the table, never silent
-                rep = {"error": repr(exc)}
-            with os.fdopen(w, "w") as f:
-                json.dump(rep, f)
-            os._exit(0)
-        os.close(w)
-        kids.append((pid, r))
+        cmd = [sys.executable, __file__, "--child", "--model-dir", str(model_dir), "--steps", str(args.steps),
+               "--dtype-cpu", dtypes[0], "--dtype-cuda", dtypes[1]] + (["--profile"] if i == 0 else [])
+        kids.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for p in kids:  # wait until each has imported
+        line = p.stdout.readline() if p.stdout else ""
+        if line.strip() != "ready":
+            p.kill()
+    for p in kids:
+        if p.poll() is None and p.stdin:
+            p.stdin.write("go\n")
+            p.stdin.flush()
     reports = []
-    for pid, r in kids:
-        with os.fdopen(r) as f:
-            reports.append(json.loads(f.read() or '{"error": "no report"}'))
-        os.waitpid(pid, 0)
+    for p in kids:
+        try:
+            out, _ = p.communicate(timeout=args.child_timeout_s)
+            last = out.strip().splitlines()[-1] if out.strip() else ""
+            reports.append(json.loads(last) if last.startswith("{") else {"error": f"no report (exit {p.returncode})"})
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            reports.append({"error": f"no report in {args.child_timeout_s:.0f}s (killed)"})
     return reports
 
 
@@ -105,42 +132,46 @@ def main() -> int:
     ap.add_argument("--suite", default="tiny")
     ap.add_argument("--concurrent", default="1,3", help="comma-separated numbers of builds at once")
     ap.add_argument("--steps", type=int, default=2, help="denoising steps of the two timed calls")
+    ap.add_argument("--child-timeout-s", type=float, default=180.0)
     ap.add_argument("--out", default="build_cost")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model-dir", help=argparse.SUPPRESS)
+    ap.add_argument("--dtype-cpu", help=argparse.SUPPRESS)
+    ap.add_argument("--dtype-cuda", help=argparse.SUPPRESS)
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
-    # the parent must not open CUDA before it forks (nor must the zygote): ask NVML whether there is one
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    t0 = time.perf_counter()
-    import diffusers  # noqa: F401 - the zygote's imports, paid once before the forks
-    import torch
-
-    diffusers.utils.logging.disable_progress_bar()
-
+    if args.child:
+        return run_child(args)
     from pytest_ditar.config.suite import load_suite
-    from pytest_ditar.runtime.models import resolve_model_dir
+    from pytest_ditar.runtime.models import model_location
 
-    imports_s = time.perf_counter() - t0
     suite = load_suite(ROOT / "suites" / args.suite)
-    model_dir = resolve_model_dir(suite)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = suite.pipeline.dtype_for(device)
+    model_dir = model_location(suite)
+    if not (model_dir / "model_index.json").is_file():  # a random-init model, made once in its own process
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+                        "from pytest_ditar.config.suite import load_suite; "
+                        "from pytest_ditar.runtime.models import resolve_model_dir; "
+                        "resolve_model_dir(load_suite(Path(sys.argv[2])))", str(ROOT), str(suite.path.parent)],
+                       check=True, timeout=600)
+        print(f"random-init model made in {time.perf_counter() - t0:.1f}s")
+    dtypes = (suite.pipeline.dtype_cpu, suite.pipeline.dtype_cuda)
     sizes = {p.name: p.stat().st_size for p in model_dir.rglob("*.safetensors")}
-    result = {"suite": args.suite, "device": device, "torch": torch.__version__, "dtype": dtype, "imports_s": imports_s,
-              "weights_bytes": sum(sizes.values()), "batches": {}}
-    print(f"build cost, {args.suite} on {device} ({dtype}; weights on disk "
-          f"{result['weights_bytes'] / 2**30:.2f} GiB); parent imports {imports_s:.1f}s")
-    print(f"{'at once':>7} {'child':>5} " + " ".join(f"{s:>22}" for s in STEPS) + f" {'total':>8}")
+    result: dict = {"suite": args.suite, "device": None, "weights_bytes": sum(sizes.values()), "batches": {}}
+    print(f"build cost, {args.suite} (weights on disk {result['weights_bytes'] / 2**30:.2f} GiB)")
+    print(f"{'at once':>7} {'child':>5} {'imports':>8} " + " ".join(f"{s:>22}" for s in STEPS) + f" {'total':>8}")
     for k in (int(x) for x in args.concurrent.split(",")):
-        reports = run_batch(k, model_dir, device, dtype, args.steps)
+        reports = run_batch(k, args, model_dir, dtypes)
         result["batches"][str(k)] = reports
-        result["device"] = next((r["device_name"] for r in reports if "device_name" in r), result["device"])
         for i, rep in enumerate(reports):
             if "error" in rep:
-                print(f"{k:>7} {i:>5} error: {rep['error']}")
+                print(f"{k:>7} {i:>5} error: {rep['error']}", flush=True)
                 continue
+            result["device"] = result["device"] or f"{rep['device_name']} ({rep['dtype']})"
             cells = [f"{rep[s]['wall']:7.2f}s (cpu {rep[s]['cpu']:6.2f})" for s in STEPS]
-            print(f"{k:>7} {i:>5} " + " ".join(f"{c:>22}" for c in cells)
-                  + f" {sum(rep[s]['wall'] for s in STEPS[:3]):7.2f}s")
+            print(f"{k:>7} {i:>5} {rep['imports_s']:7.2f}s " + " ".join(f"{c:>22}" for c in cells)
+                  + f" {sum(rep[s]['wall'] for s in STEPS[:3]):7.2f}s", flush=True)
     first = result["batches"][args.concurrent.split(",")[0]][0]
     if "profile" in first:
         print("from_pretrained, first child, cumulative:\n" + first["profile"])
