@@ -105,13 +105,26 @@ def _open_device(device: str) -> None:
 
 
 def _open(device: str) -> None:
+    """The context, then each library a DiT's first call loads on first use: cuBLAS(Lt) for the
+    half-precision GEMMs, cuDNN for the VAE's convolutions, the fused attention kernels. Loaded
+    here, beside the judge's start-up and the build's CPU work, not in the quality phase's first
+    call; every worker loads the same, so no side is favoured, and only libraries are kept."""
     import torch
+    import torch.nn.functional as F
 
     with contextlib.suppress(Exception):  # an optimisation only: the build opens what this did not
         x = torch.ones(8, 8, device=device)
         torch.mm(x, x)
+        for dt in (torch.float16, torch.bfloat16):
+            h = torch.ones(64, 64, device=device, dtype=dt)
+            torch.mm(h, h)
+            img = torch.ones(1, 32, 8, 8, device=device, dtype=dt)
+            F.group_norm(F.conv2d(img, torch.ones(32, 32, 3, 3, device=device, dtype=dt), padding=1), 8)
+            q = torch.ones(1, 2, 16, 64, device=device, dtype=dt)
+            F.scaled_dot_product_attention(q, q, q)
+            F.layer_norm(h, (64,))
         torch.cuda.synchronize(device)
-        del x
+        del x, h, img, q
         torch.cuda.empty_cache()
 
 
