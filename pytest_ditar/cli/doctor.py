@@ -87,11 +87,10 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
 def model_row(suite) -> tuple[str, str, str]:
     """Where the workers load the model from (PipelineSpec.model_dir), and their CPU threads."""
     from pytest_ditar.cli.suite import cpu_threads, model_where
-    from pytest_ditar.core.vocabulary import ENV_CPU_THREADS
 
-    where = model_where(suite)
-    return ("model", FAIL if where.startswith("not found") else PASS,
-            f"{where}; a CPU worker runs {cpu_threads()} torch thread(s) ({ENV_CPU_THREADS})")
+    where, threads = model_where(suite), cpu_threads()
+    return ("model", FAIL if where.startswith("not found") or threads.startswith("none") else PASS,
+            f"{where}; a worker's torch threads: {threads}")
 
 
 def sandbox_row(cfg) -> tuple[str, str, str]:

@@ -53,7 +53,16 @@ def model_where(suite: Any) -> str:
 
 
 def cpu_threads() -> str:
-    return os.environ.get(ENV_CPU_THREADS) or "1"
+    """A worker's torch intra-op threads, as `dit-ar suite` and `doctor` say it."""
+    from pytest_ditar.runtime.worker import BUILDS_AT_ONCE, worker_threads
+
+    setting = os.environ.get(ENV_CPU_THREADS)
+    try:
+        cpu, gpu = (worker_threads(d, len(os.sched_getaffinity(0)), setting) for d in ("cpu", "cuda"))
+    except ValueError as exc:
+        return f"none: {exc}"
+    how = f"{ENV_CPU_THREADS}" if setting else f"{ENV_CPU_THREADS} unset: the host's cores / {BUILDS_AT_ONCE}"
+    return f"{cpu} on CPU, {gpu} on a GPU ({how})"
 
 
 def describe(cfg: Any, suite: Any) -> list[str]:
@@ -63,8 +72,7 @@ def describe(cfg: Any, suite: Any) -> list[str]:
     weights = f", weights {m.weights_dir}" if m.weights_dir else ""
     lines = [f"suite     {suite.name} ({where})",
              f"model     {m.source}, arch {m.arch}, seed {m.seed}{weights}: {model_where(suite)}",
-             (f"worker    {cpu_threads()} torch intra-op thread(s) on CPU ({ENV_CPU_THREADS}, default 1); "
-              "one GPU per worker on CUDA"),
+             f"worker    torch intra-op threads: {cpu_threads()}; one GPU per worker on CUDA",
              (f"pipeline  {p.scheduler}, {p.steps} steps, guidance {p.guidance:g}, {p.resolution} px, "
               f"quality batch {p.batch}"),
              f"dtype     cpu {p.dtype_cpu}, cuda {p.dtype_cuda} (PipelineSpec.dtype on that device)",

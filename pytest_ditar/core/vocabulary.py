@@ -24,7 +24,7 @@ DEFAULT_CONFIG = "config/autoresearch.json"  # relative to the project root
 # Environment variables the product reads.
 ENV_CONFIG = "DITAR_CONFIG"  # dit-ar's --config default
 ENV_TAG = "DITAR_TAG"  # the session tag, over the branch name
-ENV_CPU_THREADS = "DITAR_CPU_THREADS"  # torch intra-op threads of a CPU worker (default 1)
+ENV_CPU_THREADS = "DITAR_CPU_THREADS"  # torch intra-op threads of a worker (default 1 on CPU, cores/4 on a GPU)
 ENV_CACHE = "DITAR_CACHE"  # where generated model directories are cached
 ENV_WEIGHTS_DIR = "DITAR_WEIGHTS_DIR"  # a local pipeline directory, over the suite's model.weights_dir
 ENV_PROGRESS = "DITAR_PROGRESS"  # 0: no progress bars; 1: bars even without a terminal

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
-from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.errors import CandidateError, ConfigError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
@@ -158,11 +158,21 @@ class DitarSession:
                 kind = partial(GroupWorker, ranks=ranks)
             w = kind(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
                      memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
-                     cpu_threads=int(os.environ.get(ENV_CPU_THREADS, "1")),
+                     cpu_threads=self.worker_threads(spec.device),
                      build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
                      compile_cache=self.compile_cache(), compile_cache_writable=champion_side)
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
+
+    @staticmethod
+    def worker_threads(device: str) -> int:
+        """Each worker's torch intra-op threads on `device` (runtime.worker.worker_threads)."""
+        from pytest_ditar.runtime.worker import worker_threads
+
+        try:
+            return worker_threads(device, len(os.sched_getaffinity(0)), os.environ.get(ENV_CPU_THREADS))
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def worker_env(self, cwd: Path) -> dict[str, str]:
         """The judge's environment less what names the state directory or the judge's own settings,

@@ -37,7 +37,7 @@ from typing import Any, Iterator, cast
 import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
-from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
+from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
 from pytest_ditar.runtime import proctree, sandbox, zygote
 from pytest_ditar.runtime.clock import judge_clock
@@ -46,6 +46,27 @@ from pytest_ditar.runtime.harness import frame_text
 ALLOWED_DTYPES = {"<f4": np.float32, "|u1": np.uint8, "<f2": np.float16}
 MAX_ARRAY_BYTES = 1 << 31
 BUILD_DETAIL = ("build_cpu_s", "open_s", "open_in_build_s")  # what a build reply may say of itself
+# A gated run builds up to four workers at once: the candidate, the champion, its twin and the
+# holdout's baseline. On a GPU host each with torch's default pool of every core spin against each
+# other: DiT-XL's from_pretrained took 0.44 s alone and 6.3 s three at once on a 16-core H200 host
+# (benchmarks/build_cost.py), most of a run's fixed cost.
+BUILDS_AT_ONCE = 4
+
+
+def worker_threads(device: str, cores: int, setting: str | None = None) -> int:
+    """Torch intra-op threads of a worker: `setting` (DITAR_CPU_THREADS) where given; else one on
+    CPU, where the lanes time toy-sized ops and a pool only adds noise, and on a GPU the host's
+    cores shared among the builds that run at once."""
+    if setting:
+        try:
+            n = int(setting)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{ENV_CPU_THREADS}={setting!r}: give a whole number of threads, at least 1 "
+                             f"(or unset it: 1 on CPU, the cores / {BUILDS_AT_ONCE} on a GPU)")
+        return n
+    return 1 if device == "cpu" else max(1, cores // BUILDS_AT_ONCE)
 CLOCK_SLACK_S = 0.002  # timer resolution and rounding across two processes
 START_TIMEOUT_S = 600.0  # interpreter + torch import + CUDA context on a cold, busy host
 
@@ -64,7 +85,7 @@ class CandidateWorker:
     """One candidate pipeline in a process of its own."""
 
     def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
-                 memory_budget_gib: float | None = None, cpu_threads: int = 1, cwd: Path | None = None,
+                 memory_budget_gib: float | None = None, cpu_threads: int | None = None, cwd: Path | None = None,
                  env: dict[str, str] | None = None, build_timeout_s: float | None = None, sandboxed: bool = True,
                  writable: "tuple[Path, ...] | list[Path]" = (), compile_cache: Path | None = None,
                  compile_cache_writable: bool = False):
@@ -73,7 +94,9 @@ class CandidateWorker:
         self.spec = spec
         self.log_path = Path(log_path)
         self.memory_budget_gib = memory_budget_gib
-        self.cpu_threads = cpu_threads
+        # None: the default share on its device (DITAR_CPU_THREADS where set)
+        self.cpu_threads = cpu_threads if cpu_threads is not None else \
+            worker_threads(spec.device, len(os.sched_getaffinity(0)), os.environ.get(ENV_CPU_THREADS))
         self.cwd = cwd
         self.env = env  # the worker's environment; None: the judge's
         # how long build() may take wherever the build is waited for (config build_timeout_s): a

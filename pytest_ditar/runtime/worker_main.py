@@ -146,10 +146,9 @@ class Worker:
 
         self.buffer = open(buffer, "r+b")
         self.device = device
-        if device == "cpu":
-            # One intra-op thread on CPU by default: toy-sized ops gain nothing from a pool, and a
-            # pool that spin-waits against other processes turns timing noise into 100x outliers.
-            torch.set_num_threads(cpu_threads)
+        # The judge's share (runtime.worker.worker_threads): pools that spin-wait against other
+        # workers' turn CPU timing noise into outliers and a GPU run's parallel builds into a crawl.
+        torch.set_num_threads(cpu_threads)
         if group:  # a rank of a group (runtime.group): the process group exists before build()
             _join_group(group, device)
         reply: dict[str, Any] = {"pid": os.getpid(), "argv": sys.argv}

@@ -3,6 +3,7 @@ session can judge (doctor, status, the class gate's words) and a session's bound
 import dataclasses
 import importlib.util
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -38,7 +39,8 @@ def test_suite_shows_the_settings_every_contract_field_and_the_class_floors(cfg)
     from pytest_ditar.runtime.models import model_location
 
     assert f": {model_location(load_suite(REPO / 'suites/tiny'))}" in out  # where PipelineSpec.model_dir points
-    assert "worker    1 torch intra-op thread(s) on CPU (DITAR_CPU_THREADS, default 1)" in out
+    assert re.search(r"worker    torch intra-op threads: 1 on CPU, \d+ on a GPU \(DITAR_CPU_THREADS unset: "
+                     r"the host's cores / 4\)", out), out
     assert "pipeline  dpm-solver-multistep, 10 steps, guidance 4, 16 px, quality batch 4" in out
     assert "dtype     cpu float32, cuda float32" in out
     assert "corpus    12 items: labels 0..913, seeds 1000..1011; plus 2 fresh holdout seed(s)" in out
@@ -134,7 +136,11 @@ def test_doctor_names_the_model_directory_and_fails_on_missing_local_weights(tmp
     suite = load_suite(REPO / "suites/tiny")
     monkeypatch.setenv("DITAR_CPU_THREADS", "3")
     name, status, text = model_row(suite)
-    assert (name, status) == ("model", "pass") and "a CPU worker runs 3 torch thread(s)" in text, text
+    assert (name, status) == ("model", "pass") and "torch threads: 3 on CPU, 3 on a GPU" in text, text
+    monkeypatch.setenv("DITAR_CPU_THREADS", "many")  # a bad setting fails here, named, with the fix
+    name, status, text = model_row(suite)
+    assert status == "FAIL" and "DITAR_CPU_THREADS='many': give a whole number" in text, text
+    monkeypatch.setenv("DITAR_CPU_THREADS", "3")
     monkeypatch.setenv("DITAR_WEIGHTS_DIR", str(tmp_path / "no-such-dit"))
     name, status, text = model_row(suite)
     assert status == "FAIL" and "no-such-dit" in text and "model_index.json" in text, text
