@@ -349,6 +349,7 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
         if d.status == "KEEP":
             champion.store(s, cast(str, gate.head), cls)  # a judged run: its commit
+            s.keep_compiled = True  # its compilations join the champion's cache once its workers end
         warmstart.hand_over(TagPaths(s.state_dir))  # backed up with the row: the next run's zygote
     except OSError as exc:
         d = _crash(f"could not record the run: {oserror_line(exc)}")

@@ -57,6 +57,10 @@ class DitarSession:
     _semantic: SessionScores | None = None  # evaluators built once per session + score cache
     clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
     holdout_reference: Any = None  # loop.holdout.Reference: the baseline's fresh outputs, made early
+    # set once the candidate is recorded as the champion (a KEEP, a baseline): close() adds what it
+    # compiled to the tag's compile cache (runtime.compiled); the line saying so, once added
+    keep_compiled: bool = False
+    compiled_note: str | None = None
     # Keys the stream of timed requests (core.requests); made when the run starts, recorded in
     # the run's summary only after the candidate has finished.
     request_secret: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -160,7 +164,8 @@ class DitarSession:
                      memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
                      cpu_threads=self.worker_threads(spec.device),
                      build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
-                     compile_cache=self.compile_cache(), compile_cache_writable=champion_side)
+                     compile_cache=self.compile_cache(), compile_cache_writable=champion_side,
+                     keep_compile_writes=not champion_side)
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
 
@@ -255,6 +260,7 @@ class DitarSession:
             self.holdout_reference.join(10.0)
         for w in self._workers.values():
             w.close()
+        self._add_compiled()
         if self._scratch is not None:
             import shutil
 
@@ -277,6 +283,28 @@ class DitarSession:
                 shutil.copytree(self._worker_logs, self._run_dir / "workers" / who, dirs_exist_ok=True)
             shutil.rmtree(self._worker_logs, ignore_errors=True)
             self._worker_logs = None
+
+    def _add_compiled(self) -> None:
+        """After its processes have ended: what a kept candidate compiled goes into the tag's compile
+        cache (only names still free there), so the new champion's next build finds it; a discarded
+        candidate's writes are dropped. A cache, never state: a failure is a note, not the run's."""
+        from pytest_ditar.runtime import compiled
+
+        added = size = 0
+        for w in self._workers.values():
+            if w.compile_writes is None:
+                continue
+            if self.keep_compiled:
+                try:
+                    a, b = compiled.promote(w.compile_writes / "upper", self.compile_cache())
+                    added, size = added + a, size + b
+                except OSError as exc:
+                    self.compiled_note = f"ditar: compile cache: the kept candidate's compilations not added ({exc})"
+            compiled.remove(w.compile_writes)
+            w.compile_writes = None
+        if added:
+            self.compiled_note = (f"ditar: compile cache: {added} files ({size / 1e6:.1f} MB) the kept candidate "
+                                  f"compiled added to {self.compile_cache()}")
 
     def output_for(self, item: CorpusItem) -> ItemOutput:
         """Generate the fixed batch that holds `item` (once), then serve it from the cache."""
@@ -354,6 +382,10 @@ class DitarSession:
             if w is worker:
                 del self._workers[key]
                 w.close()
+                if w.compile_writes is not None:  # a retired worker is never the one kept
+                    from pytest_ditar.runtime import compiled
+
+                    compiled.remove(w.compile_writes)
 
     def check_worktrees(self) -> CandidateError | None:
         """A CRASH error, recorded once in `errors`, when a file of a worktree this run builds from

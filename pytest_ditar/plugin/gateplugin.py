@@ -245,6 +245,8 @@ class GatePlugin:
         if not self.closed:
             self.closed = True
             self.gate.sess.close()
+            if self.gate.sess.compiled_note:
+                self.notes.append(self.gate.sess.compiled_note)
 
 
 def _hook_owner(exc: BaseException, hook: str | None) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import proctree, worker as w, zygote
+from pytest_ditar.runtime import proctree, sandbox, worker as w, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.worker import CLOCK_SLACK_S, START_TIMEOUT_S, CandidateWorker, Outputs
 
@@ -85,7 +85,7 @@ class GroupWorker(CandidateWorker):
         if self._box is not None:
             env["TMPDIR"] = str(self.cwd)
         if self.buffer_dir is None:
-            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=w._shared_memory_dir()))
+            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=sandbox.shared_memory_dir()))
         socks, logs = [], []
         for r in self.ranks:
             parent, child = socket.socketpair()

@@ -4,8 +4,9 @@ A worker sees the whole filesystem read-only: the repository and its `.git`, the
 directory, the champion's worktree, the virtual environment, the model cache. It may write only
 what its Spec names: its private scratch directory (its working directory and TMPDIR), the
 folder of its shared-memory buffer and, on the champion's side, the tag's compile cache. The
-candidate sees that cache through an overlay whose writes land in a tmpfs of its own (or, where
-overlays cannot be mounted, an empty tmpfs): the champion's cache is never writable by it. It
+candidate sees that cache through an overlay whose writes land in a folder of the judge's outside
+its view (or, where overlays cannot be mounted, that folder alone): the champion's cache is never
+writable by it, and the judge adds what it compiled only once it is kept (runtime.compiled). It
 has a PID namespace of its own (its `/proc` shows only its own processes: no judge, no sibling,
 nothing to signal), no network (a loopback only), a `/dev` with the basic nodes plus the device
 nodes its lane needs (`/dev/nvidia*` for CUDA), private IPC and a private `/dev/shm`.
@@ -77,7 +78,10 @@ class Spec:
     writable: tuple[str, ...] = ()  # bound read-write at the same path
     private: tuple[str, ...] = ()  # shown as they are; writes go to a tmpfs of this sandbox's own
     devices: tuple[str, ...] = ()  # device nodes bound in (beside /dev's basic ones)
-    overlay: bool = True  # `private` as an overlay of the real folder; False: an empty tmpfs
+    overlay: bool = True  # `private` as an overlay of the real folder; False: an empty folder
+    # per `private` path, a judge's folder that keeps its writes (`upper/`, and the overlay's `work/`);
+    # '' or absent: a tmpfs of the sandbox's own, gone with it
+    kept: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)  # variables the sandboxed process gets on top of its own
 
     def to_json(self) -> str:
@@ -87,7 +91,7 @@ class Spec:
     def from_dict(cls, d: dict) -> "Spec":
         return cls(bwrap=str(d["bwrap"]), writable=tuple(d.get("writable", ())), private=tuple(d.get("private", ())),
                    devices=tuple(d.get("devices", ())), overlay=bool(d.get("overlay", True)),
-                   env=dict(d.get("env", {})))
+                   kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})))
 
 
 def device_nodes(device: str) -> tuple[str, ...]:
@@ -128,9 +132,19 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
         args += ["--dev-bind", node, node]
     for path in spec.writable:
         args += ["--bind", path, path]
-    for path in spec.private:
-        args += ["--overlay-src", path, "--tmp-overlay", path] if spec.overlay else ["--tmpfs", path]
+    for i, path in enumerate(spec.private):
+        kept = spec.kept[i] if i < len(spec.kept) else ""
+        if kept:  # its writes land in the judge's folder (under /dev/shm: out of view, the sandbox's is its own)
+            args += ["--overlay-src", path, "--overlay", f"{kept}/upper", f"{kept}/work", path] if spec.overlay \
+                else ["--bind", f"{kept}/upper", path]
+        else:
+            args += ["--overlay-src", path, "--tmp-overlay", path] if spec.overlay else ["--tmpfs", path]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
+
+
+def shared_memory_dir() -> str | None:
+    """/dev/shm where there is one (Linux: memory, not disk); else None, the system's temp directory."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def find_bwrap() -> tuple[str | None, str]:
@@ -343,19 +357,33 @@ def _selftest(spec: Spec) -> str | None:
         scratch, private, outside = (os.path.join(tmp, n) for n in ("scratch", "private", "outside"))
         for d in (scratch, private, outside):
             os.mkdir(d)
-        spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay)
+        kept = tempfile.mkdtemp(prefix="ditar-sandbox-probe-kept-", dir=shared_memory_dir())
+        for d in ("upper", "work"):
+            os.mkdir(os.path.join(kept, d))
+        spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,))
         try:
-            res = subprocess.run([sys.executable, *_PYTHON_FLAGS, "-m", "pytest_ditar.runtime.sandbox", "--probe",
-                                  spec.to_json(), outside, str(os.getpid())],
-                                 capture_output=True, text=True, timeout=120, cwd=scratch)
-        except (OSError, subprocess.SubprocessError) as exc:
-            return f"the sandbox probe did not run ({exc})"
-        if res.returncode != 0:
-            lines = (res.stdout + res.stderr).strip().splitlines()
-            return lines[-1] if lines else f"the sandbox probe exited with code {res.returncode}"
-        if os.listdir(outside) or os.listdir(private):
-            return "a write from inside the sandbox landed outside it"
-        return None
+            return _run_probe(spec, scratch, outside, private, kept)
+        finally:
+            from pytest_ditar.runtime.compiled import remove
+
+            remove(kept)
+
+
+def _run_probe(spec: Spec, scratch: str, outside: str, private: str, kept: str) -> str | None:
+    try:
+        res = subprocess.run([sys.executable, *_PYTHON_FLAGS, "-m", "pytest_ditar.runtime.sandbox", "--probe",
+                              spec.to_json(), outside, str(os.getpid())],
+                             capture_output=True, text=True, timeout=120, cwd=scratch)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"the sandbox probe did not run ({exc})"
+    if res.returncode != 0:
+        lines = (res.stdout + res.stderr).strip().splitlines()
+        return lines[-1] if lines else f"the sandbox probe exited with code {res.returncode}"
+    if os.listdir(outside) or os.listdir(private):
+        return "a write from inside the sandbox landed outside it"
+    if os.listdir(os.path.join(kept, "upper")) != ["ok"]:
+        return "a write to the sandbox's private cache was not kept in the judge's folder"
+    return None
 
 
 _PYTHON_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()

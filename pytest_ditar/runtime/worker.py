@@ -88,7 +88,7 @@ class CandidateWorker:
                  memory_budget_gib: float | None = None, cpu_threads: int | None = None, cwd: Path | None = None,
                  env: dict[str, str] | None = None, build_timeout_s: float | None = None, sandboxed: bool = True,
                  writable: "tuple[Path, ...] | list[Path]" = (), compile_cache: Path | None = None,
-                 compile_cache_writable: bool = False):
+                 compile_cache_writable: bool = False, keep_compile_writes: bool = False):
         self.name = name
         self.candidate_dir = Path(candidate_dir).resolve()
         self.spec = spec
@@ -109,6 +109,11 @@ class CandidateWorker:
         self.writable = tuple(Path(p) for p in writable)
         self.compile_cache = Path(compile_cache) if compile_cache is not None else None
         self.compile_cache_writable = compile_cache_writable
+        # keep_compile_writes: a read-only cache's writes land in a folder of the judge's (made at start,
+        # `compile_writes`), which the judge adds to the cache if the candidate is kept and removes
+        # (loop.session.close, runtime.compiled); else in a tmpfs of its sandbox's own
+        self.keep_compile_writes = keep_compile_writes
+        self.compile_writes: Path | None = None
         self._own_scratch: Path | None = None  # a scratch directory made for a worker given no cwd
         self.buffer_dir: Path | None = None  # the shared-memory buffer's own folder (bound into the sandbox)
         self._proc: subprocess.Popen | None = None
@@ -146,7 +151,7 @@ class CandidateWorker:
             env["TMPDIR"] = str(self.cwd)  # tempfile and friends write in its scratch, the one place they can
         self._box = box
         if self.buffer_dir is None:  # sandboxed or not, the buffer lies in a folder of its own
-            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=_shared_memory_dir()))
+            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=sandbox.shared_memory_dir()))
         z = zygote.zygote()
         if z is None:
             self._proc = self._spawn(child.fileno(), env)
@@ -177,14 +182,21 @@ class CandidateWorker:
             raise sandbox.SandboxUnavailable(avail.problem)
         if self.cwd is None:
             self._own_scratch = self.cwd = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-scratch-"))
-        self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=_shared_memory_dir()))
+        self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=sandbox.shared_memory_dir()))
         writable: list[Path] = [Path(self.cwd), self.buffer_dir, *self.writable]
         private: list[Path] = []
+        kept: list[str] = []
         if self.compile_cache is not None:
             (self.compile_cache / "triton").mkdir(parents=True, exist_ok=True)  # bound, so it must exist
             (writable if self.compile_cache_writable else private).append(self.compile_cache)
+            if not self.compile_cache_writable and self.keep_compile_writes:
+                self.compile_writes = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-compiled-",
+                                                            dir=sandbox.shared_memory_dir()))
+                for part in ("upper", "work"):
+                    (self.compile_writes / part).mkdir()
+                kept.append(str(self.compile_writes.resolve()))
         return sandbox.Spec(bwrap=str(avail.bwrap), writable=tuple(str(p.resolve()) for p in writable),
-                            private=tuple(str(p.resolve()) for p in private),
+                            private=tuple(str(p.resolve()) for p in private), kept=tuple(kept),
                             devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay)
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
@@ -528,11 +540,6 @@ def _fork_from_zygote(z: Any, fds: list[int], log_path: Path, cwd: Path | None, 
         return z.spawn(fds, log_path, cwd, env, box, ranks)
     except (OSError, ValueError, KeyError):
         return None  # a zygote that cannot fork (or refused to: CUDA touched): spawn directly
-
-
-def _shared_memory_dir() -> str | None:
-    """/dev/shm where there is one (Linux: memory, not disk); else the system's temp directory."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _request_dict(r: Request) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from candidates import STOCK
+from candidates import REDUNDANT, STOCK
 from conftest import REPO, research_project
 
 CACHE_VARS = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_FX_GRAPH_CACHE",
@@ -34,6 +34,9 @@ def _use_the_compile_cache():
     before = sorted(p.name for p in entries.iterdir()) if entries.is_dir() else []
     name = f"{{os.getpid()}}-{{time.time_ns()}}"
     entries.mkdir(parents=True, exist_ok=True)
+    if {poison!r}:  # what the champion's side compiled, rewritten (in its own overlay's copy)
+        for old in before:
+            (entries / old).write_text("poisoned")
     (entries / name).write_text("compiled")
     # a folder an earlier build made goes, as a compiler's temporary folders do
     shutil.rmtree(cache / "scratch", ignore_errors=True)
@@ -42,11 +45,12 @@ def _use_the_compile_cache():
 '''
 
 
-def _source(build_sleep_s: float = 0.0, note: str = "") -> str:
-    head, sep, body = STOCK.partition("def build(")
+def _source(build_sleep_s: float = 0.0, note: str = "", base: str = STOCK, poison: bool = False) -> str:
+    head, sep, body = base.partition("def build(")
     call = "    _use_the_compile_cache()\n" + (f"    import time; time.sleep({build_sleep_s})\n"
                                               if build_sleep_s else "")
-    return head + RECORD.format(keys=CACHE_VARS, mark=MARK) + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1) + note
+    record = RECORD.format(keys=CACHE_VARS, mark=MARK, poison=poison)
+    return head + record + "\n\n" + sep + body.replace(":\n", ":\n" + call, 1) + note
 
 
 def _records(proj, sha: str) -> list[dict]:
@@ -117,6 +121,45 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
     time_line = next(line for line in res1.stdout.splitlines() if line.startswith("ditar: time"))
     assert re.search(r"built in candidate [0-9.]+s \(cpu [0-9.]+s\) / commit-[0-9a-f]{7} [0-9.]+s, "
                      r"warm-up [0-9.]+s \(champion and twin ", time_line), time_line
+
+
+def _sides(proj, sha: str, champion_sha: str) -> tuple[dict, dict]:
+    """(the champion's build record, the candidate's) of the run of `sha`."""
+    run = _records(proj, sha)
+    champion = [r for r in run if f"/worktrees/{champion_sha[:12]}/" in r["file"]]
+    candidate = [r for r in run if Path(r["file"]).resolve() == (proj.root / "mutable/pipeline.py").resolve()]
+    assert len(champion) == 1 and len(candidate) == 1, run
+    return champion[0], candidate[0]
+
+
+def test_a_kept_candidates_compilations_join_the_cache_and_a_discarded_ones_never_do(
+        pytester, model_cache, tmp_path_factory):
+    """Issue 29: the run after a compiled KEEP finds the new champion's compilations warm. The
+    candidate's writes were kept outside its sandbox; on the KEEP the judge adds the names still
+    free (never replacing what the champion's side wrote); on a DISCARD they are dropped."""
+    from pytest_ditar.hardware.cachekey import device_key
+
+    proj = research_project(pytester, tmp_path_factory, mutable_source=_source(base=REDUNDANT))
+    entries = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve() / "entries"
+
+    # Run 1: dropping the redundant pass is a real win; the candidate also rewrites the entries it found.
+    sha1, res1, line1 = proj.experiment(_source(poison=True), "exact", "Drop the redundant pass")
+    assert line1.startswith("DITAR VERDICT: KEEP "), res1.stdout[-3000:]
+    _champ1, cand1 = _sides(proj, sha1, proj.ledger()[0]["commit"])
+    assert cand1["before"]  # it read the cache's entries through its overlay (the baseline's, kept) ...
+    names = {p.name for p in entries.iterdir()}
+    assert cand1["wrote"] in names, names  # ... and, kept, its own entry joined the cache
+    assert {p.read_text() for p in entries.iterdir()} == {"compiled"}  # what it rewrote did not
+    assert re.search(r"^ditar: compile cache: [1-9]\d* files \([0-9.]+ MB\) the kept candidate compiled added to ",
+                     res1.stdout, re.M), res1.stdout[-3000:]
+
+    # Run 2: the pass added back is slower: DISCARD. The new champion's build finds run 1's entry.
+    sha2, res2, line2 = proj.experiment(_source(base=REDUNDANT, note="\n# back\n"), "exact", "The pass again")
+    assert line2.startswith("DITAR VERDICT: DISCARD "), res2.stdout[-3000:]
+    champ2, cand2 = _sides(proj, sha2, sha1)
+    assert cand1["wrote"] in champ2["before"], champ2
+    assert cand2["wrote"] not in {p.name for p in entries.iterdir()}  # the discarded candidate's: dropped
+    assert "ditar: compile cache:" not in res2.stdout
 
 
 def test_the_device_key_is_short_stable_and_apart_per_device_kind():

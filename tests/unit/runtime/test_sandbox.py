@@ -113,6 +113,12 @@ def test_the_spec_is_bwraps_command_line():
     assert argv[0] == "/x/bwrap"
     no_overlay = " ".join(sandbox.argv(sandbox.Spec(bwrap="b", private=("/c",), overlay=False), 3))
     assert "--tmpfs /c" in no_overlay and "overlay" not in no_overlay  # an empty cache of its own instead
+    # a candidate's compile cache whose writes the judge keeps (runtime.compiled adds them on a KEEP)
+    kept = sandbox.Spec(bwrap="b", private=("/c",), kept=("/dev/shm/k",))
+    assert "--overlay-src /c --overlay /dev/shm/k/upper /dev/shm/k/work /c" in " ".join(sandbox.argv(kept, 3))
+    bound = " ".join(sandbox.argv(sandbox.Spec(bwrap="b", private=("/c",), kept=("/k",), overlay=False), 3))
+    assert "--bind /k/upper /c" in bound and "overlay" not in bound  # no overlay: an empty folder, still kept
+    assert sandbox.Spec.from_dict(json.loads(kept.to_json())) == kept
     assert sandbox.Spec.from_dict(json.loads(spec.to_json())) == spec
     assert sandbox.device_nodes("cpu") == ()
 

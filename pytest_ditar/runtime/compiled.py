@@ -1,0 +1,101 @@
+"""What a kept candidate compiled, added to the tag's compile cache (issue 29).
+
+The candidate compiles into an overlay of the champion's cache whose writes land in a folder of
+the judge's (runtime.sandbox's `kept`); the champion's side writes the cache itself. Once the
+candidate is kept, its code is the champion's: its workers would write the same cache from the next
+run on, so the judge adds what the candidate compiled and the next run's champion finds it warm
+instead of compiling again. A discarded candidate's writes are dropped with its folder.
+
+The judge only ever adds: a regular file whose name is free in the cache. A file the champion's
+side wrote is never replaced, the overlay's whiteouts (deletions) and links are skipped, and every
+folder is opened without following links, one component at a time (O_NOFOLLOW, relative to its
+parent's descriptor), so a link planted in the cache cannot send the judge's write elsewhere.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from pathlib import Path
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def promote(upper: Path, cache: Path) -> tuple[int, int]:
+    """Copy the regular files under `upper` (an overlay's upper folder) whose names are free in
+    `cache`; (files added, their bytes). A name already taken, a whiteout or a link is skipped."""
+    added = size = 0
+    if not upper.is_dir():
+        return 0, 0
+    cache.mkdir(parents=True, exist_ok=True)
+    root = os.open(cache, _DIR_FLAGS)
+    try:
+        for dirpath, _dirs, files in os.walk(upper):  # followlinks=False: a linked folder is not entered
+            parts = Path(dirpath).relative_to(upper).parts
+            regular = [(n, st) for n in files
+                       if stat.S_ISREG((st := os.lstat(os.path.join(dirpath, n))).st_mode)]
+            if not regular:
+                continue
+            fd = _open_folder(root, parts)
+            if fd is None:
+                continue
+            try:
+                for name, st in regular:
+                    if _add(fd, name, os.path.join(dirpath, name)):
+                        added, size = added + 1, size + st.st_size
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root)
+    return added, size
+
+
+def _open_folder(root: int, parts: tuple[str, ...]) -> int | None:
+    """A descriptor of root/parts, made where missing; None where a component is not a plain folder."""
+    fd = os.dup(root)
+    for part in parts:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part, 0o755, dir_fd=fd)
+        try:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+        except OSError:  # a link or a file under that name: nothing goes below it
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _add(folder: int, name: str, src: str) -> bool:
+    """Write src as `name` in the open folder unless the name is taken: a temporary name first, then
+    a link(2) that fails where the name exists (never a replace)."""
+    tmp = f".{name}.ditar-{os.getpid()}"
+    try:
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+    except OSError:
+        return False
+    try:
+        with os.fdopen(out, "wb") as dst, open(src, "rb") as fh:
+            shutil.copyfileobj(fh, dst)
+            dst.flush()
+            os.fsync(dst.fileno())
+        try:
+            os.link(tmp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
+            return True
+        except FileExistsError:
+            return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder)
+
+
+def remove(kept: "Path | str") -> None:
+    """Delete a kept-writes folder; the overlay leaves its `work/work` without permissions."""
+    for dirpath, dirs, _files in os.walk(kept):  # top-down: each folder opened up before it is entered
+        for d in dirs:
+            path = os.path.join(dirpath, d)
+            if not os.path.islink(path):
+                with contextlib.suppress(OSError):
+                    os.chmod(path, 0o700)
+    shutil.rmtree(kept, ignore_errors=True)
