@@ -33,6 +33,10 @@ TEMPLATE = ROOT / "pytest_ditar/demo/candidates/faster_exact.py"  # the lean loo
 # name, class, commit subject, switch updates on top of the champion's switches, expected verdict
 RUNGS = [
     ("lean", "exact", "Lean sampling loop: the transformer through F.* on its own weights", {"LEAN": True}, "KEEP"),
+    # Issue 29: session 12's four kept exact rungs (their rows: docs/benchmarks.md) as one commit, so a
+    # ladder from a fresh baseline reaches the compile rungs inside one device call.
+    ("exact_stack", "exact", "Lean loop, fused QKV, batched conditioning GEMMs, the transformer as a CUDA graph",
+     {"LEAN": True, "FUSED_QKV": True, "BATCHED_COND": True, "CUDA_GRAPHS": True}, "KEEP"),
     ("fused_qkv", "exact", "Fuse the q, k, v projections into one GEMM", {"FUSED_QKV": True}, "KEEP or not faster"),
     ("batched_cond", "exact", "Per-block conditioning MLPs and adaLN projections as batched GEMMs",
      {"BATCHED_COND": True}, "KEEP or not faster"),
@@ -42,9 +46,21 @@ RUNGS = [
     # graph above then replays the compiled kernels. Compiles in the first run's build and warm-up.
     ("regional_compile", "exact", "Compile the repeated DiT block once (inductor) inside the replayed graph",
      {"REGIONAL_COMPILE": "default"}, "KEEP"),
+    # Issue 29: the decoder is a tenth of a b8 call on an H200 (27 ms of 263 in session 12's profile),
+    # untouched by the block's compile: NHWC convolutions, group norm + SiLU fused.
+    ("vae_compile", "exact", "The VAE decoder channels-last and compiled (inductor)", {"VAE_COMPILE": "default"},
+     "KEEP"),
     # On top of whatever is the champion (an earlier version flipped back to the stock loop here).
     ("sdpa", "exact", "Prefer cuDNN then flash SDPA kernels for DiT's attention shapes",
      {"SDPA_BACKENDS": ["CUDNN_ATTENTION", "FLASH_ATTENTION"]}, "KEEP or not faster"),
+    # Issue 29: autotuned Triton GEMMs with the bias + GELU (and the residual gates) in their epilogues
+    ("autotune", "exact", "Autotune the compiled block's GEMMs with fused epilogues (max-autotune-no-cudagraphs)",
+     {"REGIONAL_COMPILE": "max-autotune-no-cudagraphs"}, "KEEP or not faster"),
+    ("fp16_accum", "numerical", "cuBLAS half-precision GEMMs accumulate in fp16", {"FP16_ACCUMULATE": True},
+     "KEEP or not faster"),
+    # The champion's code again (a comment apart): its build finds the compile cache warm.
+    ("same_again", "exact", "The champion again, a comment apart (the compile cache warm)",
+     {"_comment": "the champion's code again"}, "DISCARD: not faster"),
     ("mislabelled", "exact", "Fold the guidance scale (actually changes it)", {"GUIDANCE_SCALE": 0.75},
      "DISCARD: quality/class claim"),
     ("slower", "exact", "A second transformer pass per step for batch invariance", {"REDUNDANT_PASS": True},
@@ -57,14 +73,21 @@ RUNGS = [
     ("int8", "quantization", "int8 weight-only linear layers (torchao)", {"INT8_WEIGHTS": True},
      "DISCARD: class gate (no evaluators)"),
 ]
+BY_NAME = {r[0]: r for r in RUNGS}
 DEFAULTS = {"LEAN": True, "SDPA_BACKENDS": None, "FUSED_QKV": False, "BATCHED_COND": False, "CUDA_GRAPHS": False,
-            "REGIONAL_COMPILE": None, "DTYPE": None, "STEPS_SCALE": 1.0, "INT8_WEIGHTS": False, "REDUNDANT_PASS": False,
-            "GUIDANCE_SCALE": 1.0, "BREAK_SEED": None}
+            "REGIONAL_COMPILE": None, "VAE_COMPILE": None, "FP16_ACCUMULATE": False, "DTYPE": None,
+            "STEPS_SCALE": 1.0, "INT8_WEIGHTS": False, "REDUNDANT_PASS": False, "GUIDANCE_SCALE": 1.0,
+            "BREAK_SEED": None}
 
 
 def render(flags: dict) -> str:
+    """The template with the switches set; a `_comment` flag is appended as a comment line (a new
+    commit of the same code)."""
     src = TEMPLATE.read_text()
     for key, value in flags.items():
+        if key.startswith("_"):
+            src += f"\n# {value}\n"
+            continue
         src, n = re.subn(rf"^{key} = .*?(  #.*)?$", lambda m: f"{key} = {value!r}" + (m.group(1) or ""), src,
                          count=1, flags=re.M)
         assert n == 1, key
@@ -128,7 +151,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", default="dit-xl-2-256")
     ap.add_argument("--workdir", default="/tmp/ditar-ladder")
-    ap.add_argument("--rungs", default=",".join(r[0] for r in RUNGS))
+    ap.add_argument("--rungs", default=",".join(r[0] for r in RUNGS),
+                    help="comma-separated, applied in this order (a name may repeat: same_again twice)")
     ap.add_argument("--resume", action="store_true", help="continue in an existing workdir (state kept)")
     ap.add_argument("--out", default="ladder")
     ap.add_argument("--write-patches", metavar="DIR", help="write each rung as a patch of mutable/pipeline.py and exit")
@@ -166,16 +190,21 @@ def main() -> int:
     base_med = {k: statistics.median(v["samples"]) for k, v in base.items()}
     first_seed = json.loads((ws / ".autoresearch/ladder/baseline/manifest.json").read_text())["seeds"]
     first_seed = next(iter(first_seed.values()))
-    wanted = args.rungs.split(",")
-    for name, cls, subject, updates, expected in RUNGS:
-        if name not in wanted:
-            continue
+    wanted = [n for n in args.rungs.split(",") if n]
+    unknown = [n for n in wanted if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"--rungs: unknown {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+    for name in wanted:
+        _, cls, subject, updates, expected = BY_NAME[name]
         walls = [r["wall_s"] for r in state["rows"]]
         if args.budget_s and time.perf_counter() - t_call + max(walls, default=90.0) > args.budget_s:
             print(f"[ladder] {name}: skipped, --budget-s {args.budget_s:.0f} s would be exceeded", flush=True)
             state.setdefault("skipped", []).append(name)
             continue
-        flags = {**state["flags"], **{k: (first_seed if v == "first_seed" else v) for k, v in updates.items()}}
+        flags = {**{k: v for k, v in state["flags"].items() if not k.startswith("_")},
+                 **{k: (first_seed if v == "first_seed" else v) for k, v in updates.items()}}
+        if "_comment" in flags:  # a new commit each time the rung repeats
+            flags["_comment"] += f" (run {len(state['rows']) + 1})"
         (ws / "mutable/pipeline.py").write_text(render(flags))
         git(ws, "commit", "-qam", f"{subject}\n\nDitar-Class: {cls}")
         t0 = time.perf_counter()
@@ -195,6 +224,9 @@ def main() -> int:
             "worst_ssim": min((v.get("ssim") or 1e9 for v in q.values()), default=None),
             "timings": summary.get("timings", {}),
             "lanes": {},
+            # the compile cache after the run, and what a KEEP added to it (loop.session, runtime.compiled)
+            "cache_files": cache_files(ws),
+            "cache_added": int(m.group(1)) if (m := re.search(r"ditar: compile cache: (\d+) files", res.stdout)) else 0,
         }
         for lane, data in summary.get("lanes", {}).items():
             oc = data.get("outcome", {})
@@ -222,6 +254,11 @@ def main() -> int:
 
         compile_reference.run(ws, args.compile_reference.split(","), out)
     return 0
+
+
+def cache_files(ws: Path) -> int:
+    """Files in the tag's compile cache (every device key)."""
+    return sum(1 for p in (ws / ".autoresearch/ladder/compile-cache").rglob("*") if p.is_file())
 
 
 def write_patches(out: Path) -> int:
@@ -276,17 +313,20 @@ def print_costs(state: dict) -> None:
     timed seconds, the candidate's and the champion's build in their workers, and their warm-ups (where a
     compiled side compiles, apart from the timed rounds; a warm compile cache shows as a short one)."""
     print(f"\n{'rung':<17}{'wall s':>7}{'timed s':>8}{'wall-timed':>11}{'start-up':>9}{'build':>7}"
-          f"{'cand build':>11}{'champ build':>12}{'twin build':>11}{'cand warm':>10}{'champ warm':>11}{'quality':>8}")
+          f"{'cand build':>11}{'champ build':>12}{'twin build':>11}{'cand warm':>10}{'champ warm':>11}{'quality':>8}"
+          f"{'cache files':>12}{'added':>6}")
     for r in state["rows"]:
         t = r.get("timings") or {}
-        builds = {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("worker_build.")}
+        # worker_build.<worker> only (its parts, worker_build.<worker>.build_cpu and the like, apart)
+        builds = {k.split(".", 1)[1]: v for k, v in t.items() if k.startswith("worker_build.") and k.count(".") == 1}
         champ = max((v for k, v in builds.items() if k.startswith("commit-")), default=None)
         twin = max((v for k, v in builds.items() if k.startswith("twin-")), default=None)
         f = lambda x: f"{x:.1f}" if isinstance(x, (int, float)) else "-"  # noqa: E731
         timed = t.get("perf.timed") or 0.0
         print(f"{r['rung']:<17}{r['wall_s']:>7.1f}{f(timed):>8}{f(r['wall_s'] - timed):>11}{f(t.get('startup')):>9}"
               f"{f(t.get('group.build')):>7}{f(builds.get('candidate')):>11}{f(champ):>12}{f(twin):>11}"
-              f"{f(t.get('perf.warmup')):>10}{f(t.get('perf.warmup_champion')):>11}{f(t.get('group.quality')):>8}")
+              f"{f(t.get('perf.warmup')):>10}{f(t.get('perf.warmup_champion')):>11}{f(t.get('group.quality')):>8}"
+              f"{r.get('cache_files', '-'):>12}{r.get('cache_added', '-'):>6}")
 
 
 if __name__ == "__main__":
