@@ -6,6 +6,8 @@ processes, one after another, each timing b1 and b8 in-process after its warm-up
   hit       the same folder again (what a champion rebuilt from its worktree sees)
   hit-ro    a read-only copy of it (what the candidate's overlay shows)
   hit-pgo0  the folder, dynamo's profile-guided dynamic shapes off (TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO=0)
+  pair-a/b  two processes on the folder warming up at once (a champion and its twin), then timed one
+            after the other
 Each prints its medians and dynamo's counters (graphs compiled, frames, recompiles).
 
     python benchmarks/compile_cache_hit.py --suite tiny --out /tmp/cch           # CPU dry run
@@ -46,13 +48,18 @@ def child(args: argparse.Namespace) -> int:
     cand = InProcessCandidate(Path(args.candidate), spec)
     lanes = {lane.name: lane for lane in sess.suite.lanes}
     out: dict = {"case": args.case, "build_s": cand.build_s}
-    for name, reps in (("latency_b1", 12), ("throughput_b8", 4)):
-        req = lane_request(sess.suite, lanes[name])
+    reqs = {name: lane_request(sess.suite, lanes[name]) for name in ("latency_b1", "throughput_b8")}
+    for name, req in reqs.items():
         w0 = time.perf_counter()
         for _ in range(2):
             cand.timed(req)
         out[f"{name}_warmup_s"] = time.perf_counter() - w0
-        out[f"{name}_ms"] = statistics.median(cand.timed(req)[0] for _ in range(reps)) * 1e3
+    if args.sync:  # warmed up beside its pair; timed alone, when the parent says so
+        Path(args.sync, f"warm-{args.case}").touch()
+        while not Path(args.sync, f"go-{args.case}").exists():
+            time.sleep(0.05)
+    for name, reps in (("latency_b1", 12), ("throughput_b8", 4)):
+        out[f"{name}_ms"] = statistics.median(cand.timed(reqs[name])[0] for _ in range(reps)) * 1e3
     out["graphs"] = len(getattr(cand.candidate, "_graphs", {}))
     out["total_s"] = time.perf_counter() - t0
     c = torch._dynamo.utils.counters
@@ -63,14 +70,45 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
+def pair(ws: Path, cand: Path, cache: Path, out: Path, cases: str) -> list[dict]:
+    """Two processes on the same warm cache, warming up at the same time, then timed one at a time."""
+    if "pair" not in cases:
+        return []
+    import tempfile
+
+    sync = Path(tempfile.mkdtemp(prefix="cch-sync-"))
+    env = dict(os.environ, TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1",
+               TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"))
+    procs = {c: subprocess.Popen([sys.executable, __file__, "--child", "--case", c, "--workdir", str(ws),
+                                  "--candidate", str(cand), "--sync", str(sync)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in ("pair-a", "pair-b")}
+    while not all((sync / f"warm-{c}").exists() for c in procs) and all(p.poll() is None for p in procs.values()):
+        time.sleep(0.1)
+    rows = []
+    for c, p in procs.items():
+        (sync / f"go-{c}").touch()
+        text = p.communicate()[0]
+        (out / f"{c}.log").write_text(text)
+        line = next((ln for ln in text.splitlines() if ln.startswith("RESULT ")), None)
+        row = json.loads(line[7:]) if line else {"case": c, "error": text[-1500:]}
+        row["wall_s"] = 0.0
+        rows.append(row)
+        print(json.dumps(row, default=str)[:1500], flush=True)
+    shutil.rmtree(sync, ignore_errors=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--suite", default="tiny")
     ap.add_argument("--workdir", default="/tmp/ditar-cch")
     ap.add_argument("--out", default="cch")
+    ap.add_argument("--cases", default="cold,hit,hit-ro,hit-pgo0,pair")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--case")
     ap.add_argument("--candidate")
+    ap.add_argument("--sync", help="a folder: touch warm-CASE after the warm-up, wait for go-CASE")
     args = ap.parse_args()
     if args.child:
         return child(args)
@@ -85,7 +123,7 @@ def main() -> int:
     ro = ws.parent / f"{ws.name}-cache-ro"
     shutil.rmtree(cache, ignore_errors=True)
     rows = []
-    for case in ("cold", "hit", "hit-ro", "hit-pgo0"):
+    for case in [c for c in ("cold", "hit", "hit-ro", "hit-pgo0") if c in args.cases or c == "cold"]:
         folder = cache
         env = dict(os.environ, TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         if case == "hit-ro":
@@ -110,6 +148,7 @@ def main() -> int:
         row["cache_files"] = sum(1 for p in folder.rglob("*") if p.is_file())
         rows.append(row)
         print(json.dumps(row, default=str)[:1500], flush=True)
+    rows += pair(ws, cand, cache, out, args.cases)
     (out / "compile_cache_hit.json").write_text(json.dumps(rows, indent=1, default=str))
     print(f"\n{'case':<10}{'b1 ms':>9}{'b8 ms':>9}{'b1 warm s':>10}{'graphs':>7}{'fx hit/miss':>12}{'wall s':>8}")
     for r in rows:
