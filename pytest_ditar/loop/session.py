@@ -300,11 +300,19 @@ class DitarSession:
                     added, size = added + a, size + b
                 except OSError as exc:
                     self.compiled_note = f"ditar: compile cache: the kept candidate's compilations not added ({exc})"
-            compiled.remove(w.compile_writes)
-            w.compile_writes = None
+            self._drop_compile_writes(w)
         if added:
             self.compiled_note = (f"ditar: compile cache: {added} files ({size / 1e6:.1f} MB) the kept candidate "
                                   f"compiled added to {self.compile_cache()}")
+
+    @staticmethod
+    def _drop_compile_writes(w: CandidateWorker) -> None:
+        """Delete what a worker's read-only compile cache took in (runtime.compiled), once it has ended."""
+        if w.compile_writes is not None:
+            from pytest_ditar.runtime import compiled
+
+            compiled.remove(w.compile_writes)
+            w.compile_writes = None
 
     def output_for(self, item: CorpusItem) -> ItemOutput:
         """Generate the fixed batch that holds `item` (once), then serve it from the cache."""
@@ -382,10 +390,7 @@ class DitarSession:
             if w is worker:
                 del self._workers[key]
                 w.close()
-                if w.compile_writes is not None:  # a retired worker is never the one kept
-                    from pytest_ditar.runtime import compiled
-
-                    compiled.remove(w.compile_writes)
+                self._drop_compile_writes(w)  # a retired worker is never the one kept
 
     def check_worktrees(self) -> CandidateError | None:
         """A CRASH error, recorded once in `errors`, when a file of a worktree this run builds from

@@ -69,6 +69,16 @@ def _summary(proj, sha: str) -> dict:
     raise AssertionError(f"no summary.json for {sha}")
 
 
+def _sides(proj, sha: str, champion_sha: str = "") -> tuple[dict, dict]:
+    """(the champion's build record, the candidate's) of the run of `sha`, each the only one of its
+    side; the champion's: from the worktree of `champion_sha` ("": any worktree)."""
+    run = _records(proj, sha)
+    champion = [r for r in run if f"/worktrees/{champion_sha[:12]}" in r["file"]]
+    candidate = [r for r in run if Path(r["file"]).resolve() == (proj.root / "mutable/pipeline.py").resolve()]
+    assert len(champion) == 1 and len(candidate) == 1, run
+    return champion[0], candidate[0]
+
+
 def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_only_reads_it(
         pytester, model_cache, tmp_path_factory):
     from pytest_ditar.hardware.cachekey import device_key
@@ -93,14 +103,10 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
 
     runs = []
     for sha in (sha1, sha2):
-        run = _records(proj, sha)
-        champion = [r for r in run if "/worktrees/" in r["file"]]
-        candidate = [r for r in run if Path(r["file"]).resolve() == (proj.root / "mutable/pipeline.py").resolve()]
-        assert len(champion) == 1 and len(candidate) == 1, run  # the holdout's baseline is the champion's worker
-        for r in run:  # one folder, named alike for both sides
+        for r in _records(proj, sha):  # one folder, named alike for both sides
             assert r["env"] == {"TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
                                 "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}, r
-        runs.append((champion[0], candidate[0]))
+        runs.append(_sides(proj, sha))  # one worktree build: the holdout's baseline is the champion's worker
     (champ1, cand1), (champ2, cand2) = runs
     assert champ1["wrote"] in champ2["before"] and champ1["wrote"] in cand2["before"]  # the champion's: kept, shared
     assert cand1["wrote"] not in champ2["before"] + cand2["before"]  # the candidate's: only in its own sandbox
@@ -121,15 +127,6 @@ def test_the_champion_writes_the_compile_cache_across_runs_and_the_candidate_onl
     time_line = next(line for line in res1.stdout.splitlines() if line.startswith("ditar: time"))
     assert re.search(r"built in candidate [0-9.]+s \(cpu [0-9.]+s\) / commit-[0-9a-f]{7} [0-9.]+s, "
                      r"warm-up [0-9.]+s \(champion and twin ", time_line), time_line
-
-
-def _sides(proj, sha: str, champion_sha: str) -> tuple[dict, dict]:
-    """(the champion's build record, the candidate's) of the run of `sha`."""
-    run = _records(proj, sha)
-    champion = [r for r in run if f"/worktrees/{champion_sha[:12]}/" in r["file"]]
-    candidate = [r for r in run if Path(r["file"]).resolve() == (proj.root / "mutable/pipeline.py").resolve()]
-    assert len(champion) == 1 and len(candidate) == 1, run
-    return champion[0], candidate[0]
 
 
 def test_a_kept_candidates_compilations_join_the_cache_and_a_discarded_ones_never_do(
