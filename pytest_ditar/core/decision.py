@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from pytest_ditar.core import probes
 from pytest_ditar.core.vocabulary import CLASSES, ERROR_KINDS, LANE_VERDICTS, STATUSES, Status
 
 __all__ = [
@@ -163,6 +164,23 @@ def _with_reason(text: str, reason: str) -> str:
     return f"{text}: {reason}" if reason else text
 
 
+def drift_voids_win(lanes: Sequence[LaneOutcome]) -> LaneOutcome | None:
+    """The objective lane, made UNSTABLE, where it won while a guard lane saw the champion drift;
+    None otherwise. The champion is one process for every lane: slower than its own stored samples
+    on any of them, it was slowed in this run (a champion that sandbags in its role, the candidate
+    reaching it, the host), and the objective lane's own drift check may have missed it when its
+    stored samples were taken under load (battery 22 was KEPT so on CI). Not a judgment of the
+    idea: an UNSTABLE objective lane runs once more (core.rerun)."""
+    objective = next((lane for lane in lanes if lane.objective), None)
+    drifted = [lane for lane in lanes if not lane.objective and lane.verdict == "UNSTABLE"
+               and lane.reason.startswith(probes.DRIFT)]
+    if objective is None or objective.verdict != "FASTER" or not drifted:
+        return None
+    won = f"{_speed_text(objective)} against a champion slowed in this run"
+    why = "; ".join(f"guard lane {lane.name}: {lane.reason}" for lane in drifted)
+    return replace(objective, verdict="UNSTABLE", reason=f"{won}: {why}")
+
+
 def decide(
     *,
     guards: Sequence[GuardResult],
@@ -242,8 +260,9 @@ def decide(
     assert objective is not None  # no objection implies a FASTER objective lane
     keep = f"lane {objective.name} faster: {_speed_text(objective)}"
     # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not
-    # be measured (champion drift, a shared GPU, no champion samples) shows none, so it blocks
-    # nothing, but it is said on the verdict line and in the reasons, never hidden.
+    # be measured (a shared GPU, no champion samples) shows none, so it blocks nothing, but it is
+    # said on the verdict line and in the reasons, never hidden. (A guard lane's champion drift
+    # voids the objective lane's win before this: drift_voids_win.)
     unmeasured = [lane for lane in lanes if not lane.objective and lane.verdict in UNMEASURED]
     notes = tuple(_with_reason(f"guard lane {lane.name} not measured ({lane.verdict})", lane.reason)
                   for lane in unmeasured)

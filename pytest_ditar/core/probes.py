@@ -63,6 +63,9 @@ def _slower(slow: Sequence[float], fast: Sequence[float], tolerance: float, alph
     return (ratio, p) if p < alpha else None
 
 
+DRIFT = "champion drift"  # how every drift reason starts: core.decision reads it across lanes
+
+
 def champion_drift(in_run: Sequence[float], stored: Sequence[float], tolerance: float,
                    alpha: float = 0.05) -> str | None:
     """The reason the champion's in-run rounds are slower than its stored samples, or None: the
@@ -74,6 +77,6 @@ def champion_drift(in_run: Sequence[float], stored: Sequence[float], tolerance: 
         return None
     ratio, p = found
     now, then = statistics.median(in_run), statistics.median(stored)
-    return (f"champion drift: its in-run median {now * 1e3:.2f} ms is {ratio:.2f}x slower than its stored "
+    return (f"{DRIFT}: its in-run median {now * 1e3:.2f} ms is {ratio:.2f}x slower than its stored "
             f"{then * 1e3:.2f} ms (tolerance {tolerance * 100:.0f}%, p={p:.2g}): something slowed the champion's "
             "rounds (interference, a changed host, or the candidate reaching it)")

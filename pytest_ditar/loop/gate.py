@@ -22,6 +22,7 @@ from pytest_ditar.core.decision import (
     RunError,
     cumulative_class,
     decide,
+    drift_voids_win,
     kept_rows,
     validate_class,
 )
@@ -336,6 +337,10 @@ class Gate:
                                  holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
         lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
+        voided = drift_voids_win(lanes)
+        if voided is not None:  # the lane's record says so too: the summary, the re-run rule, the champion's store
+            s.lanes[voided.name].outcome = voided
+            lanes = [voided if ln.objective else ln for ln in lanes]
         if not any(ln.objective for ln in lanes):
             lanes.append(LaneOutcome(s.cfg.objective_lane, True, "MISSING", None, None, None,
                                      "objective lane did not run"))

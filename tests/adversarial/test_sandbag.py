@@ -2,7 +2,8 @@
 sandbags (runs slower) whenever it runs as the champion, i.e. from a worktree rather than the
 project; once it is kept, every later candidate that drops the sandbag beats a slowed champion.
 Champion drift is the defence: the champion's in-run rounds are slower than its own stored
-samples (those of its KEEP run), so the lane is UNSTABLE and nothing is kept."""
+samples (those of its KEEP run), on the objective lane or on any other (the champion is one
+process), so the objective lane is UNSTABLE and nothing is kept."""
 from __future__ import annotations
 
 import pytest
@@ -17,33 +18,65 @@ pytestmark = pytest.mark.adversarial
 # worktree built for the champion does not. Sleeps 6x the call's own time there (7x slower): the
 # defence compares the champion with its samples from its own KEEP run, and on a shared 2-core box
 # the load swing between two runs reached 2x (session 10: a 4x sandbag measured 1.83x against
-# samples taken under load, under the 2.5x bar, and was KEPT). A sandbag inside that swing is a
-# known limit (docs/trust.md, row 22); building both sides from worktrees would take the role away.
+# samples taken under load, under the 2.5x bar, and was KEPT). A sandbag inside that swing on every
+# lane is a known limit (docs/trust.md, row 22); building both sides from worktrees would take the
+# role away.
 SANDBAG = STOCK.replace(GEN_SIG, GEN_SIG + "        import time as _t; _t0 = _t.perf_counter()\n").replace(
     GEN_RETURN,
     "        from pathlib import Path as _P\n"
     "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
     "            _t.sleep(6.0 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
 assert SANDBAG.count("_t.sleep") == 1
-TWIN = SANDBAG + "\n# the same code: only the champion's role differs\n"
 
 
-def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache):
-    from candidates import REDUNDANT
-
-    proj = make_project(pytester, mutable_source=REDUNDANT)
+def _judged_twice(proj, sandbag: str, clear_load=lambda: None):
+    """Baseline, the sandbag as a real 2x win (kept), then its twin: judged, never kept."""
     # drift checked (the shared test config turns it off), loosely enough for a loaded CI box
     proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 1.5})
     proj.git("commit", "-qam", "drift check at 2.5x")
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    first = experiment(proj, SANDBAG, "Drop the redundant pass")
+    first = experiment(proj, sandbag, "Drop the redundant pass")
     if first.status == "DISCARD" and " unstable: " in first.reason:  # not judged on a loaded box: once more
-        first = experiment(proj, SANDBAG, "Drop the redundant pass, once more")
+        first = experiment(proj, sandbag, "Drop the redundant pass, once more")
     assert first.status == "KEEP", first.show()  # a real 2x: as the candidate it never sandbags
     kept = proj.head()
-    second = experiment(proj, TWIN, "Same code, a new commit")
+    clear_load()
+    twin = sandbag + "\n# the same code: only the champion's role differs\n"
+    second = experiment(proj, twin, "Same code, a new commit")
     assert_not_kept(second, KEYS["interference"], None, ("DISCARD",))
     assert "champion drift" in second.reason
     assert proj.head() == kept  # reverted to the (sandbagging) champion; nothing new kept
+    return second
+
+
+def _loaded_while(marker, source: str) -> str:
+    """`source` whose batch-1 calls take 5x as long while `marker` exists: the load a busy box put
+    on the first run's objective lane, both sides alike (its batch-8 lane ran on a quiet box)."""
+    return source.replace(GEN_SIG, GEN_SIG + "        import time as _lt; _l0 = _lt.perf_counter()\n").replace(
+        GEN_RETURN,
+        f"        if len(request.labels) == 1 and __import__('os').path.exists({str(marker)!r}):\n"
+        "            _lt.sleep(4.0 * (_lt.perf_counter() - _l0))\n" + GEN_RETURN)
+
+
+def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_guard_lane(pytester, model_cache,
+                                                                                       tmp_path):
+    """CI, stop 36: the first run stored the objective lane's samples under load, so the kept
+    sandbag's 7x, against them, stayed under the drift bar there; its guard lane's quiet samples
+    showed it (5.09x), and the win was KEPT with that lane merely named. Replayed here without luck:
+    a champion drifting on any lane voids the objective lane's win (core.decision.drift_voids_win)."""
+    from candidates import REDUNDANT
+
+    marker = tmp_path / "busy"
+    marker.write_text("the box is busy while the first run stores its samples\n")
+    proj = make_project(pytester, mutable_source=_loaded_while(marker, REDUNDANT))
+    second = _judged_twice(proj, _loaded_while(marker, SANDBAG), marker.unlink)
+    assert "against a champion slowed in this run: guard lane throughput_b8: champion drift" in second.reason, \
+        second.show()
+
+
+def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache):
+    from candidates import REDUNDANT
+
+    _judged_twice(make_project(pytester, mutable_source=REDUNDANT), SANDBAG)

@@ -1,5 +1,6 @@
 """A gated run's exit status follows its decision (issue 27): 0 KEEP, even where pytest itself saw a
-guard lane go unmeasured (the verdict line names it instead); 1 DISCARD; 10 CRASH, whose reason and
+guard lane go unmeasured (the verdict line names it instead); 1 DISCARD, a win against a champion
+that drifted on a guard lane included (not judged: it runs once more); 10 CRASH, whose reason and
 worker log name the candidate's own file, line and exception, said once however many items hit it;
 4 REFUSED. A script driven by `$?` reads the verdict, never pytest's count of failed tests."""
 import re
@@ -28,20 +29,28 @@ def test_each_verdict_has_an_exit_status_of_its_own():
 def busy_host_research(pytester, model_cache, tmp_path_factory):
     """A baseline with a redundant pass (dropping it is a real latency_b1 win) whose batch-4 calls
     sleep while a marker file exists: once it does, the champion runs its throughput lane far slower
-    than its stored samples, so that guard lane drifts (UNSTABLE) and cannot be measured."""
+    than its stored samples, so that guard lane drifts (UNSTABLE)."""
     return busy_while_marked(pytester, tmp_path_factory, REDUNDANT, "len(request.labels) >= 4", 0.6)
 
 
-def test_a_keep_with_an_unmeasured_guard_lane_exits_0_and_names_it(busy_host_research):
+def test_a_guard_lanes_champion_drift_makes_a_win_not_judged_exit_1(busy_host_research):
+    """A champion slower than its stored samples on any lane was slowed in this run, so the
+    objective lane's win is UNSTABLE (not judged: run once more), never a KEEP that names the
+    guard lane: battery 22's sandbag hid its objective lane's drift inside the load its stored
+    samples were taken under, and only its guard lane showed it. The policy for a KEEP whose guard
+    lane went unmeasured for another reason (a shared GPU, no champion samples: exit 0, named on
+    the verdict line) is tests/unit/core/test_decision.py's."""
     proj = busy_host_research
-    sha, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
+    base = proj.head()
+    _, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
     out = res.stdout
     assert re.search(r"^ditar: lane throughput_b8: UNSTABLE champion drift", out, re.M), out[-3000:]
-    assert re.search(r"\b1 failed\b", out), out[-3000:]  # pytest itself counts the guard lane's test as failed
-    assert line.startswith("DITAR VERDICT: KEEP lane=latency_b1 ") \
-        and re.search(r" commit=\S+ unmeasured=throughput_b8( off_target=1)?$", line), line
-    assert res.returncode == 0, out[-3000:]  # ... but the run is a KEEP, and `$?` says so
-    assert proj.head() == sha and proj.ledger()[-1]["status"] == "KEEP"
+    assert line.startswith("DITAR VERDICT: DISCARD lane=latency_b1 ") and "unstable" in line, line
+    assert "against a champion slowed in this run: guard lane throughput_b8: champion drift" in line, line
+    assert res.returncode == Exit.DISCARD, out[-3000:]
+    assert proj.head() == base and proj.ledger()[-1]["judged"] == 0, proj.ledger()[-1]
+    said = next(ln for ln in reversed(out.splitlines()) if ln.startswith("ditar: next: "))
+    assert "not judged" in said and "run it once more" in said, said
 
 
 def test_crash_exits_10_naming_the_candidates_line_once_then_discard_1_and_refused_4(research):

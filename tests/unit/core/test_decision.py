@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import (
     CLASS_ORDER,
     Decision,
@@ -15,6 +16,7 @@ from pytest_ditar.core.decision import (
     RunError,
     cumulative_class,
     decide,
+    drift_voids_win,
     validate_class,
     verdict_line,
 )
@@ -334,7 +336,7 @@ def test_verdict_line_tokens_never_contain_spaces():
 # ---- a KEEP's unmeasured guard lanes, a CRASH's frame (issue 27) ------------------------------
 
 
-@pytest.mark.parametrize("verdict, why", [("UNSTABLE", "champion drift: 4.9x slower than stored"),
+@pytest.mark.parametrize("verdict, why", [("UNSTABLE", "GPU 0 shared with pid 4242 (python) during the lane"),
                                           ("MISSING", "no champion samples to compare with")])
 def test_keep_stands_with_an_unmeasured_guard_lane_and_names_it(verdict, why):
     d = run(lanes=[faster(), guard_lane(verdict=verdict, speedup=None, ci_low=None, ci_high=None, reason=why)])
@@ -344,6 +346,33 @@ def test_keep_stands_with_an_unmeasured_guard_lane_and_names_it(verdict, why):
     text = line(d, off_target=True)
     assert text == DESIGN_EXAMPLE + " unmeasured=throughput_b8 off_target=1"
     assert VERDICT_RE.fullmatch(text)
+
+
+DRIFT_WHY = "champion drift: its in-run median 205.57 ms is 5.09x slower than its stored 40.39 ms"
+
+
+def test_a_guard_lanes_champion_drift_voids_the_objective_lanes_win():
+    """Battery 22 on CI: the sandbagging champion's objective lane drift hid inside the load its
+    stored samples were taken under; its guard lane showed 5.09x. The champion is one process: its
+    win is not judged (UNSTABLE, a re-run), never a KEEP with that lane merely named."""
+    lanes = [faster(), guard_lane(verdict="UNSTABLE", speedup=None, ci_low=None, ci_high=None, reason=DRIFT_WHY)]
+    voided = drift_voids_win(lanes)
+    assert voided is not None and voided.objective and voided.name == "latency_b1" and voided.verdict == "UNSTABLE"
+    assert voided.reason.startswith("speedup 1.183x ci95 [1.171,1.195] against a champion slowed in this run")
+    assert voided.reason.endswith(f"in this run: guard lane throughput_b8: {DRIFT_WHY}")
+    d = run(lanes=[voided, lanes[1]])
+    assert d.status == "DISCARD" and d.reason.startswith("lane latency_b1 unstable: ") and "champion drift" in d.reason
+    assert rerun.judged(d.status, d.reasons, objective_unstable=True) is False  # run once more, not a judgment
+
+
+@pytest.mark.parametrize("lanes", [
+    [faster(), guard_lane(verdict="UNSTABLE", reason="GPU 0 shared with pid 4242")],  # not the champion's drift
+    [faster(), guard_lane(verdict="OK")],
+    [faster(verdict="NOT_FASTER"), guard_lane(verdict="UNSTABLE", reason=DRIFT_WHY)],  # no win to void
+    [guard_lane(verdict="UNSTABLE", reason=DRIFT_WHY)],  # no objective lane: decide says so
+])
+def test_nothing_else_is_voided(lanes):
+    assert drift_voids_win(lanes) is None
 
 
 def test_only_a_keep_names_unmeasured_guard_lanes():
