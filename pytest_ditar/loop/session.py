@@ -290,20 +290,18 @@ class DitarSession:
         candidate's writes are dropped. A cache, never state: a failure is a note, not the run's."""
         from pytest_ditar.runtime import compiled
 
-        added = size = 0
+        done = compiled.Promoted()
+        room = compiled.MAX_BYTES - compiled.size_of(self.compile_cache()) if self.keep_compiled else 0
         for w in self._workers.values():
             if w.compile_writes is None:
                 continue
             if self.keep_compiled:
                 try:
-                    a, b = compiled.promote(w.compile_writes / "upper", self.compile_cache())
-                    added, size = added + a, size + b
+                    done += compiled.promote(w.compile_writes / "upper", self.compile_cache(), room - done.bytes)
                 except OSError as exc:
                     self.compiled_note = f"ditar: compile cache: the kept candidate's compilations not added ({exc})"
             self._drop_compile_writes(w)
-        if added:
-            self.compiled_note = (f"ditar: compile cache: {added} files ({size / 1e6:.1f} MB) the kept candidate "
-                                  f"compiled added to {self.compile_cache()}")
+        self.compiled_note = done.note(self.compile_cache()) or self.compiled_note
 
     @staticmethod
     def _drop_compile_writes(w: CandidateWorker) -> None:

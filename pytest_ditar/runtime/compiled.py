@@ -6,10 +6,11 @@ candidate is kept, its code is the champion's: its workers would write the same 
 run on, so the judge adds what the candidate compiled and the next run's champion finds it warm
 instead of compiling again. A discarded candidate's writes are dropped with its folder.
 
-The judge only ever adds: a regular file whose name is free in the cache. A file the champion's
-side wrote is never replaced, the overlay's whiteouts (deletions) and links are skipped, and every
-folder is opened without following links, one component at a time (O_NOFOLLOW, relative to its
-parent's descriptor), so a link planted in the cache cannot send the judge's write elsewhere.
+The judge only ever adds, up to the cache's bound (MAX_BYTES): a regular file whose name is free
+in the cache. A file the champion's side wrote is never replaced, the overlay's whiteouts
+(deletions) and links are skipped, and every folder is opened without following links, one
+component at a time (O_NOFOLLOW, relative to its parent's descriptor), so a link planted in the
+cache cannot send the judge's write elsewhere.
 """
 from __future__ import annotations
 
@@ -17,17 +18,61 @@ import contextlib
 import os
 import shutil
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def promote(upper: Path, cache: Path) -> tuple[int, int]:
+# The cache's bound: a KEEP adds only what fits beneath it, so an overnight loop of kept candidates
+# (or one that writes junk beside its kernels) cannot fill the disk. DiT-XL/2's compiled block and
+# decoder took 41 MB on the H200 (session 18), autotuned variants a few times that.
+MAX_BYTES = 2 * 2**30
+
+
+@dataclass(frozen=True)
+class Promoted:
+    """What one hand-over added to the cache, and what it left out for want of room."""
+    files: int = 0
+    bytes: int = 0
+    left_files: int = 0
+    left_bytes: int = 0
+
+    def __add__(self, other: "Promoted") -> "Promoted":
+        return Promoted(self.files + other.files, self.bytes + other.bytes,
+                        self.left_files + other.left_files, self.left_bytes + other.left_bytes)
+
+    def note(self, cache: Path) -> str | None:
+        """The run's line about it; None where nothing was added or left out."""
+        if not self.files and not self.left_files:
+            return None
+        line = (f"ditar: compile cache: {self.files} files ({self.bytes / 1e6:.1f} MB) the kept candidate compiled "
+                f"added to {cache}")
+        if self.left_files:
+            line += (f"; {self.left_files} files ({self.left_bytes / 1e6:.1f} MB) left out: the cache is bounded at "
+                     f"{MAX_BYTES / 2**30:.1f} GiB (delete the folder to start it over: it is only a cache)")
+        return line
+
+
+def size_of(cache: Path) -> int:
+    """The bytes of the regular files under `cache` (links not followed); 0 where it is absent."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(cache):
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+    return total
+
+
+def promote(upper: Path, cache: Path, room: int = MAX_BYTES) -> Promoted:
     """Copy the regular files under `upper` (an overlay's upper folder) whose names are free in
-    `cache`; (files added, their bytes). A name already taken, a whiteout or a link is skipped."""
-    added = size = 0
+    `cache`, while their bytes fit in `room`. A name already taken, a whiteout or a link is skipped;
+    a file that does not fit is left out (counted), a smaller one after it may still go in."""
+    out = Promoted()
     if not upper.is_dir():
-        return 0, 0
+        return out
     cache.mkdir(parents=True, exist_ok=True)
     root = os.open(cache, _DIR_FLAGS)
     try:
@@ -42,13 +87,16 @@ def promote(upper: Path, cache: Path) -> tuple[int, int]:
                 continue
             try:
                 for name, st in regular:
-                    if _add(fd, name, os.path.join(dirpath, name)):
-                        added, size = added + 1, size + st.st_size
+                    if out.bytes + st.st_size > room:
+                        if not _taken(fd, name):
+                            out += Promoted(left_files=1, left_bytes=st.st_size)
+                    elif _add(fd, name, os.path.join(dirpath, name)):
+                        out += Promoted(1, st.st_size)
             finally:
                 os.close(fd)
     finally:
         os.close(root)
-    return added, size
+    return out
 
 
 def _open_folder(root: int, parts: tuple[str, ...]) -> int | None:
@@ -65,6 +113,14 @@ def _open_folder(root: int, parts: tuple[str, ...]) -> int | None:
         os.close(fd)
         fd = nxt
     return fd
+
+
+def _taken(folder: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _add(folder: int, name: str, src: str) -> bool:

@@ -18,12 +18,31 @@ def test_new_files_are_added_and_nothing_the_cache_holds_is_replaced(tmp_path):
     _tree(cache, {"fxgraph/ab/entry": "champion's", "triton/k1/kernel.so": "champion's"})
     _tree(upper, {"fxgraph/ab/entry": "candidate's (poisoned)", "fxgraph/cd/entry": "new",
                   "triton/k2/kernel.so": "new kernel"})
-    assert compiled.promote(upper, cache) == (2, len("new") + len("new kernel"))
+    assert compiled.promote(upper, cache) == compiled.Promoted(2, len("new") + len("new kernel"))
     assert (cache / "fxgraph/ab/entry").read_text() == "champion's"  # taken names stay the champion's
     assert (cache / "fxgraph/cd/entry").read_text() == "new"
     assert (cache / "triton/k2/kernel.so").read_text() == "new kernel"
     assert not [p for p in cache.rglob(".*ditar-*")]  # no temporary name left behind
-    assert compiled.promote(upper, cache) == (0, 0)  # a second time adds nothing
+    assert compiled.promote(upper, cache) == compiled.Promoted()  # a second time adds nothing
+
+
+def test_what_does_not_fit_the_caches_bound_is_left_out_and_said(tmp_path):
+    """A kept candidate that writes junk beside its kernels, or a loop of many KEEPs, cannot fill
+    the disk: a file past the room left is not added (a smaller one after it may be), and the
+    run's line says how much was left out and how to start the cache over."""
+    upper, cache = tmp_path / "upper", tmp_path / "cache"
+    _tree(cache, {"old/entry": "x" * 40})
+    _tree(upper, {"a/big": "b" * 70, "b/small": "s" * 20, "old/entry": "y" * 500})
+    room = 100 - compiled.size_of(cache)  # a bound of 100 bytes: 60 left
+    done = compiled.promote(upper, cache, room)
+    assert done == compiled.Promoted(files=1, bytes=20, left_files=1, left_bytes=70)  # the taken name is no loss
+    assert not (cache / "a/big").exists() and (cache / "b/small").read_text() == "s" * 20
+    assert compiled.size_of(cache) == 60 and (cache / "old/entry").read_text() == "x" * 40
+    line = done.note(cache)
+    assert line.startswith(f"ditar: compile cache: 1 files (0.0 MB) the kept candidate compiled added to {cache}; ")
+    assert "1 files (0.0 MB) left out: the cache is bounded at 2.0 GiB (delete the folder" in line, line
+    assert compiled.Promoted().note(cache) is None  # nothing to say
+    assert compiled.promote(upper, cache, 0) == compiled.Promoted(left_files=1, left_bytes=70)  # no room at all
 
 
 def test_links_fifos_and_whiteouts_are_skipped(tmp_path):
@@ -38,7 +57,7 @@ def test_links_fifos_and_whiteouts_are_skipped(tmp_path):
         os.mknod(upper / "whiteout", stat.S_IFCHR | 0o600, os.makedev(0, 0))
     except PermissionError:
         pass
-    assert compiled.promote(upper, cache) == (1, 1)
+    assert compiled.promote(upper, cache) == compiled.Promoted(1, 1)
     assert sorted(p.name for p in cache.iterdir()) == ["ok"]
 
 
@@ -50,12 +69,12 @@ def test_a_link_planted_in_the_cache_cannot_send_the_write_elsewhere(tmp_path):
     cache.mkdir()
     (cache / "entries").symlink_to(hooks, target_is_directory=True)
     _tree(upper, {"entries/post-commit": "#!/bin/sh\nrm -rf ~", "other/file": "fine"})
-    assert compiled.promote(upper, cache) == (1, 4)
+    assert compiled.promote(upper, cache) == compiled.Promoted(1, 4)
     assert not list(hooks.iterdir()) and (cache / "other/file").read_text() == "fine"
 
 
 def test_a_missing_upper_adds_nothing_and_remove_clears_the_overlays_locked_work_folder(tmp_path):
-    assert compiled.promote(tmp_path / "absent", tmp_path / "cache") == (0, 0)
+    assert compiled.promote(tmp_path / "absent", tmp_path / "cache") == compiled.Promoted()
     kept = tmp_path / "kept"
     (kept / "work/work").mkdir(parents=True)
     (kept / "upper").mkdir()
