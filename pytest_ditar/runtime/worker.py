@@ -190,10 +190,7 @@ class CandidateWorker:
             (self.compile_cache / "triton").mkdir(parents=True, exist_ok=True)  # bound, so it must exist
             (writable if self.compile_cache_writable else private).append(self.compile_cache)
             if not self.compile_cache_writable and self.keep_compile_writes:
-                self.compile_writes = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-compiled-",
-                                                            dir=sandbox.shared_memory_dir()))
-                for part in ("upper", "work"):
-                    (self.compile_writes / part).mkdir()
+                self.compile_writes = Path(sandbox.kept_folder(f"ditar-{self.name}-compiled-"))
                 kept.append(str(self.compile_writes.resolve()))
         return sandbox.Spec(bwrap=str(avail.bwrap), writable=tuple(str(p.resolve()) for p in writable),
                             private=tuple(str(p.resolve()) for p in private), kept=tuple(kept),
