@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable, cast
 
-from pytest_ditar.core import interference, probes, sequential as seq, stats
+from pytest_ditar.core import guard, interference, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
@@ -29,6 +29,12 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
     perf.max_rounds, within perf.lane_budget_s; a KEEP must beat 1 + perf.min_speedup."""
     the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
     return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s)
+
+
+def guard_plan_for(lane: Any, perf: Any, tolerance: float) -> Sequential:
+    """A `--ditar-guard` lane's plan: the same looks and budget, grown until a slowdown beyond
+    `tolerance` is shown or ruled out (core.guard)."""
+    return replace(plan_for(lane, perf), guard=tolerance)
 
 
 def _trimmed_mean(xs: list[float], cut: float = 0.1) -> float:
@@ -136,7 +142,22 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
     # c.why, not c.reason: the verdict line already carries the speedup and its CI
     reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
     oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+    if paired and not objective and m.looks:
+        oc = _guard_outcome(oc, [guard.Look(**lk) for lk in m.looks], m.undecided, perf_cfg.guard_tolerance, source)
     return LaneResult(m, oc, source, min_effect, comparison=asdict(c))
+
+
+def _guard_outcome(oc: LaneOutcome, looks: list[guard.Look], undecided: str | None, tolerance: float,
+                   source: str) -> LaneOutcome:
+    """A `--ditar-guard` lane grown by core.guard's looks is what its last look says: the rule that
+    stopped the rounds is the rule that judges them."""
+    last = looks[-1]
+    verdict = stats.REGRESSED if last.decision == guard.SLOWER else stats.OK
+    why = (f"slower beyond tolerance {tolerance * 100:.1f}%" if verdict == stats.REGRESSED
+           else f"within tolerance {tolerance * 100:.1f}%")
+    reason = (f"{why}{guard.growth_note(looks, undecided, tolerance)} [{source} paired champion, "
+              f"exact CI at {(1 - last.alpha) * 100:.2f}%]")
+    return replace(oc, verdict=verdict, speedup=last.speedup, ci_low=last.ci_low, ci_high=last.ci_high, reason=reason)
 
 
 def verdict_story(res: LaneResult, champion_samples: list[float]) -> dict[str, Any]:
@@ -223,6 +244,8 @@ class LaneRunner:
             if objective and champ is not None:
                 sequential = plan_for(lane, sess.cfg.perf)
                 twin = self.twin(ranks)  # its build failed, or the champion's worktree moved: a CRASH
+            elif tolerance is not None and champ is not None:
+                sequential = guard_plan_for(lane, sess.cfg.perf, tolerance)
             m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective)
         except CandidateError as exc:
             if exc not in sess.errors:
@@ -237,7 +260,8 @@ class LaneRunner:
             source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
-                    stored_samples=stored_samples, sequential=sequential, cpu=sess.resolved_device() == "cpu",
+                    stored_samples=stored_samples, sequential=sequential if objective else None,
+                    cpu=sess.resolved_device() == "cpu",
                     stored_host_s=list(stored.get("host_s", [])))
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
+from pytest_ditar.core import guard
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, Plan, look
 from pytest_ditar.interface import Request
@@ -37,6 +38,9 @@ class Sequential:
     plan: Plan
     threshold: float
     budget_s: float
+    # `--ditar-guard`'s tolerance: the lane grows until a slowdown beyond it is shown or ruled
+    # out (core.guard.look) instead of until a win is (core.sequential.look)
+    guard: float | None = None
 
 
 class AuditFailure(Exception):
@@ -305,7 +309,8 @@ def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0:
     is the last. An undecided end says why in `m.undecided`."""
     k, cut = 0, None
     while True:
-        lk = look(m.sides(), sq.threshold, sq.plan, k, foreign=_voiding(m))
+        lk = (look(m.sides(), sq.threshold, sq.plan, k, foreign=_voiding(m)) if sq.guard is None
+              else guard.look(m.champion_samples, m.samples, sq.guard, k, sq.plan.alphas[k]))
         m.looks.append(asdict(lk))
         if lk.decision != CONTINUE:
             return

@@ -51,9 +51,6 @@ INDIRECT = {
                                "test_verify_catches_an_edited_snapshot_file_and_an_edited_ledger_row",
     "pytest_ditar.hardware.stack": "tests/integration/cli/test_doctor_nvml.py::"
                                    "test_doctor_reports_nvml_it_cannot_import",  # doctor's stack rows
-    # pytest --ditar-guard, outside a research session
-    "pytest_ditar.core.guard": "tests/e2e/test_guard.py::"
-                               "test_guard_passes_unchanged_fails_a_planted_slowdown_and_writes_nothing",
     # the gated run: `dit-ar experiment` is `pytest --ditar-gate` through the plugin
     "pytest_ditar.loop.backup": "tests/adversarial/test_defence_state.py::"
                                 "test_missing_ledger_or_baseline_is_broken_everywhere_until_recovered",
