@@ -8,11 +8,11 @@ one noise could make). It records nothing and acts on nothing, like pytest-bench
 `--benchmark-compare-fail`.
 
 A guard's lane is grown (runtime.lanes) until it is settled: the slowdown shown, or ruled out by
-the CI's lower bound at 1 - tolerance or above, each look at its share of the plan's alpha
-(core.sequential.plan), the CI exact for independent rounds (median_ci). A fixed dozen rounds on a loaded CI host once
-measured a planted 1.3x slowdown as 0.938x and passed it; more rounds narrow the CI instead of
-letting noise pass a regression. A lane still unsettled when its rounds run out passes (noise
-cannot prove a regression), and the PASS line names it.
+the CI's lower bound at 1 - tolerance or above. Each look spends its share of the plan's alpha
+(core.sequential.plan) on a CI exact for independent rounds (median_ci). A fixed dozen rounds on a
+loaded CI host once read a planted 1.3x slowdown as 0.938x and passed it; more rounds narrow the
+CI instead of letting noise pass a regression. A lane still unsettled when its rounds run out
+passes (noise cannot prove a regression), and the PASS line names it.
 """
 from __future__ import annotations
 
