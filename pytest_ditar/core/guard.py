@@ -87,6 +87,17 @@ def look(champion: Sequence[float], candidate: Sequence[float], tolerance: float
     return Look(int(logs.size), index, alpha, speedup, low, high, decision)
 
 
+def counts_as_slower(last: Look, tolerance: float, *, shown_only: bool) -> bool:
+    """Whether a grown lane's last look makes it REGRESSED. `--ditar-guard` fails only a slowdown
+    shown (`shown_only`). A gated run's guard lane also counts as slower when its rounds ran out
+    unsettled with its median below 1 - tolerance: the noise that kept the slowdown from being
+    shown may be the candidate's own (tests/adversarial/test_noisy_guard.py: a 30% slowdown in
+    self-made jitter was KEPT in 2 runs of 3), and a KEEP must not stand on a lane that looks slower."""
+    if last.decision == SLOWER:
+        return True
+    return not shown_only and last.decision == CONTINUE and last.speedup < 1.0 - tolerance
+
+
 def growth_note(looks: Sequence[Look], undecided: str | None, tolerance: float) -> str:
     """What a grown guard lane's reason adds: where it settled, or that it never did and why."""
     if not looks:

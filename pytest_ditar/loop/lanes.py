@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable, cast
 
-from pytest_ditar.core import guard, interference, probes, sequential as seq, stats
+from pytest_ditar.core import guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
@@ -32,8 +32,8 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
 
 
 def guard_plan_for(lane: Any, perf: Any, tolerance: float) -> Sequential:
-    """A `--ditar-guard` lane's plan: the same looks and budget, grown until a slowdown beyond
-    `tolerance` is shown or ruled out (core.guard)."""
+    """A guard lane's plan (every lane of `--ditar-guard`): the same looks and budget, grown until
+    a slowdown beyond `tolerance` is shown or ruled out (core.guard)."""
     return replace(plan_for(lane, perf), guard=tolerance)
 
 
@@ -59,13 +59,14 @@ def host_ratio(now: list[float], stored: list[float]) -> float:
 
 def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
           noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
-          sequential: Sequential | None = None, cpu: bool = False, stored_host_s: list[float] | None = None
-          ) -> LaneResult:
+          sequential: Sequential | None = None, cpu: bool = False, stored_host_s: list[float] | None = None,
+          guard_run: bool = False) -> LaneResult:
     """Turn samples into a lane verdict. A failed audit or a caching candidate voids the timing
     (REJECTED); an interleaved champion that disagrees with its own stored samples, or a reference
     slowed by the untimed side's work, makes the lane UNSTABLE. A lane grown by `sequential` is
-    decided by its looks (core.sequential); other lanes by core.stats against the baseline's A/A
-    floor."""
+    decided by its looks (core.sequential), a guard lane grown by its own by theirs (core.guard;
+    `guard_run`: `--ditar-guard`'s, failing only a slowdown shown); other lanes by core.stats
+    against the baseline's A/A floor."""
     paired = source == "interleaved" and len(champion_samples) == len(m.samples)
     raw = (noise or {}).get("paired") if paired else None
     floor_fields = {k: v for k, v in (raw or noise or {}).items() if k != "paired"}
@@ -132,7 +133,8 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
                                  n_boot=perf_cfg.n_boot, paired=True)
             comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
         oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
-        return LaneResult(m, oc, source, min_effect, comparison=comparison)
+        return LaneResult(m, _mean_checked(oc, champion_samples, m.samples, perf_cfg), source, min_effect,
+                          comparison=comparison)
     if objective:
         c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
                           max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
@@ -143,18 +145,38 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
     reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
     oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
     if paired and not objective and m.looks:
-        oc = _guard_outcome(oc, [guard.Look(**lk) for lk in m.looks], m.undecided, perf_cfg.guard_tolerance, source)
+        oc = _guard_outcome(oc, [guard.Look(**lk) for lk in m.looks], m.undecided, perf_cfg.guard_tolerance, source,
+                            shown_only=guard_run)
+    if paired:
+        oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg)
     return LaneResult(m, oc, source, min_effect, comparison=asdict(c))
 
 
+def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any) -> LaneOutcome:
+    """A win, or a guard lane within tolerance, whose summed time is shown slower than the
+    champion's beyond the guard tolerance is neither (core.meantime): a median hides a slow share.
+    Nor is an objective lane too noisy to decide by its median: its loss is decided."""
+    if oc.verdict not in (stats.FASTER, stats.OK, stats.UNSTABLE):
+        return oc
+    loss = meantime.mean_loss(champion_samples, samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot)
+    if loss is None:
+        return oc
+    if oc.verdict == stats.OK:
+        return replace(oc, verdict=stats.REGRESSED, reason=f"{loss}; {oc.reason}")
+    by_median = "faster by its median call" if oc.verdict == stats.FASTER else "undecided by its median call"
+    return replace(oc, verdict=stats.NOT_FASTER, reason=f"{by_median}, but {loss}; {oc.reason}")
+
+
 def _guard_outcome(oc: LaneOutcome, looks: list[guard.Look], undecided: str | None, tolerance: float,
-                   source: str) -> LaneOutcome:
-    """A `--ditar-guard` lane grown by core.guard's looks is what its last look says: the rule that
-    stopped the rounds is the rule that judges them."""
+                   source: str, *, shown_only: bool) -> LaneOutcome:
+    """A guard lane grown by core.guard's looks is what its last look says: the rule that stopped
+    the rounds is the rule that judges them."""
     last = looks[-1]
-    verdict = stats.REGRESSED if last.decision == guard.SLOWER else stats.OK
-    why = (f"slower beyond tolerance {tolerance * 100:.1f}%" if verdict == stats.REGRESSED
-           else f"within tolerance {tolerance * 100:.1f}%")
+    slower = guard.counts_as_slower(last, tolerance, shown_only=shown_only)
+    verdict = stats.REGRESSED if slower else stats.OK
+    why = (f"within tolerance {tolerance * 100:.1f}%" if not slower
+           else f"slower beyond tolerance {tolerance * 100:.1f}%" if last.decision == guard.SLOWER
+           else f"slower than 1-{tolerance * 100:.1f}% by its median, not ruled out")
     reason = (f"{why}{guard.growth_note(looks, undecided, tolerance)} [{source} paired champion, "
               f"exact CI at {(1 - last.alpha) * 100:.2f}%]")
     return replace(oc, verdict=verdict, speedup=last.speedup, ci_low=last.ci_low, ci_high=last.ci_high, reason=reason)
@@ -244,8 +266,8 @@ class LaneRunner:
             if objective and champ is not None:
                 sequential = plan_for(lane, sess.cfg.perf)
                 twin = self.twin(ranks)  # its build failed, or the champion's worktree moved: a CRASH
-            elif tolerance is not None and champ is not None:
-                sequential = guard_plan_for(lane, sess.cfg.perf, tolerance)
+            elif champ is not None:  # a guard lane: grown until a slowdown beyond the tolerance is shown or ruled out
+                sequential = guard_plan_for(lane, sess.cfg.perf, perf_cfg.guard_tolerance)
             m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective)
         except CandidateError as exc:
             if exc not in sess.errors:
@@ -261,8 +283,8 @@ class LaneRunner:
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
                     stored_samples=stored_samples, sequential=sequential if objective else None,
-                    cpu=sess.resolved_device() == "cpu",
-                    stored_host_s=list(stored.get("host_s", [])))
+                    cpu=sess.resolved_device() == "cpu", stored_host_s=list(stored.get("host_s", [])),
+                    guard_run=tolerance is not None)
         champion.attach_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID

@@ -89,3 +89,15 @@ def test_the_growth_note_says_where_a_lane_settled_or_why_it_did_not():
     note = guard.growth_note([open_], "the lane's budget of 20s, reached at 96 rounds", 0.15)
     assert note.startswith("; unresolved after 96 rounds (the lane's budget of 20s") and "spans 0.85" in note, note
     assert guard.growth_note([], None, 0.15) == ""
+
+
+def test_a_gated_runs_guard_lane_that_looks_slower_and_never_settled_counts_as_slower_and_a_guards_does_not():
+    """The candidate's own jitter kept a 30% slowdown from being shown (tests/adversarial/test_noisy_guard.py)."""
+    open_slow = guard.Look(48, 2, 0.01, 0.80, 0.55, 1.10, guard.CONTINUE)
+    open_fine = guard.Look(48, 2, 0.01, 0.97, 0.80, 1.10, guard.CONTINUE)
+    shown = guard.Look(12, 1, 0.01, 0.70, 0.60, 0.90, guard.SLOWER)
+    assert guard.counts_as_slower(open_slow, 0.05, shown_only=False)
+    assert not guard.counts_as_slower(open_slow, 0.05, shown_only=True)
+    assert not guard.counts_as_slower(open_fine, 0.05, shown_only=False)
+    assert guard.counts_as_slower(shown, 0.05, shown_only=True)
+    assert guard.counts_as_slower(shown, 0.05, shown_only=False)

@@ -1,0 +1,32 @@
+"""core.meantime: a lane's summed time shown slower than the champion's, which a median hides."""
+import numpy as np
+import pytest
+
+from pytest_ditar.core.meantime import mean_loss
+
+
+def test_a_recurring_slow_share_behind_a_median_win_is_a_loss_in_the_mean():
+    champ = [1.0] * 48
+    cand = [0.5 if i % 3 else 4.5 for i in range(48)]  # the median call 2x faster, the mean 1.7x slower
+    said = mean_loss(champ, cand, 0.05)
+    assert said is not None and said.startswith("its mean call is slower: total time 0.5"), said
+    assert "over 48 rounds" in said and "slowest call 9.0x its median" in said, said
+
+
+def test_a_real_win_with_the_hosts_rare_stalls_and_an_unchanged_lane_are_not():
+    rng = np.random.default_rng(0)
+    champ = np.exp(rng.normal(0.0, 0.3, 48))
+    cand = np.exp(rng.normal(np.log(0.5), 0.3, 48))
+    cand[7] *= 40.0  # one stall on the candidate's side: the resamples without it still clear the bar
+    assert mean_loss(champ.tolist(), cand.tolist(), 0.05) is None
+    fails = sum(mean_loss(np.exp(r.normal(0, 0.3, 24)).tolist(), np.exp(r.normal(0, 0.3, 24)).tolist(), 0.05)
+                is not None for r in (np.random.default_rng(s) for s in range(200)))
+    assert fails <= 6, fails  # an unchanged lane is almost never a mean loss beyond 5%
+
+
+def test_too_few_rounds_say_nothing_and_bad_input_names_itself():
+    assert mean_loss([1.0] * 5, [9.0] * 5, 0.05) is None
+    with pytest.raises(ValueError, match="paired rounds must match"):
+        mean_loss([1.0] * 6, [1.0] * 7, 0.05)
+    with pytest.raises(ValueError, match="tolerance"):
+        mean_loss([1.0] * 6, [1.0] * 6, 1.5)
