@@ -129,6 +129,8 @@ def failures(quality: Sequence[tuple[str, bool]], lanes: Iterable[LaneOutcome], 
         elif oc.ci_high is not None and regressed(oc.speedup, oc.ci_high, tolerance):
             out.append(f"lane {name}: {oc.speedup:.3f}x ci=[{oc.ci_low:.3f},{oc.ci_high:.3f}] of the reference, "
                        f"slower beyond the {tolerance:.0%} tolerance")
+        elif oc.verdict == "REGRESSED":  # by its summed time (core.meantime), its median within tolerance
+            out.append(f"lane {name}: {oc.reason}")
     return out
 
 

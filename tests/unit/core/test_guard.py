@@ -101,3 +101,8 @@ def test_a_gated_runs_guard_lane_that_looks_slower_and_never_settled_counts_as_s
     assert not guard.counts_as_slower(open_fine, 0.05, shown_only=False)
     assert guard.counts_as_slower(shown, 0.05, shown_only=True)
     assert guard.counts_as_slower(shown, 0.05, shown_only=False)
+
+
+def test_a_lane_regressed_by_its_summed_time_fails_the_guard_with_its_reason():
+    lane = LaneOutcome("b1", False, "REGRESSED", 1.9, 1.7, 2.0, "its mean call is slower: total time 0.57x", None)
+    assert guard.failures([], [lane], ["b1"], [], 0.05) == ["lane b1: its mean call is slower: total time 0.57x"]
