@@ -29,6 +29,15 @@ for _anchor in (GEN_SIG, GEN_RETURN, BUILD, CLASS, STEPS):
     assert STOCK.count(_anchor) == 1, _anchor
 
 
+def sleeps_after(body: str, source: str = STOCK) -> str:
+    """`source` whose generate() runs `body` (lines at its indentation) just before it returns, with
+    `_t` the time module and `_t0` the call's start: a slowdown of the call's own making."""
+    out = source.replace(GEN_SIG, GEN_SIG + "        import time as _t; _t0 = _t.perf_counter()\n").replace(
+        GEN_RETURN, body + GEN_RETURN)
+    assert out.count("_t.sleep") == 1, body
+    return out
+
+
 def arm(source: str, scratch: Path) -> str:
     """The attack with its scratch directory filled in."""
     return source.replace("@@SCRATCH@@", repr(str(scratch)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from .attacks import GEN_RETURN, GEN_SIG, STOCK
+from .attacks import GEN_RETURN, GEN_SIG, sleeps_after
 from .conftest import KEYS, assert_not_kept, experiment
 from conftest import make_project
 
@@ -21,12 +21,9 @@ pytestmark = pytest.mark.adversarial
 # samples taken under load, under the 2.5x bar, and was KEPT). A sandbag inside that swing on every
 # lane is a known limit (docs/trust.md, row 22); building both sides from worktrees would take the
 # role away.
-SANDBAG = STOCK.replace(GEN_SIG, GEN_SIG + "        import time as _t; _t0 = _t.perf_counter()\n").replace(
-    GEN_RETURN,
-    "        from pathlib import Path as _P\n"
-    "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
-    "            _t.sleep(6.0 * (_t.perf_counter() - _t0))\n" + GEN_RETURN)
-assert SANDBAG.count("_t.sleep") == 1
+SANDBAG = sleeps_after("        from pathlib import Path as _P\n"
+                       "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
+                       "            _t.sleep(6.0 * (_t.perf_counter() - _t0))\n")
 
 
 def _judged_twice(proj, sandbag: str, clear_load=lambda: None):
