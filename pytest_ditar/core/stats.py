@@ -485,8 +485,10 @@ def regression_check(
 ) -> RegressionCheck:
     """REGRESSED iff the whole 95% CI of the speedup lies below 1 - tolerance.
 
-    Deliberately one-sided in the candidate's favour: a noisy guard lane cannot prove a
-    regression, so it passes; the objective lane's UNSTABLE rule is where noise blocks a KEEP.
+    One-sided in the candidate's favour: noise cannot prove a regression. That stands only where
+    the lane could not grow (its champion's stored samples, no interleaved champion); a guard lane
+    timed beside its champion grows until it is settled, and in a gated run one that never settles
+    with its median below 1 - tolerance is REGRESSED (core.guard: a candidate can make its own noise).
     """
     champ_arr = _as_samples(champ, "champion")
     cand_arr = _as_samples(cand, "candidate")
