@@ -23,7 +23,7 @@ from typing import Final
 
 import numpy as np
 
-from pytest_ditar.core import distributions as _dist
+from pytest_ditar.core import distributions as _dist, stats
 from pytest_ditar.core.decision import LaneOutcome
 
 CONTINUE: Final = "CONTINUE"  # core.sequential's word: time more rounds
@@ -80,7 +80,7 @@ def look(champion: Sequence[float], candidate: Sequence[float], tolerance: float
     """Look `index` at a guard lane's interleaved rounds at level `alpha`: the paired speedup, its
     exact CI, and whether they settle the lane. Over a plan's looks, whose levels sum to the
     plan's alpha, an unchanged tree fails at one of them with at most alpha / 2."""
-    logs = np.log(np.asarray(champion, dtype=np.float64)) - np.log(np.asarray(candidate, dtype=np.float64))
+    logs = stats.log_ratios(champion, candidate)
     speedup, low, high = median_ci(logs, alpha)
     decision = (SLOWER if regressed(speedup, high, tolerance)
                 else WITHIN if low >= 1.0 - tolerance else CONTINUE)

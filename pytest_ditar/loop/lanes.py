@@ -135,21 +135,24 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
         return LaneResult(m, _mean_checked(oc, champion_samples, m.samples, perf_cfg), source, min_effect,
                           comparison=comparison)
-    if objective:
-        c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
-                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
-    else:
-        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot,
-                                   paired=paired)
-    # c.why, not c.reason: the verdict line already carries the speedup and its CI
-    reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
-    oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
-    if paired and not objective and m.looks:
-        oc = _guard_outcome(oc, [guard.Look(**lk) for lk in m.looks], m.undecided, perf_cfg.guard_tolerance, source,
+    if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
+        oc = _guard_outcome(m, [guard.Look(**lk) for lk in m.looks], perf_cfg.guard_tolerance, source, peak,
                             shown_only=guard_run)
+        comparison = dict(m.looks[-1])
+    else:
+        if objective:
+            c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
+                              max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
+        else:
+            c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance,
+                                       n_boot=perf_cfg.n_boot, paired=paired)
+        # c.why, not c.reason: the verdict line already carries the speedup and its CI
+        reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
+        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+        comparison = asdict(c)
     if paired:
         oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg)
-    return LaneResult(m, oc, source, min_effect, comparison=asdict(c))
+    return LaneResult(m, oc, source, min_effect, comparison=comparison)
 
 
 def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any) -> LaneOutcome:
@@ -167,19 +170,19 @@ def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[
     return replace(oc, verdict=stats.NOT_FASTER, reason=f"{by_median}, but {loss}; {oc.reason}")
 
 
-def _guard_outcome(oc: LaneOutcome, looks: list[guard.Look], undecided: str | None, tolerance: float,
-                   source: str, *, shown_only: bool) -> LaneOutcome:
+def _guard_outcome(m: LaneMeasurement, looks: list[guard.Look], tolerance: float, source: str, peak: float | None,
+                   *, shown_only: bool) -> LaneOutcome:
     """A guard lane grown by core.guard's looks is what its last look says: the rule that stopped
-    the rounds is the rule that judges them."""
+    the rounds is the rule that judges them (and what its record keeps)."""
     last = looks[-1]
     slower = guard.counts_as_slower(last, tolerance, shown_only=shown_only)
     verdict = stats.REGRESSED if slower else stats.OK
     why = (f"within tolerance {tolerance * 100:.1f}%" if not slower
            else f"slower beyond tolerance {tolerance * 100:.1f}%" if last.decision == guard.SLOWER
            else f"slower than 1-{tolerance * 100:.1f}% by its median, not ruled out")
-    reason = (f"{why}{guard.growth_note(looks, undecided, tolerance)} [{source} paired champion, "
+    reason = (f"{why}{guard.growth_note(looks, m.undecided, tolerance)} [{source} paired champion, "
               f"exact CI at {(1 - last.alpha) * 100:.2f}%]")
-    return replace(oc, verdict=verdict, speedup=last.speedup, ci_low=last.ci_low, ci_high=last.ci_high, reason=reason)
+    return LaneOutcome(m.lane, False, verdict, last.speedup, last.ci_low, last.ci_high, reason, peak)
 
 
 def verdict_story(res: LaneResult, champion_samples: list[float]) -> dict[str, Any]:

@@ -38,8 +38,8 @@ class Sequential:
     plan: Plan
     threshold: float
     budget_s: float
-    # `--ditar-guard`'s tolerance: the lane grows until a slowdown beyond it is shown or ruled
-    # out (core.guard.look) instead of until a win is (core.sequential.look)
+    # a guard lane's tolerance: the lane grows until a slowdown beyond it is shown or ruled out
+    # (core.guard.look) instead of until a win is (core.sequential.look)
     guard: float | None = None
 
 
