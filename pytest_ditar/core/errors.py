@@ -33,3 +33,9 @@ class CandidateError(Exception):
                  "timeout": "timeout"}.get(self.kind, self.kind)
         return f"{label}{where}{after}" + (f": {self.message}" if self.message else "") \
             + (f" ({self.where})" if self.where else "")
+
+
+class ReferenceFailure(DitarError):
+    """A reference the candidate is timed against (the champion, its twin) could not be built or
+    timed. The judge's failure, never the candidate's: the run is refused, nothing is recorded, and
+    no lane falls back to numbers the reference's own code produced (its stored samples)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pytest_ditar.core.distributions import mannwhitneyu_p
 
@@ -63,20 +64,36 @@ def _slower(slow: Sequence[float], fast: Sequence[float], tolerance: float, alph
     return (ratio, p) if p < alpha else None
 
 
-DRIFT = "champion drift"  # how every drift reason starts: core.decision reads it across lanes
+DRIFT = "champion drift"  # how every drift reason starts (text only: rules read LaneOutcome.cause)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The champion's in-run rounds, shown slower than its stored (kept) samples."""
+    ratio: float  # in-run median / stored median, > 1 + tolerance
+    p: float
+    now_s: float
+    kept_s: float
+    tolerance: float
+
+    def reason(self, host: float = 1.0) -> str:
+        """What it says: in a quiet run (the host as fast as when the samples were kept) the champion's
+        build differs from the one kept; else something slowed the champion's rounds."""
+        figures = (f"{self.kept_s * 1e3:.2f} ms kept, {self.now_s * 1e3:.2f} ms now ({self.ratio:.2f}x; "
+                   f"tolerance {self.tolerance * 100:.0f}%, p={self.p:.2g})")
+        if host == 1.0:
+            return f"{DRIFT}: champion build differs from the one kept: {figures}"
+        return (f"{DRIFT}: {figures}, the host itself {host:.2f}x as slow as then: something slowed the "
+                "champion's rounds (interference, a changed host, or the candidate reaching it)")
 
 
 def champion_drift(in_run: Sequence[float], stored: Sequence[float], tolerance: float,
-                   alpha: float = 0.05) -> str | None:
-    """The reason the champion's in-run rounds are slower than its stored samples, or None: the
-    medians differ by more than `tolerance` AND a one-sided Mann-Whitney test says so. Only the
-    slower side voids a lane: a champion that runs faster than it used to can hide a real win,
-    never fake one, and a busier host between runs would otherwise discard honest work."""
+                   alpha: float = 0.05) -> Drift | None:
+    """The champion's in-run rounds shown slower than its stored samples, or None: the medians
+    differ by more than `tolerance` AND a one-sided Mann-Whitney test says so. Only the slower side
+    counts: a champion that runs faster than it used to can hide a real win, never fake one."""
     found = _slower(in_run, stored, tolerance, alpha)
     if found is None:
         return None
     ratio, p = found
-    now, then = statistics.median(in_run), statistics.median(stored)
-    return (f"{DRIFT}: its in-run median {now * 1e3:.2f} ms is {ratio:.2f}x slower than its stored "
-            f"{then * 1e3:.2f} ms (tolerance {tolerance * 100:.0f}%, p={p:.2g}): something slowed the champion's "
-            "rounds (interference, a changed host, or the candidate reaching it)")
+    return Drift(ratio, p, statistics.median(in_run), statistics.median(stored), tolerance)

@@ -38,6 +38,11 @@ from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
+# a refused run whose champion (or twin) failed in its role: what to do
+REFERENCE_NEXT = ("ditar: next: the champion's own code failed in its role, not the candidate's: nothing was "
+                  "charged to it. Run `dit-ar doctor`, then the same command once more; if it fails again, the "
+                  "champion's commit no longer builds on this host (`dit-ar status` names it): start a new tag from it")
+
 
 class Gate:
     def __init__(self, sess: DitarSession, opts: RunOptions):
@@ -65,10 +70,9 @@ class Gate:
         self.test_log = TestLog()  # tests.log's reports, each failure text once
         self.guard_line: str | None = None  # a guard's last line (DITAR GUARD: PASS/FAIL)
         self.start_failures: list[str] = []  # early starts that failed (loop.startup): built again when needed
-        if opts.guard is not None:  # a guard writes nothing under the state dir: its checkouts go elsewhere
+        if opts.guard is not None:  # a guard writes nothing under the state dir (its roles' code is the judge's)
             import tempfile
 
-            sess.worktree_root = Path(tempfile.mkdtemp(prefix="ditar-guard-"))
             sess.beside_champion = True  # paired rounds even where the tree is the champion's commit
             sess.use_run_dir(Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))  # failure images, kept for the user
 
@@ -254,11 +258,16 @@ class Gate:
         what replaces it)."""
         if self.opts.baseline:
             return Exit.OK if self.refusal is None else Exit.TESTS_FAILED
-        if not self.gated:
+        if self.sess.reference_error and not self.refusal:  # the judge's failure: nothing judged, nothing charged
+            self.refusal = f"{self.sess.reference_error}; nothing judged, recorded or reverted"
+        if not self.gated or self.sess.reference_error:
             self._note(record.unrecorded(self, "ended without a verdict"))  # refused after its pre-run backup
+            if self.refusal:
+                self._note([REFERENCE_NEXT] if self.sess.reference_error else [])
+                return Exit.REFUSED
             if self.opts.guard is not None and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
                 return self._guard()
-            return Exit.REFUSED if self.refusal else exitstatus
+            return exitstatus
         with self.sess.clock.span("gate.checks"):  # tests.log, then the state as the candidate left it
             self.test_log.close(self.sess.run_dir())
             harm = self.state_harm or backup.damage(self.root, TagPaths(self.sess.state_dir), self.state_watch)

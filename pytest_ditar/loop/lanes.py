@@ -13,11 +13,11 @@ import contextlib
 import os
 import statistics
 from dataclasses import asdict, replace
-from typing import Any, Callable, cast
+from typing import Any, Callable
 
 from pytest_ditar.core import guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
-from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.errors import CandidateError, ReferenceFailure
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
@@ -95,46 +95,32 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         slowed = interference.slowed_after_candidate(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
         if slowed:
             return outcome("UNSTABLE", slowed)
-    drift = None
+    drift, host = None, 1.0
     if source == "interleaved" and stored_samples:
         tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
-        # Judged against the host's own speed then and now: a busier host slows the champion too.
+        # A guard lane's drift is judged against the host's own speed then and now (a busier host
+        # slows the champion too); the objective lane's never: a win is not excused by the host's
+        # speed, the judge's short probe being its only witness (a champion that sandbags in its
+        # role hid behind a loaded box's probes: battery 22). What is taken off is the raw figure.
         host = host_ratio(m.host_s, list(stored_host_s or []))
-        drift = probes.champion_drift([x / host for x in champion_samples], stored_samples, tolerance, perf_cfg.alpha)
-        if drift and host != 1.0:
-            drift += f" (the host itself {host:.2f}x as slow as then, taken into account)"
-        if drift and not grown:
-            return outcome("UNSTABLE", drift)
-        if grown and not drift and host != 1.0:
-            # A win is never excused by the host's speed: the judge's short probe is its only witness,
-            # and a champion that sandbags in its role hid behind a loaded box's probes (battery 22).
-            drift = probes.champion_drift(champion_samples, stored_samples, tolerance, perf_cfg.alpha)
+        shown = objective or probes.champion_drift([x / host for x in champion_samples], stored_samples, tolerance,
+                                                   perf_cfg.alpha) is not None
+        drift = probes.champion_drift(champion_samples, stored_samples, tolerance, perf_cfg.alpha) if shown else None
     if grown and sequential is not None:
         looks = [seq.Look(**lk) for lk in m.looks]
         c = seq.verdict(m.sides(), min_effect, looks, sequential.plan, undecided=m.undecided,
                         max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
         refs = "champion and twin in the same randomized rounds" if m.twin_samples else "champion, no twin"
-        note = ""
-        if drift:
-            # The champion ran slower than its stored samples. A candidate that slowed it (or a
-            # champion that sandbags in its role, twin included) gains exactly that much, so a win
-            # stands only if it clears the bar with the whole drift taken off its lower bound; a
-            # busy host slows every side and leaves a big win standing.
-            stored = cast("list[float]", stored_samples)  # drift is only ever measured against them
-            slow = statistics.median(champion_samples) / statistics.median(stored)  # the host excuses no win
-            if c.verdict == stats.FASTER and c.ci_low / slow <= 1.0 + min_effect:
-                return outcome("UNSTABLE", drift)
-            note = (f"; champion drift {slow:.2f}x taken off: lower bound {c.ci_low / slow:.3f}x still clears the bar"
-                    if c.verdict == stats.FASTER else f"; {drift}")
-        reason = f"{c.why}{note} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
+        reason = f"{c.why} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
         comparison = asdict(c)
         if m.twin_samples:
             twin = stats.compare(m.champion_samples, m.twin_samples, min_effect=0.0, max_cv=1e9,
                                  n_boot=perf_cfg.n_boot, paired=True)
             comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
-        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
-        return LaneResult(m, _mean_checked(oc, champion_samples, m.samples, perf_cfg), source, min_effect,
-                          comparison=comparison)
+        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak,
+                         threshold=min_effect)
+        oc = _drift_checked(_mean_checked(oc, champion_samples, m.samples, perf_cfg), drift, host)
+        return LaneResult(m, oc, source, min_effect, comparison=comparison)
     if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
         oc = _guard_outcome(m, [guard.Look(**lk) for lk in m.looks], perf_cfg.guard_tolerance, source, peak,
                             shown_only=guard_run)
@@ -148,11 +134,32 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
                                        n_boot=perf_cfg.n_boot, paired=paired)
         # c.why, not c.reason: the verdict line already carries the speedup and its CI
         reason = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
-        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak)
+        oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak,
+                         threshold=min_effect)
         comparison = asdict(c)
     if paired:
         oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg)
-    return LaneResult(m, oc, source, min_effect, comparison=comparison)
+    return LaneResult(m, _drift_checked(replace(oc, threshold=min_effect), drift, host), source, min_effect,
+                      comparison=comparison)
+
+
+def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float) -> LaneOutcome:
+    """A lane whose champion ran slower than its kept samples carries that drift (core.decision
+    takes every lane's off the objective win). The objective lane's own: a candidate that slowed
+    the champion (or a champion that sandbags in its role, twin included) gains exactly that much,
+    so its win stands only where it clears the bar with the whole drift taken off its lower bound,
+    else it is UNSTABLE (cause "drift": not judged, run once more). Any other verdict stands, the
+    drift named: a loss or a guard lane's in-run comparison is no less true for it."""
+    if drift is None:
+        return oc
+    why = drift.reason(host)
+    low = (oc.ci_low or 0.0) / drift.ratio
+    if oc.objective and oc.verdict == stats.FASTER and low <= 1.0 + (oc.threshold or 0.0):
+        return replace(oc, verdict=stats.UNSTABLE, cause="drift", drift=drift.ratio,
+                       reason=f"{why}; the win's lower bound over it {low:.3f}x does not clear the bar ({oc.reason})")
+    note = (f"champion drift {drift.ratio:.2f}x taken off: lower bound {low:.3f}x still clears the bar; {why}"
+            if oc.objective and oc.verdict == stats.FASTER else why)
+    return replace(oc, drift=drift.ratio, reason=f"{oc.reason}; {note}")
 
 
 def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any) -> LaneOutcome:
@@ -210,28 +217,37 @@ class LaneRunner:
         self.claimed_class = claimed_class
         self.guard = guard  # `--ditar-guard`'s tolerance, None outside a guard
         self._champion: dict[int, Any] = {}  # ranks -> the champion's worker (a group for ranks > 1)
-        self._champion_error: str | None = None
         self._twin: dict[int, Any] = {}
         self._stream: Any = None
 
     def champion(self, ranks: int = 1) -> Any:
-        """The champion's own code from a git worktree, built in its worker (its group of `ranks`
-        for a multi-GPU lane); None if impossible. A gated run sent its build when the guards
-        passed, so this mostly waits for it."""
+        """The champion's own code, written from its commit's blobs and built in its worker (its
+        group of `ranks` for a multi-GPU lane); None where the lanes interleave with nothing
+        (interleaving off, or HEAD is the champion). A gated run sent its build when the guards
+        passed, so this mostly waits for it. One that cannot be built is the judge's failure
+        (ReferenceFailure), never a comparison with its stored samples."""
         if ranks not in self._champion:
             self._champion[ranks] = None
             from pytest_ditar.loop import champion
             from pytest_ditar.vcs import repo as gitops
 
+            st = gitops.state(self.sess.cfg.root)
+            # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
+            # where HEAD is the champion, so the champion is timed beside it
+            head = None if st.dirty_paths or self.sess.beside_champion else st.head
+            commit = champion.commit(self.sess)
             try:  # booked as perf.build_champion
-                st = gitops.state(self.sess.cfg.root)
-                # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
-                # where HEAD is the champion, so the champion is timed beside it
-                head = None if st.dirty_paths or self.sess.beside_champion else st.head
-                self._champion[ranks] = champion.build(self.sess, champion.commit(self.sess), head, ranks=ranks)
-            except Exception as exc:  # noqa: BLE001 - fall back to stored samples, and say so
-                self._champion_error = f"{type(exc).__name__}: {exc}"
+                self._champion[ranks] = champion.build(self.sess, commit, head, ranks=ranks)
+            except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run cannot judge
+                raise self._reference_failed(f"champion {str(commit)[:7]}", "could not be built", exc) from exc
         return self._champion[ranks]
+
+    def _reference_failed(self, who: str, what: str, exc: BaseException) -> ReferenceFailure:
+        """The run's refusal for a reference that failed: named, with its error; never the candidate's."""
+        err = ReferenceFailure(f"{who} {what} in its role: {type(exc).__name__}: {exc}")
+        if self.sess.reference_error is None:
+            self.sess.reference_error = str(err)
+        return err
 
     def twin(self, ranks: int = 1) -> Any:
         """The champion's second build (perf.twin), sent beside the others when the guards passed."""
@@ -263,16 +279,24 @@ class LaneRunner:
         perf_cfg = sess.cfg.perf if tolerance is None else replace(sess.cfg.perf, guard_tolerance=tolerance)
         sequential = twin = None
         holdout.settle(sess)  # the holdout's reference may run on the champion's worker: done before any lane
+        champ = None
         try:
             cand = sess.get_candidate(ranks)
             champ = self.champion(ranks)
             if objective and champ is not None:
                 sequential = plan_for(lane, sess.cfg.perf)
-                twin = self.twin(ranks)  # its build failed, or the champion's worktree moved: a CRASH
+                try:
+                    twin = self.twin(ranks)
+                except (CandidateError, OSError) as exc:
+                    raise self._reference_failed("the champion's twin", "could not be built", exc) from exc
             elif champ is not None:  # a guard lane: grown until a slowdown beyond the tolerance is shown or ruled out
                 sequential = guard_plan_for(lane, sess.cfg.perf, perf_cfg.guard_tolerance)
             m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective)
         except CandidateError as exc:
+            failed = next((w for w in (champ, twin) if w is not None and getattr(w, "error", None) is exc), None)
+            if failed is not None:  # the reference's own failure while timed: the judge's, not the candidate's
+                who = "the champion's twin" if failed is twin else "the champion"
+                raise self._reference_failed(who, "failed while timed", exc) from exc
             if exc not in sess.errors:
                 sess.errors.append(exc)
             raise

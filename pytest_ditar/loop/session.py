@@ -47,11 +47,9 @@ class DitarSession:
     _fingerprint: Fingerprint | None = None
     # (candidate dir, name) -> its worker (one process each)
     _workers: dict[tuple[Path, str], CandidateWorker] = field(default_factory=dict)
-    _worker_logs: Path | None = None
-    _scratch: Path | None = None  # the workers' working directories: private, outside the project
-    # worktree -> its file stamps when checked against its commit
-    _worktrees: dict[Path, dict[str, tuple[int, int]]] = field(default_factory=dict)
-    worktree_root: Path | None = None  # where commits are checked out; None: the state dir's worktrees/
+    # "candidate" or a commit -> its code as written for its workers (loop.roles)
+    _code: dict[str, Any] = field(default_factory=dict)
+    _retired: list[CandidateWorker] = field(default_factory=list)  # stopped early (the twin): logs still kept
     beside_champion: bool = False  # a guard: the working tree is timed beside the champion's build, HEAD or not
     memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
     _semantic: SessionScores | None = None  # evaluators built once per session + score cache
@@ -61,6 +59,9 @@ class DitarSession:
     # compiled to the tag's compile cache (runtime.compiled); the line saying so, once added
     keep_compiled: bool = False
     compiled_note: str | None = None
+    # a reference (the champion, its twin) that could not be built or timed: the run is refused
+    # naming it (loop.lanes.LaneRunner), nothing charged to the candidate
+    reference_error: str | None = None
     # Keys the stream of timed requests (core.requests); made when the run starts, recorded in
     # the run's summary only after the candidate has finished.
     request_secret: str = field(default_factory=lambda: secrets.token_hex(32))
@@ -113,7 +114,7 @@ class DitarSession:
             from pytest_ditar.hardware.fingerprint import Fingerprint, collect
 
             try:
-                info = self.worker(self.cfg.candidate_path, "candidate").hello()
+                info = self.worker(self.candidate_code(), "candidate").hello()
                 self._fingerprint = Fingerprint.from_dict(info["fingerprint"])
             except ConfigError:  # no candidate package to start a worker for: ask here
                 self._fingerprint = collect(self.resolved_device())
@@ -133,26 +134,22 @@ class DitarSession:
             self._baseline = load_snapshot(self.baseline_dir, "baseline")
         return self._baseline
 
-    def worker(self, candidate_dir: Path, name: str, ranks: int = 1) -> CandidateWorker:
-        """The (started) worker process for the pipeline in `candidate_dir`, one per directory and
-        name per session (a second name on one directory is a second build: the champion's twin);
-        `ranks` > 1: a group of that many ranks (runtime.group), for a multi-GPU lane."""
+    def worker(self, code: Path, name: str, ranks: int = 1) -> CandidateWorker:
+        """The (started) worker process for the package `code` (written by `candidate_code` or
+        `commit_code`), one per package and name per session (a second name on one package is a
+        second build: the champion's twin); `ranks` > 1: a group of that many ranks
+        (runtime.group), for a multi-GPU lane. Every role's worker is made alike (runtime.boxdir):
+        nothing it can observe but its code says which role it plays; only the candidate's
+        compilations are ever kept (runtime.compiled)."""
+        from pytest_ditar.runtime import boxdir
+
         if ranks > 1:
             name = f"{name}-{ranks}ranks"
-        key = (Path(candidate_dir).resolve(), name)
+        key = (Path(code).resolve(), name)
         if key not in self._workers:
             require_pipeline(key[0])  # a missing package is a usage error, before any process starts
-            import tempfile
-
-            if self._worker_logs is None:
-                self._worker_logs = Path(tempfile.mkdtemp(prefix="ditar-workers-"))
-                self._scratch = Path(tempfile.mkdtemp(prefix="ditar-scratch-"))
-            cwd = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch))
+            cwd = boxdir.new("work")
             spec = make_spec(self.suite, self.model_dir(), self.resolved_device())
-            # The candidate compiles into a cache of its own: the champion's, seen through an
-            # overlay whose writes stay in its sandbox; the champion's side (its worktree's
-            # workers: champion, twin, holdout baseline) writes the champion's cache itself.
-            champion_side = key[0] != self.cfg.candidate_path.resolve()
             kind: Any = CandidateWorker
             if ranks > 1:
                 from functools import partial
@@ -160,14 +157,51 @@ class DitarSession:
                 from pytest_ditar.runtime.group import GroupWorker
 
                 kind = partial(GroupWorker, ranks=ranks)
-            w = kind(name, key[0], spec, log_path=self._worker_logs / f"{name}.log",
+            w = kind(name, key[0], spec, log_path=boxdir.new("logs") / "worker.log",
                      memory_budget_gib=self.memory_budget_gib, cwd=cwd, env=self.worker_env(cwd),
                      cpu_threads=self.worker_threads(spec.device),
                      build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
-                     compile_cache=self.compile_cache(), compile_cache_writable=champion_side,
-                     keep_compile_writes=not champion_side)
+                     compile_cache=self.compile_cache(), keep_compile_writes=name.startswith("candidate"),
+                     masks=self.role_masks())
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
+
+    def candidate_code(self) -> Path:
+        """The candidate's package as its worker imports it: HEAD's blobs of the mutable paths, or,
+        where they differ from HEAD (`dit-ar try`, a guard of an edited tree), the working tree's
+        regular files (loop.roles)."""
+        from pytest_ditar.loop import roles
+        from pytest_ditar.runtime import boxdir
+
+        if "candidate" not in self._code:
+            require_pipeline(self.cfg.candidate_path)
+            st = gitops.state(self.cfg.root)
+            under = self.cfg.mutable_paths
+            dirty = any(roles.under_any(p, under) for p in st.dirty_paths)
+            dest = boxdir.new("code")
+            self._code["candidate"] = (roles.from_worktree(self.cfg.root, under, self.cfg.candidate_dir, dest)
+                                       if dirty or not st.head else
+                                       roles.from_commit(self.cfg.root, st.head, under, self.cfg.candidate_dir, dest))
+        return self._code["candidate"].package
+
+    def commit_code(self, commit: str) -> Path:
+        """`commit`'s package as its worker imports it, written from its blobs (loop.roles)."""
+        from pytest_ditar.loop import roles
+        from pytest_ditar.runtime import boxdir
+
+        if commit not in self._code:
+            self._code[commit] = roles.from_commit(self.cfg.root, commit, self.cfg.mutable_paths,
+                                                   self.cfg.candidate_dir, boxdir.new("code"))
+        return self._code[commit].package
+
+    def role_masks(self) -> tuple[str, ...]:
+        """What every worker's sandbox hides: the repository's git folder (its worktree's too), its
+        mutable paths (the working tree is the candidate: a champion comparing itself with them
+        would know its role) and the state directory."""
+        root = self.cfg.root.resolve()
+        hidden = [root / ".git", *(root / p.strip("/") for p in self.cfg.mutable_paths), self.cfg.state_path.resolve()]
+        common = gitops.git_dirs(root)
+        return tuple(dict.fromkeys(str(p) for p in [*hidden, *common] if os.path.lexists(p)))
 
     @staticmethod
     def worker_threads(device: str) -> int:
@@ -180,11 +214,14 @@ class DitarSession:
             raise ConfigError(str(exc)) from None
 
     def worker_env(self, cwd: Path) -> dict[str, str]:
-        """The judge's environment less what names the state directory or the judge's own settings,
-        plus the compile cache's variables. Only a courtesy: the candidate's package lies in the
-        project, beside the state directory."""
+        """The judge's environment less what names the state directory, the judge's own settings or
+        the moment (pytest's current test: a champion built during a test would see it), plus the
+        compile cache's variables; the same for every role (runtime.boxdir)."""
+        from pytest_ditar.runtime import boxdir
+
         state = str(self.cfg.state_path.resolve())
-        env = {k: v for k, v in os.environ.items() if state not in v and k not in (ENV_CONFIG, ENV_TAG, "OLDPWD")}
+        env = {k: v for k, v in os.environ.items()
+               if state not in v and k not in (ENV_CONFIG, ENV_TAG, "OLDPWD", "PYTEST_CURRENT_TEST")}
         env["PWD"] = str(cwd)
         if env.get("PYTHONPATH"):  # the worker starts elsewhere: relative entries must keep their meaning
             env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) if p else p
@@ -194,8 +231,8 @@ class DitarSession:
         # overlay of its own sandbox (worker(); runtime.sandbox), so a rebuilt champion compiles
         # once per machine and the candidate starts from what the champion compiled. Added after the
         # filter on purpose: this names the state directory, which the sandbox shows read-only.
-        cache = self.compile_cache()
-        env.update(TORCHINDUCTOR_CACHE_DIR=str(cache), TRITON_CACHE_DIR=str(cache / "triton"),
+        cache = boxdir.CACHE if self.cfg.sandboxed else str(self.compile_cache())
+        env.update(TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=f"{cache}/triton",
                    TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
         return env
 
@@ -218,7 +255,7 @@ class DitarSession:
         """Send the candidate's build without waiting: it builds while the judge does other work
         (`ranks` > 1: its group for a multi-GPU lane)."""
         if ranks > 1 or (self.candidate is None and self.candidate_error is None):
-            w = self.worker(self.cfg.candidate_path, "candidate", ranks)
+            w = self.worker(self.candidate_code(), "candidate", ranks)
             w.memory_budget_gib = self.memory_budget_gib
             w.request_build()
 
@@ -226,7 +263,7 @@ class DitarSession:
         """The candidate's worker, built once per session; a failure is remembered, not retried.
         `ranks` > 1: the candidate's group for a multi-GPU lane (its own build, once per session)."""
         if ranks > 1:
-            w = self.worker(self.cfg.candidate_path, "candidate", ranks)
+            w = self.worker(self.candidate_code(), "candidate", ranks)
             w.memory_budget_gib = self.memory_budget_gib
             with self.clock.span("build.candidate"):
                 w.built(self.cfg.build_timeout_s)
@@ -236,7 +273,7 @@ class DitarSession:
             raise self.candidate_error
         if self.candidate is None:
             try:
-                w = self.worker(self.cfg.candidate_path, "candidate")
+                w = self.worker(self.candidate_code(), "candidate")
                 w.memory_budget_gib = self.memory_budget_gib
                 with self.clock.span("build.candidate"):
                     self.candidate = w.built(self.cfg.build_timeout_s)
@@ -261,28 +298,22 @@ class DitarSession:
         for w in self._workers.values():
             w.close()
         self._add_compiled()
-        if self._scratch is not None:
-            import shutil
+        self._keep_logs()
 
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
-        if self.worktree_root is not None:  # a guard's checkouts, outside the state dir: gone with the run
-            import shutil
+    def _keep_logs(self) -> None:
+        """Each worker's log (made under a name that says nothing of its role) beside the run's, under
+        the role's name; one folder per judge process: xdist workers and the decide phase share a run dir."""
+        import shutil
 
-            from pytest_ditar.loop import worktrees
-
-            worktrees.drop(self.cfg.root, list(self._worktrees))
-            self._worktrees.clear()
-            shutil.rmtree(self.worktree_root, ignore_errors=True)
-        if self._worker_logs is not None:
-            import shutil
-
-            if self._run_dir is not None and any(self._worker_logs.iterdir()):
-                # one folder per judge process: xdist workers and the decide phase share a run dir
-                who = os.environ.get("PYTEST_XDIST_WORKER") or f"judge-{os.getpid()}"
-                shutil.copytree(self._worker_logs, self._run_dir / "workers" / who, dirs_exist_ok=True)
-            shutil.rmtree(self._worker_logs, ignore_errors=True)
-            self._worker_logs = None
+        if self._run_dir is None:
+            return
+        who = os.environ.get("PYTEST_XDIST_WORKER") or f"judge-{os.getpid()}"
+        for w in [*self._workers.values(), *self._retired]:
+            folder = w.log_path.parent
+            for f in sorted(folder.iterdir()) if folder.is_dir() else []:
+                dest = self._run_dir / "workers" / who / (f"{w.name}.log" if f == w.log_path else f"{w.name}.{f.name}")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dest)
 
     def _add_compiled(self) -> None:
         """After its processes have ended: what a kept candidate compiled goes into the tag's compile
@@ -291,10 +322,11 @@ class DitarSession:
         from pytest_ditar.runtime import compiled
 
         writes = [(w, w.compile_writes) for w in self._workers.values() if w.compile_writes is not None]
-        if self.keep_compiled and writes:
+        kept = [(w, folder) for w, folder in writes if w.keep_compile_writes]  # a reference's are never kept
+        if self.keep_compiled and kept:
             cache = self.compile_cache()
             done, room = compiled.Promoted(), compiled.MAX_BYTES - compiled.size_of(cache)
-            for _w, folder in writes:
+            for _w, folder in kept:
                 try:
                     done += compiled.promote(folder / "upper", cache, room - done.bytes)
                 except OSError as exc:
@@ -360,17 +392,8 @@ class DitarSession:
 
     def _build_in_worktree(self, commit: str, name: str, phase: str, start_only: bool,
                            ranks: int = 1) -> CandidateWorker:
-        from pytest_ditar.loop import worktrees
-
-        wt = (self.worktree_root or self.state_dir / "worktrees") / commit[:12]
-        with self.clock.span(phase):  # the checkout and the wait count to the phase that needed it
-            if wt not in self._worktrees:
-                try:
-                    self._worktrees[wt] = worktrees.pristine(self.cfg.root, wt, commit)
-                except CandidateError as exc:  # changed again as it was checked out afresh: a CRASH
-                    self.errors.append(exc)
-                    raise
-            w = self.worker(wt / self.cfg.candidate_dir, name, ranks)
+        with self.clock.span(phase):  # writing the code and the wait count to the phase that needed it
+            w = self.worker(self.commit_code(commit), name, ranks)
             w.memory_budget_gib = self.memory_budget_gib
             if start_only:
                 w.request_build()
@@ -387,19 +410,21 @@ class DitarSession:
         for key, w in list(self._workers.items()):
             if w is worker:
                 del self._workers[key]
+                self._retired.append(w)
                 w.close()
                 self._drop_compile_writes(w)  # a retired worker is never the one kept
 
     def check_worktrees(self) -> CandidateError | None:
-        """A CRASH error, recorded once in `errors`, when a file of a worktree this run builds from
-        changed since it was checked against its commit; None while all are intact."""
-        from pytest_ditar.loop import worktrees
+        """A CRASH error, recorded once in `errors`, when a file of the code written for a role this
+        run builds changed since (read-only to every worker: only something outside the judge can);
+        None while all are intact."""
+        from pytest_ditar.loop import roles
 
-        for wt, stamps in self._worktrees.items():
-            paths = worktrees.changed(wt, stamps)
+        for code in self._code.values():
+            paths = roles.changed(code)
             if paths:
-                what = "champion worktree modified during the run"
-                err = CandidateError("exception", f"{what}: {', '.join(paths[:5])}")
+                what = "role code modified during the run"
+                err = CandidateError("exception", f"{what} ({code.source}): {', '.join(paths[:5])}")
                 if not any(e.message.startswith(what) for e in self.errors):
                     self.errors.append(err)
                 return err

@@ -25,7 +25,7 @@ def prestart(sess: DitarSession, opts: RunOptions) -> str | None:
     if opts.xdist_controller:
         return None  # the controller runs no candidate; its xdist workers start their own
     try:
-        sess.worker(sess.cfg.candidate_path, "candidate")
+        sess.worker(sess.candidate_code(), "candidate")
     except START_ERRORS as exc:
         return f"candidate worker: {exc}"
     return None

@@ -34,7 +34,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import proctree, sandbox, worker as w, zygote
+from pytest_ditar.runtime import boxdir, proctree, worker as w, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.worker import CLOCK_SLACK_S, START_TIMEOUT_S, CandidateWorker, Outputs
 
@@ -83,14 +83,14 @@ class GroupWorker(CandidateWorker):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ) if self.env is None else dict(self.env)
         if self._box is not None:
-            env["TMPDIR"] = str(self.cwd)
+            env["TMPDIR"] = env["PWD"] = boxdir.WORK
         if self.buffer_dir is None:
-            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=sandbox.shared_memory_dir()))
+            self.buffer_dir = boxdir.new("io")
         socks, logs = [], []
         for r in self.ranks:
             parent, child = socket.socketpair()
             r.conn = Connection(parent.detach())
-            fd, path = tempfile.mkstemp(prefix=f"ditar-{r.name}-", suffix=".buf", dir=self.buffer_dir)
+            fd, path = tempfile.mkstemp(prefix="rank-", suffix=".buf", dir=self.buffer_dir)
             r.buffer_file, r.buffer_path = os.fdopen(fd, "rb"), Path(path)
             socks.append(child)
             logs.append(open(r.log_path, "ab"))
@@ -106,7 +106,9 @@ class GroupWorker(CandidateWorker):
         backend = backend_for(self.spec.device)
         for i, r in enumerate(self.ranks):
             r._send("hello", device=r.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint and i == 0,
-                    buffer=str(r.buffer_path), group=backend)
+                    buffer=f"{boxdir.IO}/{Path(str(r.buffer_path)).name}" if self._box is not None
+                    else str(r.buffer_path),
+                    group=backend)
         return self
 
     def _fds(self) -> list[int]:
@@ -153,7 +155,7 @@ class GroupWorker(CandidateWorker):
         if self.build_s is None and "build" not in self.ranks[0].pending:
             for r in self.ranks:
                 spec = {**asdict(r.spec), "model_dir": str(r.spec.model_dir)}
-                r._send("build", candidate_dir=str(self.candidate_dir), spec=spec,
+                r._send("build", candidate_dir=self.package_inside(), spec=spec,
                         memory_budget_gib=self.memory_budget_gib)
 
     def built(self, timeout_s: float | None = None) -> "GroupWorker":

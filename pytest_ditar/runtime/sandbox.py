@@ -83,6 +83,13 @@ class Spec:
     # '' or absent: a tmpfs of the sandbox's own, gone with it
     kept: tuple[str, ...] = ()
     env: dict = field(default_factory=dict)  # variables the sandboxed process gets on top of its own
+    # Role blindness (runtime.boxdir): host paths hidden under an empty tmpfs (a file: /dev/null),
+    # folders shown at a fixed path of the sandbox (host, inside, writable), where each `private`
+    # path is seen ('' or absent: its own path), and the working directory inside
+    masks: tuple[str, ...] = ()
+    binds: tuple[tuple[str, str, bool], ...] = ()
+    private_at: tuple[str, ...] = ()
+    cwd: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -91,7 +98,9 @@ class Spec:
     def from_dict(cls, d: dict) -> "Spec":
         return cls(bwrap=str(d["bwrap"]), writable=tuple(d.get("writable", ())), private=tuple(d.get("private", ())),
                    devices=tuple(d.get("devices", ())), overlay=bool(d.get("overlay", True)),
-                   kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})))
+                   kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})), masks=tuple(d.get("masks", ())),
+                   binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
+                   private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")))
 
 
 def device_nodes(device: str) -> tuple[str, ...]:
@@ -128,17 +137,25 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
+    for path in spec.masks:  # the repository's git, mutable paths and state: nothing of another role
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path]
+        elif os.path.lexists(path):
+            args += ["--ro-bind", "/dev/null", path]
     for node in spec.devices:
         args += ["--dev-bind", node, node]
     for path in spec.writable:
         args += ["--bind", path, path]
+    for host, inside, writable in spec.binds:
+        args += ["--bind" if writable else "--ro-bind", host, inside]
     for i, path in enumerate(spec.private):
         kept = spec.kept[i] if i < len(spec.kept) else ""
+        at = (spec.private_at[i] if i < len(spec.private_at) else "") or path
         if kept:  # its writes land in the judge's folder (under /dev/shm: out of view, the sandbox's is its own)
-            args += ["--overlay-src", path, "--overlay", f"{kept}/upper", f"{kept}/work", path] if spec.overlay \
-                else ["--bind", f"{kept}/upper", path]
+            args += ["--overlay-src", path, "--overlay", f"{kept}/upper", f"{kept}/work", at] if spec.overlay \
+                else ["--bind", f"{kept}/upper", at]
         else:
-            args += ["--overlay-src", path, "--tmp-overlay", path] if spec.overlay else ["--tmpfs", path]
+            args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
 
 
@@ -147,10 +164,10 @@ def shared_memory_dir() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
-def kept_folder(prefix: str) -> str:
+def kept_folder(prefix: str, parent: str | None = None) -> str:
     """A judge's folder that keeps a private path's writes (Spec.kept): `upper/` and the overlay's
-    `work/`, in memory where there is /dev/shm. runtime.compiled.remove deletes it."""
-    kept = tempfile.mkdtemp(prefix=prefix, dir=shared_memory_dir())
+    `work/`, in `parent`, else in memory where there is /dev/shm. runtime.compiled.remove deletes it."""
+    kept = tempfile.mkdtemp(prefix=prefix, dir=parent or shared_memory_dir())
     for part in ("upper", "work"):
         os.mkdir(os.path.join(kept, part))
     return kept
@@ -172,11 +189,12 @@ def find_bwrap() -> tuple[str | None, str]:
 
 # ---- entering: in the process that will run the worker -----------------------------------------------------
 
-def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> None:
+def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> list[int]:
     """Move this (single-threaded) process's work into a sandbox made from `spec`. Returns in the
-    sandboxed child, with `cwd` as its working directory and only fds 0-2 and `keep_fds` open;
-    the caller's own process becomes the child's keeper and never returns."""
-    cwd = cwd or os.getcwd()
+    sandboxed child, with `spec.cwd` (else `cwd`) as its working directory and only fds 0-2 and
+    `keep_fds` open, renumbered from 3 in their order (the new numbers are returned: every role's
+    worker holds the same fds); the caller's own process becomes the child's keeper and never returns."""
+    cwd = spec.cwd or cwd or os.getcwd()
     libc = ctypes.CDLL(None, use_errno=True)
     info_r, info_w = os.pipe()
     ready_r, ready_w = os.pipe()
@@ -218,12 +236,27 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> N
     child = os.fork()  # the sandbox's PID namespace's first process after its PID 1
     if child == 0:
         _close_fds_but({0, 1, 2, *keep_fds})
+        fds = _renumber(list(keep_fds))
         _drop_capabilities(libc)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
         os.environ.update(spec.env)
         tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
-        return
+        return fds
     _keep(child, box, hold_w)
+    raise AssertionError("the keeper never returns")  # _keep exits
+
+
+def _renumber(fds: list[int]) -> list[int]:
+    """Move `fds` to 3, 4, ... in their order, parked above them all first so none is overwritten."""
+    top = max([*fds, 2]) + 1
+    parked = [os.dup2(fd, top + i, inheritable=True) for i, fd in enumerate(fds)]
+    for fd in fds:
+        os.close(fd)
+    moved = [os.dup2(fd, 3 + i, inheritable=True) for i, fd in enumerate(parked)]
+    for fd in parked:
+        if fd not in moved:
+            os.close(fd)
+    return moved
 
 
 def _read_json(fd: int) -> dict:
@@ -422,6 +455,14 @@ def _probe_inside(spec: Spec, outside: str, judge: int) -> int:
     return 0
 
 
+def _moved(arg: str, moved: dict[int, int]) -> str:
+    """An fd argument ("7", or "7,8" for a group's) with each kept fd's number inside the sandbox."""
+    parts = arg.split(",")
+    if not all(p.isdigit() for p in parts):
+        return arg
+    return ",".join(str(moved.get(int(p), int(p))) for p in parts)
+
+
 def main(args: list[str]) -> int:
     """`python -m pytest_ditar.runtime.sandbox SPEC [--keep FD,..] -m MODULE ARGS...`: run MODULE
     (as __main__, with ARGS) inside the sandbox SPEC, the fds FD,.. kept open; `--probe SPEC
@@ -442,11 +483,12 @@ def main(args: list[str]) -> int:
     if rest[:1] != ["-m"] or len(rest) < 2:
         raise SystemExit("usage: python -m pytest_ditar.runtime.sandbox SPEC [--keep FD,..] -m MODULE ARGS...")
     try:
-        enter(spec, keep_fds=keep)
+        moved = dict(zip(keep, enter(spec, keep_fds=keep)))
     except OSError as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 120
-    sys.argv = [rest[1], *rest[2:]]
+    # the module's fd arguments follow their fds (a worker's socket: 3, whatever its number outside)
+    sys.argv = [rest[1], *(_moved(a, moved) for a in rest[2:])]
     runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
     return 0
 

@@ -39,7 +39,7 @@ import numpy as np
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import proctree, sandbox, zygote
+from pytest_ditar.runtime import boxdir, proctree, sandbox, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import frame_text
 
@@ -88,7 +88,8 @@ class CandidateWorker:
                  memory_budget_gib: float | None = None, cpu_threads: int | None = None, cwd: Path | None = None,
                  env: dict[str, str] | None = None, build_timeout_s: float | None = None, sandboxed: bool = True,
                  writable: "tuple[Path, ...] | list[Path]" = (), compile_cache: Path | None = None,
-                 compile_cache_writable: bool = False, keep_compile_writes: bool = False):
+                 compile_cache_writable: bool = False, keep_compile_writes: bool = False,
+                 masks: "tuple[str, ...]" = ()):
         self.name = name
         self.candidate_dir = Path(candidate_dir).resolve()
         self.spec = spec
@@ -114,6 +115,7 @@ class CandidateWorker:
         # (loop.session.close, runtime.compiled); else in a tmpfs of its sandbox's own
         self.keep_compile_writes = keep_compile_writes
         self.compile_writes: Path | None = None
+        self.masks = tuple(masks)  # host paths its sandbox hides (the repository's git, mutable paths, state)
         self._own_scratch: Path | None = None  # a scratch directory made for a worker given no cwd
         self.buffer_dir: Path | None = None  # the shared-memory buffer's own folder (bound into the sandbox)
         self._proc: subprocess.Popen | None = None
@@ -147,11 +149,11 @@ class CandidateWorker:
         parent, child = socket.socketpair()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ) if self.env is None else dict(self.env)
-        if box is not None:
-            env["TMPDIR"] = str(self.cwd)  # tempfile and friends write in its scratch, the one place they can
+        if box is not None:  # tempfile and friends write in its scratch, the one place they can
+            env["TMPDIR"] = env["PWD"] = boxdir.WORK
         self._box = box
         if self.buffer_dir is None:  # sandboxed or not, the buffer lies in a folder of its own
-            self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=sandbox.shared_memory_dir()))
+            self.buffer_dir = boxdir.new("io")
         z = zygote.zygote()
         if z is None:
             self._proc = self._spawn(child.fileno(), env)
@@ -167,12 +169,20 @@ class CandidateWorker:
             self._launcher.start()
         self.conn = Connection(parent.detach())
         _LIVE.add(self)
-        fd, name = tempfile.mkstemp(prefix=f"ditar-{self.name}-", suffix=".buf", dir=self.buffer_dir)
+        name = str(self.buffer_dir / Path(boxdir.BUFFER).name)
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         self.buffer_file = os.fdopen(fd, "rb")  # unlinked once the worker has opened it: nothing left behind
         self.buffer_path = Path(name)
         self._send("hello", device=self.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint,
-                   buffer=name)
+                   buffer=boxdir.BUFFER if box is not None else name)
         return self
+
+    def package_inside(self) -> str:
+        """The candidate package's path as its worker sees it: under boxdir.CODE in a sandbox, where
+        every role's code lies at the same path."""
+        if self._box is None:
+            return str(self.candidate_dir)
+        return f"{boxdir.CODE}/{self.candidate_dir.name}"
 
     def _sandbox_spec(self) -> sandbox.Spec:
         """This worker's sandbox (runtime.sandbox); raises SandboxUnavailable where none can be made.
@@ -181,20 +191,24 @@ class CandidateWorker:
         if avail.problem:
             raise sandbox.SandboxUnavailable(avail.problem)
         if self.cwd is None:
-            self._own_scratch = self.cwd = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-scratch-"))
-        self.buffer_dir = Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-", dir=sandbox.shared_memory_dir()))
-        writable: list[Path] = [Path(self.cwd), self.buffer_dir, *self.writable]
-        private: list[Path] = []
+            self._own_scratch = self.cwd = boxdir.new("work")
+        self.buffer_dir = boxdir.new("io")
+        # Every role alike (runtime.boxdir): its package's folder, scratch and buffer at fixed paths,
+        # the compile cache an overlay whose writes land in a judge's folder, whatever the role: the
+        # judge adds a kept candidate's (runtime.compiled) and drops everyone else's.
+        binds = [(str(self.candidate_dir.parent), boxdir.CODE, False),
+                 (str(Path(self.cwd).resolve()), boxdir.WORK, True), (str(self.buffer_dir.resolve()), boxdir.IO, True)]
+        private: list[str] = []
         kept: list[str] = []
         if self.compile_cache is not None:
             (self.compile_cache / "triton").mkdir(parents=True, exist_ok=True)  # bound, so it must exist
-            (writable if self.compile_cache_writable else private).append(self.compile_cache)
-            if not self.compile_cache_writable and self.keep_compile_writes:
-                self.compile_writes = Path(sandbox.kept_folder(f"ditar-{self.name}-compiled-"))
-                kept.append(str(self.compile_writes.resolve()))
-        return sandbox.Spec(bwrap=str(avail.bwrap), writable=tuple(str(p.resolve()) for p in writable),
-                            private=tuple(str(p.resolve()) for p in private), kept=tuple(kept),
-                            devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay)
+            private.append(str(self.compile_cache.resolve()))
+            self.compile_writes = Path(sandbox.kept_folder("w", str(boxdir.new("cache"))))
+            kept.append(str(self.compile_writes.resolve()))
+        return sandbox.Spec(bwrap=str(avail.bwrap), writable=tuple(str(Path(p).resolve()) for p in self.writable),
+                            private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
+                            devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay,
+                            masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK)
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None
@@ -239,7 +253,7 @@ class CandidateWorker:
         self.start()
         if self.build_s is None and "build" not in self.pending:
             spec = {**asdict(self.spec), "model_dir": str(self.spec.model_dir)}
-            self._send("build", candidate_dir=str(self.candidate_dir), spec=spec,
+            self._send("build", candidate_dir=self.package_inside(), spec=spec,
                        memory_budget_gib=self.memory_budget_gib)
 
     def built(self, timeout_s: float | None = None) -> "CandidateWorker":
@@ -368,7 +382,7 @@ class CandidateWorker:
         where = Path(self.cwd) if self.cwd is not None else Path(tempfile.mkdtemp(prefix=f"ditar-{self.name}-profile-"))
         reply, _ = self._call("profile", timeout_s, request=_request_dict(request), warm=_request_dict(warm),
                               warmup=warmup, reference=_request_dict(reference) if reference else None,
-                              out_dir=str(where))
+                              out_dir=boxdir.WORK if self._box is not None else str(where))
         trace, data = reply.get("trace"), reply.get("data")
         if not all(isinstance(n, str) and n and Path(n).name == n for n in (trace, data)):
             raise self._fail(CandidateError("exception", f"worker {self.name} sent malformed profile files: "

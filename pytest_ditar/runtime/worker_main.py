@@ -493,7 +493,7 @@ def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any], close: S
             # this fork stays outside as the keeper; its child runs the worker in the sandbox
             from pytest_ditar.runtime import sandbox
 
-            sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=fds)
+            fds = sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=fds)
             contain_orphans()
         ranks = int(req.get("ranks") or 0)
         if ranks:

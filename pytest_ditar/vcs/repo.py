@@ -233,6 +233,12 @@ def _repo(root: Path) -> _Repo | None:
     return _Repo(top, Path(git_dir), common_dir)
 
 
+def git_dirs(root: Path) -> tuple[Path, ...]:
+    """The git folders of the repository holding `root`: its own and the one its worktrees share."""
+    repo = _repo(root)
+    return () if repo is None else tuple(dict.fromkeys((repo.git_dir.resolve(), repo.common_dir.resolve())))
+
+
 def _git(root: Path, *args: str, what: str | None = None, data: bytes | None = None,
          keep_newline: bool = False) -> str:
     """stdout of `git <args>` in the repository holding `root` (`data` on its stdin).
@@ -603,12 +609,12 @@ def file_at(root: Path, rev: str, path: str) -> str | None:
 
 def tree_blobs(root: Path, rev: str) -> dict[str, str]:
     """Every file of `rev`'s tree as path -> blob id (`ls-tree -r`), without reading the blobs."""
-    return {path: sha for path, (mode, sha) in _tree(root, rev).items() if mode != "160000"}
+    return {path: sha for path, (mode, sha) in tree_modes(root, rev).items() if mode != "160000"}
 
 
-def _tree(root: Path, rev: str) -> dict[str, tuple[str, str]]:
-    """Every entry of `rev`'s tree, folders flattened: path -> (mode, object id); blobs (files,
-    symlinks: 120000) and submodules' commits (160000)."""
+def tree_modes(root: Path, rev: str) -> dict[str, tuple[str, str]]:
+    """Every entry of `rev`'s tree, folders flattened: path -> (mode, object id); blobs (regular
+    files: 100644, 100755; symlinks: 120000) and submodules' commits (160000)."""
     out = {}
     for rec in _git(root, "ls-tree", "-r", "-z", rev, what=f"git ls-tree {rev}").split("\0"):
         if rec:
@@ -648,7 +654,7 @@ def content_changes(root: Path, rev: str, checkout: Path, under: Iterable[str] =
         return any(not p or rel == p or rel.startswith(p + "/") for p in prefixes) \
             and not skip & set(rel.split("/")[:-1])
 
-    tree = {p: ms for p, ms in _tree(root, rev).items() if wanted(p)}
+    tree = {p: ms for p, ms in tree_modes(root, rev).items() if wanted(p)}
     modules = [p for p, (mode, _) in tree.items() if mode == "160000"]
     found: dict[str, str] = {}  # path -> "file" | "link"
     tops = [p for p in prefixes if not any(q != p and (not q or p.startswith(q + "/")) for q in prefixes)]
@@ -722,22 +728,32 @@ def save_tree(root: Path, ref: str, files: Mapping[str, Path], message: str, par
 
 def read_tree(root: Path, rev: str) -> list[tuple[str, bytes]]:
     """Every file of `rev`'s tree as (path, bytes), read with one `cat-file --batch`."""
-    entries = list(tree_blobs(root, rev).items())
-    if not entries:
-        return []
+    return [(path, data) for path, _mode, data in tree_files(root, rev)]
+
+
+def tree_files(root: Path, rev: str, under: Iterable[str] = ("",)) -> list[tuple[str, str, bytes]]:
+    """Every blob of `rev`'s tree under the folders or files `under` ("" for all) as (path, mode,
+    bytes), read with one `cat-file --batch`; a link's bytes are its target (mode 120000), a
+    submodule (160000) comes with no bytes. The object store only: no checkout, index or filter."""
+    prefixes = tuple(u.strip("/") for u in under)
+    entries = [(path, mode, sha) for path, (mode, sha) in tree_modes(root, rev).items()
+               if any(not p or path == p or path.startswith(p + "/") for p in prefixes)]
+    blobs = [(path, mode, sha) for path, mode, sha in entries if mode != "160000"]
+    if not blobs:
+        return [(path, mode, b"") for path, mode, _ in entries]
     repo = _repo(root)
     if repo is None:
         raise DitarError(f"git cat-file failed: {root} is not a git repository")
     # bytes as they are: blobs are not text, and their last newline is theirs
     top = repo.toplevel or repo.git_dir
     status, raw, err = _run(top, ["git", *_FIXED, *_no_programs(_config_entries(top)), "cat-file", "--batch"],
-                            "".join(f"{sha}\n" for _, sha in entries).encode())
+                            "".join(f"{sha}\n" for _, _, sha in blobs).encode())
     if status != 0:
         raise DitarError(f"git cat-file failed: {_text(err).strip()}")
     out, pos = [], 0
-    for path, sha in entries:
+    for path, mode, sha in blobs:
         eol = raw.index(b"\n", pos)
         size = int(raw[pos:eol].split()[2])
-        out.append((path, bytes(raw[eol + 1:eol + 1 + size])))
+        out.append((path, mode, bytes(raw[eol + 1:eol + 1 + size])))
         pos = eol + 1 + size + 1  # the content, then a newline
-    return out
+    return out + [(path, mode, b"") for path, mode, _ in entries if mode == "160000"]
