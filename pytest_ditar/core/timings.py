@@ -25,8 +25,8 @@ GROUPS = {
     "build": ("build.candidate", "build.worktree"),
     "quality": ("quality.generate", "quality.metrics"),
     "firewall": ("holdout", "semantic"),
-    # the champion's and its twin's builds (the wait on them), then the lanes
-    "perf": ("perf.build_champion", "perf.build_twin", "perf.lanes"),
+    # the champion's and its twin's builds (the wait on them), the corpus they answer too, then the lanes
+    "perf": ("perf.build_champion", "perf.build_twin", "perf.reference_corpus", "perf.lanes"),
     # the state's checks after the candidate ran, the decision's statistics, then writing it down:
     # summary, ledger row, backup, revert
     "verdict": ("gate.checks", "gate.decide", "gate.record"),

@@ -57,8 +57,8 @@ def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None,
 
 
 def baseline_pipeline(sess: Any, commit: str) -> Any:
-    """Build the baseline commit's candidate package from a worktree (shared with the champion's)."""
-    return sess.build_at_commit(commit, "holdout")
+    """Build the baseline commit's candidate package in a worker of its own (never the champion's)."""
+    return sess.build_at_commit(commit, "holdout", role="holdout")
 
 
 class Reference:
@@ -119,7 +119,8 @@ def start_reference(sess: Any, commit: str) -> None:
     """Draw the holdout's items and start their baseline outputs now (loop.startup, once the builds
     are sent); `run` takes them from `sess.holdout_reference`."""
     if sess.cfg.holdout.count and sess.holdout_reference is None:
-        sess.holdout_reference = Reference(sess, commit, sess.build_at_commit(commit, "holdout", start_only=True))
+        sess.holdout_reference = Reference(sess, commit, sess.build_at_commit(commit, "holdout", start_only=True,
+                                                                                  role="holdout"))
 
 
 def settle(sess: Any) -> None:

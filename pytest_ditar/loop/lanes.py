@@ -291,6 +291,9 @@ class LaneRunner:
                     raise self._reference_failed("the champion's twin", "could not be built", exc) from exc
             elif champ is not None:  # a guard lane: grown until a slowdown beyond the tolerance is shown or ruled out
                 sequential = guard_plan_for(lane, sess.cfg.perf, perf_cfg.guard_tolerance)
+            for w in (cand, champ, twin) if ranks == 1 else ():  # the same history of requests on every side
+                if w is not None:
+                    sess.corpus_through(w)
             m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective)
         except CandidateError as exc:
             failed = next((w for w in (champ, twin) if w is not None and getattr(w, "error", None) is exc), None)

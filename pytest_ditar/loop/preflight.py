@@ -21,7 +21,7 @@ from pytest_ditar.vcs import repo as gitops
 
 # The order the checks are made in; each is Preflight._check_<name>.
 REFUSAL_CHAIN = ("mode", "scope", "settled", "state", "git", "revert", "champion", "git_pins", "hidden",
-                 "stamps", "bound", "one_commit", "repeat", "config_pin", "sandbox", "meta")
+                 "regular", "stamps", "bound", "one_commit", "repeat", "config_pin", "sandbox", "meta")
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,12 @@ class Preflight:
     def _check_hidden(self) -> Stop | None:  # the candidate's files as its commit holds them, by content
         why = guards.hidden_refusal(self.root, self.st, self.sess.cfg.mutable_paths)
         return Refusal("hidden", why) if why else None
+
+    def _check_regular(self) -> Stop | None:  # a link or submodule under a mutable path: refused, named
+        from pytest_ditar.loop import roles
+
+        problems = roles.irregular(self.root, str(self.head), self.sess.cfg.mutable_paths)
+        return Refusal("regular", roles.refusal(problems, f"commit {str(self.head)[:7]}")) if problems else None
 
     def _check_stamps(self) -> Stop | None:  # the model and the environment, as stamped
         why = stamps.refusal(self.base.manifest, self.sess.model_dir(), self.root)

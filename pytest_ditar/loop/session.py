@@ -50,6 +50,7 @@ class DitarSession:
     # "candidate" or a commit -> its code as written for its workers (loop.roles)
     _code: dict[str, Any] = field(default_factory=dict)
     _retired: list[CandidateWorker] = field(default_factory=list)  # stopped early (the twin): logs still kept
+    _corpus_replayed: set[str] = field(default_factory=set)  # references that answered the corpus (corpus_through)
     beside_champion: bool = False  # a guard: the working tree is timed beside the champion's build, HEAD or not
     memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
     _semantic: SessionScores | None = None  # evaluators built once per session + score cache
@@ -362,6 +363,23 @@ class DitarSession:
                 raise
         return self.outputs[item.id]
 
+    def corpus_through(self, worker: CandidateWorker) -> None:
+        """`worker` has answered the corpus's fixed batches, in the candidate's order, once: the
+        candidate through its quality phase (output_for), a reference (the champion, its twin) by
+        the same requests, its outputs unused. So every role reaches its timed rounds with the same
+        history of requests behind it (the role lives in the judge alone, runtime.boxdir); a
+        champion counting what it was asked cannot tell it was never quality-checked."""
+        if worker is self.candidate:
+            for item in self.suite.corpus:
+                self.output_for(item)
+            return
+        if worker.name in self._corpus_replayed:
+            return
+        self._corpus_replayed.add(worker.name)
+        with self.clock.span("perf.reference_corpus"):
+            for group in batches(self.suite.corpus, self.suite, self.suite.pipeline.batch):
+                run_batch(worker, group, self.suite, self.cfg.item_timeout_s)
+
     def semantic_scores(self, item: CorpusItem, cand: ItemOutput,
                         base: ItemOutput) -> dict[str, float | None] | None:
         """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
@@ -373,16 +391,12 @@ class DitarSession:
             return session_scores(self, item, cand, base)
 
     def build_at_commit(self, commit: str, phase: str = "build.worktree", start_only: bool = False,
-                        ranks: int = 1) -> CandidateWorker:
-        """The candidate package of `commit`, from a worktree under the state dir, built in its worker.
-
-        A worktree is pinned to one commit, so one worker serves both the perf lanes' champion and
-        the holdout's baseline when they are the same commit. `start_only` sends the build and
-        returns at once, so it overlaps the candidate's.
-
-        The candidate runs beside it and could edit that worktree before its worker imports it, so
-        the worktree is checked to be its commit first, and unchanged once the build is done."""
-        return self._build_in_worktree(commit, f"commit-{commit[:7]}", phase, start_only, ranks)
+                        ranks: int = 1, role: str = "commit") -> CandidateWorker:
+        """The candidate package of `commit`, written from its blobs (commit_code), built in its
+        worker: one per role, so the holdout's baseline never shares the champion's process (its
+        fresh items would be a history of requests the candidate's side has not). `start_only`
+        sends the build and returns at once, so it overlaps the candidate's."""
+        return self._build_in_worktree(commit, f"{role}-{commit[:7]}", phase, start_only, ranks)
 
     def build_twin(self, commit: str, phase: str = "perf.build_twin", start_only: bool = False,
                    ranks: int = 1) -> CandidateWorker:

@@ -62,8 +62,8 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
         if baseline_commit and sess.cfg.holdout.count:
             if opts.phase is None:  # built, and its outputs for the fresh items made, beside the candidate's quality
                 holdout.start_reference(sess, baseline_commit)
-            elif baseline_commit not in (champion_commit, head):
-                sess.build_at_commit(baseline_commit, "holdout", start_only=True)
+            elif baseline_commit != head:
+                sess.build_at_commit(baseline_commit, "holdout", start_only=True, role="holdout")
     except START_ERRORS as exc:
         failed.append(f"reference builds: {exc}")
     return failed

@@ -145,6 +145,10 @@ class Worker:
         import torch
 
         self.buffer = open(buffer, "r+b")
+        # its name is gone before any candidate code runs (the judge holds it open too): what a
+        # worker sees of its buffer never depends on when the judge read this reply
+        with contextlib.suppress(OSError):
+            os.unlink(buffer)
         self.device = device
         # The judge's share (runtime.worker.worker_threads): pools that spin-wait against other
         # workers' turn CPU timing noise into outliers and a GPU run's parallel builds into a crawl.
