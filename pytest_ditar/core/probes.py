@@ -21,6 +21,9 @@ CACHING_ALPHA = 0.01  # the confirmation's one-sided Mann-Whitney level
 # median 1.10-1.20x its stored one in 4 of 20 honest runs), so on a CPU lane champion drift only
 # counts beyond this; on a GPU the configured perf.drift_tolerance stands (docs/trust.md).
 CPU_DRIFT_FLOOR = 0.25
+# The judge's host probe within this of its speed when the champion's samples were kept: a quiet
+# run, where a champion timing outside its kept figure is a different build, not a busier host.
+QUIET_HOST = 1.05
 
 
 def caching_suspected(repeat_s: Sequence[float], unique_s: Sequence[float], min_effect: float) -> bool:
@@ -81,7 +84,7 @@ class Drift:
         build differs from the one kept; else something slowed the champion's rounds."""
         figures = (f"{self.kept_s * 1e3:.2f} ms kept, {self.now_s * 1e3:.2f} ms now ({self.ratio:.2f}x; "
                    f"tolerance {self.tolerance * 100:.0f}%, p={self.p:.2g})")
-        if host == 1.0:
+        if host <= QUIET_HOST:
             return f"{DRIFT}: champion build differs from the one kept: {figures}"
         return (f"{DRIFT}: {figures}, the host itself {host:.2f}x as slow as then: something slowed the "
                 "champion's rounds (interference, a changed host, or the candidate reaching it)")

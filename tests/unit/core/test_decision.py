@@ -348,28 +348,46 @@ def test_keep_stands_with_an_unmeasured_guard_lane_and_names_it(verdict, why):
     assert VERDICT_RE.fullmatch(text)
 
 
-DRIFT_WHY = "champion drift: its in-run median 205.57 ms is 5.09x slower than its stored 40.39 ms"
+DRIFT_WHY = "champion drift: 40.39 ms kept, 205.57 ms now (5.09x; tolerance 25%, p=0.001)"
 
 
-def test_a_guard_lanes_champion_drift_voids_the_objective_lanes_win():
+def test_a_guard_lanes_champion_drift_voids_a_win_it_could_explain():
     """Battery 22 on CI: the sandbagging champion's objective lane drift hid inside the load its
     stored samples were taken under; its guard lane showed 5.09x. The champion is one process: its
-    win is not judged (UNSTABLE, a re-run), never a KEEP with that lane merely named."""
-    lanes = [faster(), guard_lane(verdict="UNSTABLE", speedup=None, ci_low=None, ci_high=None, reason=DRIFT_WHY)]
+    drift comes off the win's lower bound, and a 1.18x win is nothing once 5.09x is taken off: not
+    judged (UNSTABLE, cause drift, a re-run), never a KEEP with that lane merely named."""
+    lanes = [faster(threshold=0.05), guard_lane(reason=DRIFT_WHY, drift=5.09)]
     voided = drift_voids_win(lanes)
     assert voided is not None and voided.objective and voided.name == "latency_b1" and voided.verdict == "UNSTABLE"
+    assert voided.cause == "drift"
     assert voided.reason.startswith("speedup 1.183x ci95 [1.171,1.195] against a champion slowed in this run")
-    assert voided.reason.endswith(f"in this run: guard lane throughput_b8: {DRIFT_WHY}")
+    assert voided.reason.endswith(f"guard lane throughput_b8: {DRIFT_WHY}")
     d = run(lanes=[voided, lanes[1]])
     assert d.status == "DISCARD" and d.reason.startswith("lane latency_b1 unstable: ") and "champion drift" in d.reason
     assert rerun.judged(d.status, d.reasons, objective_unstable=True) is False  # run once more, not a judgment
 
 
+def test_a_big_win_beside_a_small_drift_stands_with_the_drift_named():
+    """Issue 38: a real 9.4x on a noisy H200 host was thrown away for a guard lane's 1.18x drift.
+    9.1 / 1.18 = 7.7x still clears the bar: the drift could not explain the win."""
+    win = faster(speedup=9.4, ci_low=9.1, ci_high=9.7, threshold=0.05, reason="faster")
+    kept = drift_voids_win([win, guard_lane(reason=DRIFT_WHY, drift=1.18)])
+    assert kept is not None and kept.verdict == "FASTER" and kept.cause is None
+    assert "guard lane throughput_b8's champion drift 1.18x taken off: lower bound 7.712x still clears" in kept.reason
+    d = run(lanes=[kept, guard_lane(drift=1.18)])
+    assert d.status == "KEEP"
+    # the edge: a lower bound exactly the drift times the bar is explained by it
+    edge = faster(ci_low=1.05 * 1.2, threshold=0.05)
+    assert drift_voids_win([edge, guard_lane(drift=1.2)]).verdict == "UNSTABLE"
+    assert drift_voids_win([faster(ci_low=1.05 * 1.2 * 1.001, threshold=0.05), guard_lane(drift=1.2)]).verdict \
+        == "FASTER"
+
+
 @pytest.mark.parametrize("lanes", [
     [faster(), guard_lane(verdict="UNSTABLE", reason="GPU 0 shared with pid 4242")],  # not the champion's drift
     [faster(), guard_lane(verdict="OK")],
-    [faster(verdict="NOT_FASTER"), guard_lane(verdict="UNSTABLE", reason=DRIFT_WHY)],  # no win to void
-    [guard_lane(verdict="UNSTABLE", reason=DRIFT_WHY)],  # no objective lane: decide says so
+    [faster(verdict="NOT_FASTER"), guard_lane(reason=DRIFT_WHY, drift=5.09)],  # no win to void
+    [guard_lane(reason=DRIFT_WHY, drift=5.09)],  # no objective lane: decide says so
 ])
 def test_nothing_else_is_voided(lanes):
     assert drift_voids_win(lanes) is None

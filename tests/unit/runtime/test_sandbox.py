@@ -31,7 +31,7 @@ def _inside(spec: sandbox.Spec, probe, cwd: str) -> dict:
     if pid == 0:  # a single-threaded child, as the zygote's forks are
         try:
             os.close(r)
-            sandbox.enter(spec, cwd, keep_fds=(w,))
+            (w,) = sandbox.enter(spec, cwd, keep_fds=(w,))  # kept fds are renumbered from 3
             os.write(w, json.dumps(probe()).encode())
         except BaseException as exc:  # noqa: BLE001
             os.write(w, json.dumps({"error": repr(exc)}).encode())
