@@ -244,7 +244,8 @@ class LaneRunner:
 
     def _reference_failed(self, who: str, what: str, exc: BaseException) -> ReferenceFailure:
         """The run's refusal for a reference that failed: named, with its error; never the candidate's."""
-        err = ReferenceFailure(f"{who} {what} in its role: {type(exc).__name__}: {exc}")
+        said = str(exc).replace("candidate raised", "its code raised", 1)  # the reference's code, not the candidate's
+        err = ReferenceFailure(f"{who} {what} in its role: {said if isinstance(exc, CandidateError) else repr(exc)}")
         if self.sess.reference_error is None:
             self.sess.reference_error = str(err)
         return err
