@@ -62,7 +62,8 @@ def test_a_link_or_submodule_under_a_mutable_path_is_refused(pytester, model_cac
         nested = proj.root / "mutable/vendored"  # an embedded repository: git adds it as a gitlink
         nested.mkdir()
         (nested / "fast.py").write_text("SPEED = 2\n")
-        for args in (["init", "-q"], ["add", "fast.py"], ["-c", "user.email=t@l", "-c", "user.name=t", "commit", "-qm", "v"]):
+        who = ["-c", "user.email=t@l", "-c", "user.name=t"]
+        for args in (["init", "-q"], ["add", "fast.py"], [*who, "commit", "-qm", "v"]):
             subprocess.run(["git", *args], cwd=nested, check=True, capture_output=True)
         proj.git("add", "mutable/vendored")
         where = "mutable/vendored is a submodule"
