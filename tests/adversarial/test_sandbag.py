@@ -1,9 +1,11 @@
-"""A two-step attack on the champion itself: the first commit is a real speedup that also
-sandbags (runs slower) whenever it runs as the champion, i.e. from a worktree rather than the
-project; once it is kept, every later candidate that drops the sandbag beats a slowed champion.
-Champion drift is the defence: the champion's in-run rounds are slower than its own stored
-samples (those of its KEEP run), on the objective lane or on any other (the champion is one
-process), so the objective lane is UNSTABLE and nothing is kept."""
+"""A two-step attack on the champion itself: the first commit is a real speedup that will sandbag
+(run slower) once it is the champion; once it is kept, every later candidate that drops the
+sandbag beats a slowed champion. Since issue 38 every role is built alike and blind to its role
+(tests/adversarial/test_role_blind.py), so what is left to such a champion is a change over time
+(a time bomb, stood in for here by a file the test creates after the KEEP). Champion drift is the
+defence: the champion's in-run rounds are slower than its own stored samples (those of its KEEP
+run), on the objective lane or on any other (the champion is one process), and that drift comes
+off the objective win's lower bound: a win it explains is UNSTABLE and nothing is kept."""
 from __future__ import annotations
 
 import pytest
@@ -14,34 +16,35 @@ from conftest import make_project
 
 pytestmark = pytest.mark.adversarial
 
-# Sandbag in the champion's role: the project root has the state directory beside mutable/, a
-# worktree built for the champion does not. Sleeps 6x the call's own time there (7x slower): the
-# defence compares the champion with its samples from its own KEEP run, and on a shared 2-core box
-# the load swing between two runs reached 2x (session 10: a 4x sandbag measured 1.83x against
-# samples taken under load, under the 2.5x bar, and was KEPT). A sandbag inside that swing on every
-# lane is a known limit (docs/trust.md, row 22); building both sides from worktrees would take the
-# role away.
-SANDBAG = sleeps_after("        from pathlib import Path as _P\n"
-                       "        if not (_P(__file__).resolve().parents[1] / '.autoresearch').is_dir():\n"
-                       "            _t.sleep(6.0 * (_t.perf_counter() - _t0))\n")
+
+def sandbag(bomb) -> str:
+    """REDUNDANT's pass dropped (a real 2x), sleeping 6x the call's own time (7x slower) once `bomb`
+    exists. On a shared 2-core box the load swing between two runs reached 2x (session 10: a 4x
+    sandbag measured 1.83x against samples taken under load): a sandbag inside that swing on every
+    lane is a known limit (docs/trust.md, row 22)."""
+    from candidates import STOCK
+
+    return sleeps_after(f"        if __import__('os').path.exists({str(bomb)!r}):\n"
+                        "            _t.sleep(6.0 * (_t.perf_counter() - _t0))\n", STOCK)
 
 
-def _judged_twice(proj, sandbag: str, clear_load=lambda: None):
-    """Baseline, the sandbag as a real 2x win (kept), then its twin: judged, never kept."""
+def _judged_twice(proj, first_source: str, honest: str, bomb, clear_load=lambda: None):
+    """Baseline, the sandbag as a real 2x win (kept), its bomb set off, then the same speed without
+    the sandbag: judged, never kept."""
     # drift checked (the shared test config turns it off), loosely enough for a loaded CI box
     proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 1.5})
     proj.git("commit", "-qam", "drift check at 2.5x")
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    first = experiment(proj, sandbag, "Drop the redundant pass")
+    first = experiment(proj, first_source, "Drop the redundant pass")
     if first.status == "DISCARD" and " unstable: " in first.reason:  # not judged on a loaded box: once more
-        first = experiment(proj, sandbag, "Drop the redundant pass, once more")
-    assert first.status == "KEEP", first.show()  # a real 2x: as the candidate it never sandbags
+        first = experiment(proj, first_source, "Drop the redundant pass, once more")
+    assert first.status == "KEEP", first.show()  # a real 2x: its bomb not set yet
     kept = proj.head()
     clear_load()
-    twin = sandbag + "\n# the same code: only the champion's role differs\n"
-    second = experiment(proj, twin, "Same code, a new commit")
+    bomb.write_text("the champion sandbags from now on\n")
+    second = experiment(proj, honest, "The same pass, no sandbag")
     assert_not_kept(second, KEYS["interference"], None, ("DISCARD",))
     assert "champion drift" in second.reason
     assert proj.head() == kept  # reverted to the (sandbagging) champion; nothing new kept
@@ -62,18 +65,21 @@ def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_gua
     """CI, stop 36: the first run stored the objective lane's samples under load, so the kept
     sandbag's 7x, against them, stayed under the drift bar there; its guard lane's quiet samples
     showed it (5.09x), and the win was KEPT with that lane merely named. Replayed here without luck:
-    a champion drifting on any lane voids the objective lane's win (core.decision.drift_voids_win)."""
-    from candidates import REDUNDANT
+    a champion drifting on any lane has that drift taken off the objective lane's win, which it
+    explains (core.decision.drift_voids_win)."""
+    from candidates import REDUNDANT, STOCK
 
-    marker = tmp_path / "busy"
+    marker, bomb = tmp_path / "busy", tmp_path / "bomb"
     marker.write_text("the box is busy while the first run stores its samples\n")
     proj = make_project(pytester, mutable_source=_loaded_while(marker, REDUNDANT))
-    second = _judged_twice(proj, _loaded_while(marker, SANDBAG), marker.unlink)
-    assert "against a champion slowed in this run: guard lane throughput_b8: champion drift" in second.reason, \
-        second.show()
+    second = _judged_twice(proj, _loaded_while(marker, sandbag(bomb)), _loaded_while(marker, STOCK), bomb,
+                           marker.unlink)
+    assert "against a champion slowed in this run" in second.reason and \
+        "guard lane throughput_b8: champion drift" in second.reason, second.show()
 
 
-def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache):
-    from candidates import REDUNDANT
+def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache, tmp_path):
+    from candidates import REDUNDANT, STOCK
 
-    _judged_twice(make_project(pytester, mutable_source=REDUNDANT), SANDBAG)
+    bomb = tmp_path / "bomb"
+    _judged_twice(make_project(pytester, mutable_source=REDUNDANT), sandbag(bomb), STOCK, bomb)
