@@ -36,7 +36,7 @@ class Code:
     folder: Path  # where its files were written (relative paths as in the repository)
     package: Path  # <folder>/<candidate_dir>: what the worker imports
     source: str  # the commit it came from, or "working tree"
-    files: tuple[tuple[str, int], ...]  # (path relative to the folder, size), to tell it unchanged
+    files: tuple[tuple[str, int, int], ...]  # (path relative to the folder, inode, ctime ns) as written
 
 
 def under_any(path: str, under: Iterable[str]) -> bool:
@@ -65,17 +65,15 @@ def from_commit(root: Path, rev: str, under: Iterable[str], package: str, dest: 
     problems = irregular(root, rev, under)
     if problems:
         raise IrregularEntry(refusal(problems, rev[:7]))
-    files = []
     for path, mode, data in gitops.tree_files(root, rev, under):
         _write(dest, path, data, REGULAR[mode])
-        files.append((path, len(data)))
-    return Code(dest, dest / package, rev, tuple(sorted(files)))
+    return Code(dest, dest / package, rev, _stamps(dest))
 
 
 def from_worktree(root: Path, under: Iterable[str], package: str, dest: Path) -> Code:
     """Copy the working tree's regular files under `under` into `dest` (`dit-ar try`'s uncommitted
     candidate); a link or special file refuses. Folders are walked without following links."""
-    problems, files = [], []
+    problems = []
     for top in under:
         start = root / top.strip("/")
         if not os.path.lexists(start):
@@ -88,19 +86,29 @@ def from_worktree(root: Path, under: Iterable[str], package: str, dest: Path) ->
             elif not stat.S_ISREG(st.st_mode):
                 problems.append(f"{rel} is not a regular file")
             elif "__pycache__" not in path.parts:
-                data = path.read_bytes()
-                _write(dest, rel, data, 0o555 if st.st_mode & 0o111 else 0o444)
-                files.append((rel, len(data)))
+                _write(dest, rel, path.read_bytes(), 0o555 if st.st_mode & 0o111 else 0o444)
     if problems:
         raise IrregularEntry(refusal(problems, "the working tree"))
-    return Code(dest, dest / package, "working tree", tuple(sorted(files)))
+    return Code(dest, dest / package, "working tree", _stamps(dest))
 
 
 def changed(code: Code) -> list[str]:
-    """Files of `code`'s folder that are missing, added or of another size since it was written
-    (the folder is read-only to every worker; this is the judge's own check that it stayed so)."""
-    now = {(p.relative_to(code.folder).as_posix(), p.lstat().st_size) for p in _walk(code.folder)}
-    return sorted({rel for rel, _ in now ^ set(code.files)})
+    """Files of `code`'s folder added, removed or written since it was written: any write, rename or
+    chmod moves a file's ctime, and no unprivileged process can set it back, so an edit undone
+    before anyone looks still shows. (Every sandbox shows the folder read-only; this is the judge's
+    own check, for a run with the sandbox off.)"""
+    return sorted({rel for rel, _ino, _ct in set(_stamps(code.folder)) ^ set(code.files)})
+
+
+def _stamps(folder: Path) -> tuple[tuple[str, int, int], ...]:
+    out = []
+    for path in _walk(folder):
+        try:
+            st = path.lstat()
+        except OSError:
+            continue  # gone while walking: missing from the stamps, which is a change
+        out.append((path.relative_to(folder).as_posix(), st.st_ino, st.st_ctime_ns))
+    return tuple(sorted(out))
 
 
 def _entries(root: Path, rev: str, under: Iterable[str]) -> dict[str, tuple[str, str]]:

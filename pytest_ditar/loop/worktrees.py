@@ -7,22 +7,18 @@ relative to the project root, which is the worktree), and `session.json` there b
 cuda:N (a session of that tag uses it unless --ditar-device says otherwise). `dit-ar status
 --all` walks `git worktree list` and shows every tag.
 
-The champion's and the baseline's code are built from detached worktrees of their commits under
-the state directory (`DitarSession.build_at_commit`). The candidate runs beside them as the same
-user, so a run checks that such a worktree is its commit when first used (each file hashed against
-the commit's blobs, not git's status of it) and has not changed since (`pristine`, `changed`).
+Every role's code (the candidate's, the champion's, its twin's, the holdout baseline's) is
+written from its commit's blobs into the judge's own folder (loop.roles), never run from a
+worktree.
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any, cast
 
 from pytest_ditar.core.decision import champion_row, status_counts
-from pytest_ditar.core.errors import CandidateError, DitarError
+from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.store.atomic import write_json_atomic
@@ -111,52 +107,3 @@ def status_all(cfg: Any, as_json: bool = False) -> int:
         print(f"{r['tag']:<12} {str(r['branch']):<24} {gpu:<4} {champ:<9} {c['KEEP']:>4} {c['DISCARD']:>4} "
               f"{c['CRASH']:>5}  {r['worktree']}")
     return 0
-
-
-def pristine(root: Path, wt: Path, commit: str) -> dict[str, tuple[int, int]]:
-    """Make `wt` a checkout of exactly `commit` (checked out again when it is missing or an earlier
-    run left it changed: an edited or planted file, a stale __pycache__) and return its file stamps.
-
-    Exactly: every file hashed against the commit's blobs (vcs.repo.content_changes), never git's
-    status of the worktree, whose index the candidate can write (an assume-unchanged or
-    skip-worktree flag hides an edit from `git status`)."""
-    for attempt in range(2):
-        if attempt or not wt.is_dir():
-            shutil.rmtree(wt, ignore_errors=True)
-            wt.parent.mkdir(parents=True, exist_ok=True)
-            gitops.add_worktree(root, wt, commit)
-        # stamped before the hashes: a change after a file is hashed shows in the stamps, one before it in its hash
-        stamps = file_stamps(wt)
-        if not gitops.content_changes(root, commit, wt):
-            return stamps
-    raise CandidateError("exception", f"champion worktree {wt} differs from {commit[:7]} right after its checkout")
-
-
-def drop(root: Path, wts: list[Path]) -> None:
-    """Remove worktrees made for one run only (a guard's, outside the state dir); a leftover is harmless."""
-    with contextlib.suppress(DitarError, OSError):
-        gitops.remove_worktrees(root, [wt for wt in wts if wt.is_dir()])
-    for wt in wts:
-        shutil.rmtree(wt, ignore_errors=True)
-
-
-def file_stamps(wt: Path) -> dict[str, tuple[int, int]]:
-    """Relative path -> (inode, ctime in ns) of every file and folder under `wt`. Any write, rename
-    or chmod moves ctime, and no unprivileged process can set it back, so an edit that is undone
-    before anyone looks still shows."""
-    out = {}
-    for folder, dirs, files in os.walk(wt):
-        for name in dirs + files:
-            path = os.path.join(folder, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue  # gone while walking: missing from the stamps, which is a change
-            out[os.path.relpath(path, wt)] = (st.st_ino, st.st_ctime_ns)
-    return out
-
-
-def changed(wt: Path, stamps: dict[str, tuple[int, int]]) -> list[str]:
-    """Paths under `wt` added, removed or written since `stamps` were taken."""
-    now = file_stamps(wt)
-    return sorted(p for p in now.keys() | stamps.keys() if now.get(p) != stamps.get(p))

@@ -290,73 +290,64 @@ def test_the_candidate_runs_in_a_scratch_directory_without_the_state_directory_i
     assert not cwd.exists()  # the scratch directory went with the run
 
 
-# ---- the champion's worktree ---------------------------------------------------------------------
+# ---- the champion's code -------------------------------------------------------------------------
 
 TAMPER = '''
 def _slow_the_champion():
-    """Put a sleep into the champion's generate() in its worktree, before its worker imports it
-    (and again whenever the judge checks it out afresh), for a few seconds."""
-    import glob, pathlib, time
+    """Put a sleep into the champion's generate() wherever its code lies (a worktree under the state
+    directory, as it once did; the judge's folder of role code under /dev/shm or the temp folder,
+    as now), before its worker imports it, for a few seconds; every pipeline.py but its own."""
+    import glob, os, pathlib, tempfile, time
     root = pathlib.Path(__file__).resolve().parent.parent
+    mine = pathlib.Path(__file__).resolve()
     call = "    def generate(self, request: Request) -> Generated:\\n"
+    where = [str(root / ".autoresearch/*/worktrees/*/mutable/pipeline.py")]
+    where += [f"{d}/ditar-run-*/code/*/mutable/pipeline.py" for d in ("/dev/shm", tempfile.gettempdir())]
+    found = 0
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        for p in glob.glob(str(root / ".autoresearch/*/worktrees/*/mutable/pipeline.py")):
+        for p in [p for pattern in where for p in glob.glob(pattern) if pathlib.Path(p).resolve() != mine]:
+            found += 1
             src = pathlib.Path(p).read_text()
             if "time.sleep(0.02)" not in src:
                 try:
+                    os.chmod(os.path.dirname(p), 0o755)
+                    os.chmod(p, 0o644)
                     pathlib.Path(p).write_text(src.replace(call, call + "        import time; time.sleep(0.02)\\n"))
                 except OSError as exc:  # its sandbox: read-only; it stays the stock pipeline
                     print(f"refused: {exc.strerror}", flush=True)
                     return
         time.sleep(0.005)
+    print(f"found: {found}", flush=True)
 '''
 
 
-def test_a_candidate_cannot_edit_the_champions_worktree(research):
-    """The edit is refused inside the candidate's sandbox (a read-only filesystem): the champion's
-    worktree is its commit, and the candidate is judged as the stock pipeline it otherwise is."""
+def test_a_candidate_cannot_reach_the_champions_code(research):
+    """The champion's code is nowhere the candidate's sandbox shows (issue 38: written by the judge
+    into a folder every sandbox hides), and the candidate is judged as the stock pipeline it
+    otherwise is."""
     head, sep, body = STOCK.partition("def build(")
     source = head + TAMPER + "\n\n" + sep + body.replace(":\n", ":\n    _slow_the_champion()\n", 1)
-    _, res, line = research.experiment(source, "exact", "slow the champion down through its worktree")
+    _, res, line = research.experiment(source, "exact", "slow the champion down through its code")
     assert not line.startswith("DITAR VERDICT: KEEP"), res.stdout[-3000:]
-    assert "champion worktree modified" not in res.stdout, res.stdout[-3000:]
-    assert "refused: Read-only file system" in worker_logs(research.root)
-    for p in research.root.glob(".autoresearch/t/worktrees/*/mutable/pipeline.py"):
-        assert "time.sleep(0.02)" not in p.read_text()
+    assert "role code modified" not in res.stdout, res.stdout[-3000:]
+    assert "found: 0" in worker_logs(research.root)
 
 
-def test_with_the_sandbox_off_an_edit_of_the_champions_worktree_is_a_crash_naming_it(pytester, model_cache,
-                                                                                    tmp_path_factory):
+def test_with_the_sandbox_off_an_edit_of_the_champions_code_is_a_crash_naming_it(pytester, model_cache,
+                                                                                tmp_path_factory):
     """Detection, the second line, where the project owner turned the sandbox off before the baseline."""
     from conftest import research_project
 
     proj = research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
     head, sep, body = STOCK.partition("def build(")
     source = head + TAMPER + "\n\n" + sep + body.replace(":\n", ":\n    _slow_the_champion()\n", 1)
-    _, res, line = proj.experiment(source, "exact", "slow the champion down through its worktree")
+    _, res, line = proj.experiment(source, "exact", "slow the champion down through its code")
     assert line.startswith("DITAR VERDICT: CRASH"), res.stdout[-3000:]
     assert line.endswith(" sandbox=off"), line
-    assert "champion worktree modified during the run: " in res.stdout and "mutable/pipeline.py" in res.stdout, \
+    assert "role code modified during the run" in res.stdout and "mutable/pipeline.py" in res.stdout, \
         res.stdout[-3000:]
     assert proj.ledger()[-1]["sandbox"] == "off"
-
-
-def test_a_worktree_left_changed_is_checked_out_afresh_and_an_edit_undone_in_time_still_shows(project):
-    from pytest_ditar.loop.worktrees import changed, pristine
-
-    commit, wt = project.head(), project.root.parent / "champion-wt"
-    pristine(project.root, wt, commit)
-    planted = wt / "mutable/__pycache__/pipeline.cpython-311.pyc"  # what a poisoned bytecode cache looks like
-    planted.parent.mkdir()
-    planted.write_bytes(b"not the commit")
-    stamps = pristine(project.root, wt, commit)  # a later run: checked out again
-    assert not planted.exists() and not changed(wt, stamps)
-    source = wt / "mutable/pipeline.py"
-    original = source.read_text()
-    source.write_text(original + "import time; time.sleep(1)\n")  # edited, imported by the champion ...
-    source.write_text(original)  # ... and put back before anyone looks
-    assert changed(wt, stamps) == ["mutable/pipeline.py"]
 
 
 # ---- the CPU roofline -----------------------------------------------------------------------------

@@ -38,13 +38,17 @@ def test_a_commit_is_written_from_its_blobs_read_only(repo: Path, tmp_path: Path
     assert code.package == tmp_path / "out/mutable" and code.source == head
     assert (code.package / "pipeline.py").read_text() == "def build(spec):\n    return None\n"
     assert not (code.package / "untracked.py").exists() and not (tmp_path / "out/other.txt").exists()
-    assert sorted(p for p, _ in code.files) == ["mutable/pipeline.py", "mutable/run.sh", "mutable/sub/helper.py"]
+    assert [p for p, _ino, _ct in code.files] == ["mutable/pipeline.py", "mutable/run.sh", "mutable/sub/helper.py"]
     assert os.stat(code.package / "run.sh").st_mode & 0o777 == 0o555
     assert os.stat(code.package / "pipeline.py").st_mode & 0o777 == 0o444
     assert roles.changed(code) == []
     os.chmod(code.package / "sub", 0o755)
     (code.package / "sub/planted.py").write_text("x")
-    assert roles.changed(code) == ["mutable/sub/planted.py"]
+    original = (code.package / "pipeline.py").read_text()
+    os.chmod(code.package / "pipeline.py", 0o644)
+    (code.package / "pipeline.py").write_text(original + "import time\n")  # edited, imported ...
+    (code.package / "pipeline.py").write_text(original)  # ... and put back before anyone looks
+    assert roles.changed(code) == ["mutable/pipeline.py", "mutable/sub/planted.py"]
 
 
 def test_a_link_or_a_submodule_under_a_mutable_path_is_named(repo: Path, tmp_path: Path):
