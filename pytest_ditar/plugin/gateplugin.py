@@ -41,6 +41,25 @@ def run_options(config: pytest.Config, path: Path) -> RunOptions:
         guard=float(opt("--ditar-guard-tolerance")) if opt("--ditar-guard") else None)
 
 
+# pytest-codspeed's plugin object, registered under this name in its own pytest_configure (tryfirst)
+CODSPEED_PLUGIN = "codspeed_plugin"
+
+
+def plugin_conflict(config: pytest.Config) -> str | None:
+    """Another plugin that takes the run apart, named with the fix; None where there is none.
+
+    pytest-codspeed, once enabled (`--codspeed` or `$CODSPEED_ENV`), disables pytest-benchmark,
+    puts its own `benchmark` fixture (no `pedantic`) in its place and deselects every test that does
+    not benchmark: the quality contracts would not run, and a lane would fail inside the judge. It
+    is refused rather than half-run. Installed but not enabled, it changes nothing and the gate runs."""
+    codspeed = config.pluginmanager.get_plugin(CODSPEED_PLUGIN)
+    if codspeed is None or not getattr(codspeed, "is_codspeed_enabled", False):
+        return None
+    return ("pytest-codspeed is enabled in this ditar run (--codspeed or $CODSPEED_ENV): it disables "
+            "pytest-benchmark, replaces its benchmark fixture and deselects the quality tests, so the gate cannot "
+            "judge; run the gate without it (unset CODSPEED_ENV, drop --codspeed, or pass -p no:codspeed)")
+
+
 def before_configure(config: pytest.Config, path: Path) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
     from pytest_ditar.plugin.artifacts import request_artifacts
@@ -57,6 +76,9 @@ def configure(config: pytest.Config, path: Path) -> None:
     config.pluginmanager.register(fixtures, "ditar-fixtures")
     for line in WARNING_FILTERS:
         config.addinivalue_line("filterwarnings", line)
+    conflict = plugin_conflict(config)
+    if conflict:
+        raise pytest.UsageError(conflict)
     try:
         opts = run_options(config, path)
         sess = DitarSession.open(path, tag=opts.tag, device=opts.device)
@@ -180,8 +202,24 @@ class GatePlugin:
                 session.exitstatus = pytest.ExitCode(status)
             except ValueError:  # a CRASH's code is none of pytest's own: pytest ends with the int as it is
                 session.exitstatus = int(status)
+        self._publish(session.config, int(status))
         self._file_artifacts(session.config)
         self.close()
+
+    def _publish(self, config: pytest.Config, status: int) -> None:
+        """--ditar-json, junit properties and, under GitHub Actions, its summary, annotations and outputs
+        (loop.ci); an xdist worker leaves them to its controller."""
+        import os
+
+        from pytest_ditar.loop import ci
+
+        if getattr(config, "workerinput", None) is not None:
+            return
+        given = config.getoption("--ditar-json")
+        xml = getattr(config.option, "xmlpath", None)
+        self.notes += ci.publish(self.gate, status,
+                                 json_path=Path(config.invocation_params.dir, given) if given else None,
+                                 junit_path=Path(config.invocation_params.dir, xml) if xml else None, env=os.environ)
 
     def _finish(self, exitstatus: int) -> int:
         """The gate's decision and record. An error in the judge after the tests (another plugin's,
