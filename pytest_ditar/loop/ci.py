@@ -59,8 +59,9 @@ def document(gate: Any, exit_status: int) -> dict[str, Any]:
 def publish(gate: Any, exit_status: int, *, json_path: Path | None, junit_path: Path | None,
             env: Mapping[str, str]) -> list[str]:
     """Write what CI reads; returns the lines to print (annotations, and a note per file not written)."""
-    if gate.opts.guard is None and not gate.gated and gate.refusal is None:
-        return []  # a report-only run decides nothing: nothing for CI to read
+    if gate.opts.guard is None and not gate.gated and gate.refusal is None:  # a report-only run decides nothing
+        return [f"ditar: --ditar-json {json_path} not written: a report-only run decides nothing (a gated run, "
+                "a guard or a refusal writes it)"] if json_path is not None else []
     doc = document(gate, exit_status)
     notes: list[str] = []
 

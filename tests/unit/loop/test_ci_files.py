@@ -36,3 +36,17 @@ def test_the_tag_is_the_one_the_remote_holds_or_the_one_named(monkeypatch):
 def test_a_clone_without_the_state_is_told_the_command(tmp_path):
     why = missing_state("t", tmp_path / ".autoresearch/t")
     assert "`dit-ar fetch-state --remote origin --tag t`" in why and "refs/ditar/t" in why
+
+
+def test_a_report_only_run_writes_no_document_and_says_so(tmp_path):
+    from types import SimpleNamespace
+
+    from pytest_ditar.loop.ci import publish
+
+    gate = SimpleNamespace(opts=SimpleNamespace(guard=None), gated=False, refusal=None)
+    env = {"GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_ACTIONS": "true"}
+    notes = publish(gate, 0, json_path=tmp_path / "x.verdict.json", junit_path=None, env=env)
+    assert notes == [f"ditar: --ditar-json {tmp_path / 'x.verdict.json'} not written: a report-only run decides "
+                     "nothing (a gated run, a guard or a refusal writes it)"]
+    assert not (tmp_path / "x.verdict.json").exists() and not (tmp_path / "out").exists()
+    assert publish(gate, 0, json_path=None, junit_path=None, env=env) == []
