@@ -87,3 +87,9 @@ def test_a_document_off_its_schema_is_caught():
     assert problems({**doc, "verdict": "MAYBE"}, "verdict")
     assert problems({**doc, "surprise": 1}, "verdict")
     assert problems({k: v for k, v in doc.items() if k != "exit_status"}, "verdict")
+
+
+def test_a_refused_gated_runs_document_validates():
+    doc = _valid(record("DITAR REFUSED: guard clean_tree: uncommitted changes", 4))
+    assert doc["verdict"] == "REFUSED" and doc["ci95"] is None and ci.outputs(doc)["ci_low"] == ""
+    assert ci.annotation_lines(doc) == ["::error title=ditar REFUSED::guard clean_tree: uncommitted changes"]
