@@ -4,7 +4,11 @@ summary in Markdown; and junit testsuite properties for any CI that reads junit 
 
 Pure text from a document: loop.ci writes it where the CI's variables point. Every text a
 candidate can influence (a reason quotes its exception) is escaped as GitHub's runner expects, so
-no reason can end an annotation early or start a workflow command of its own on a new line.
+no reason can end an annotation early or start a workflow command of its own on a new line. And
+the rest of what a run prints (pytest's own report of a failure quotes the exception as it is,
+line breaks included) is never read as a command: a ditar run under GitHub Actions stops the
+runner's command processing with a token it makes (`stop_commands`) before any test runs, and
+resumes it (`resume_commands`) only for its own annotations, at the end.
 """
 from __future__ import annotations
 
@@ -33,6 +37,16 @@ def annotation(level: str, message: str, title: str | None = None, file: str | N
     props += [f"line={int(line)}"] if file and line is not None else []
     props += [f"title={escape_property(title)}"] if title else []
     return f"::{level}{' ' + ','.join(props) if props else ''}::{escape_data(message)}"
+
+
+def stop_commands(token: str) -> str:
+    """GitHub's runner reads no workflow command on the lines after this one until `resume_commands(token)`:
+    what pytest prints of a run (a candidate's exception text among it) cannot be read as one."""
+    return f"::stop-commands::{token}"
+
+
+def resume_commands(token: str) -> str:
+    return f"::{token}::"
 
 
 def where(text: str | None) -> tuple[str, int] | None:

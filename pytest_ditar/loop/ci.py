@@ -11,9 +11,11 @@ reason is escaped (core.ci).
 """
 from __future__ import annotations
 
+import json
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +50,24 @@ def document(gate: Any, exit_status: int) -> dict[str, Any]:
     if gate.gated and gate.verdict:
         d = s.run_dir()
         try:
-            import json
-
             summary, run_dir = json.loads((d / "summary.json").read_text()), str(d)
         except (OSError, ValueError):
             run_dir = str(d)
     return verdict_json.record(line, exit_status, summary, run_dir, errors=_errors(gate) if gate.gated else ())
 
 
+@dataclass(frozen=True)
+class Published:
+    annotations: tuple[str, ...] = ()  # GitHub's workflow commands, for the run's end (core.ci.resume_commands)
+    notes: tuple[str, ...] = ()  # summary lines: each file that could not be written
+
+
 def publish(gate: Any, exit_status: int, *, json_path: Path | None, junit_path: Path | None,
-            env: Mapping[str, str]) -> list[str]:
-    """Write what CI reads; returns the lines to print (annotations, and a note per file not written)."""
+            env: Mapping[str, str]) -> Published:
+    """Write what CI reads; returns the annotations to print and a note per file not written."""
     if gate.opts.guard is None and not gate.gated and gate.refusal is None:  # a report-only run decides nothing
-        return [f"ditar: --ditar-json {json_path} not written: a report-only run decides nothing (a gated run, "
-                "a guard or a refusal writes it)"] if json_path is not None else []
+        return Published(notes=(f"ditar: --ditar-json {json_path} not written: a report-only run decides nothing "
+                                "(a gated run, a guard or a refusal writes it)",) if json_path is not None else ())
     doc = document(gate, exit_status)
     notes: list[str] = []
 
@@ -76,11 +82,11 @@ def publish(gate: Any, exit_status: int, *, json_path: Path | None, junit_path: 
     if junit_path is not None and junit_path.is_file():
         attempt(f"junit properties in {junit_path}", lambda: add_junit_properties(junit_path, ci.junit_properties(doc)))
     if env.get("GITHUB_STEP_SUMMARY"):
-        attempt("$GITHUB_STEP_SUMMARY", lambda: _append(Path(env["GITHUB_STEP_SUMMARY"]), _markdown(gate, doc)))
+        attempt("$GITHUB_STEP_SUMMARY", lambda: _append(Path(env["GITHUB_STEP_SUMMARY"]), _markdown(doc)))
     if env.get("GITHUB_OUTPUT"):
         attempt("$GITHUB_OUTPUT", lambda: write_outputs(env, ci.outputs(doc)))
     lines = ci.annotation_lines(doc) if env.get("GITHUB_ACTIONS") == "true" else []
-    return [*lines, *notes]
+    return Published(tuple(lines), tuple(notes))
 
 
 def write_outputs(env: Mapping[str, str], values: Mapping[str, str]) -> None:
@@ -89,7 +95,7 @@ def write_outputs(env: Mapping[str, str], values: Mapping[str, str]) -> None:
         _append(Path(env["GITHUB_OUTPUT"]), ci.output_text(values, f"ghadelimiter_{secrets.token_hex(16)}"))
 
 
-def _markdown(gate: Any, doc: Mapping[str, Any]) -> str:
+def _markdown(doc: Mapping[str, Any]) -> str:
     if doc.get("kind") == "guard":
         return ci.guard_markdown(doc)
     md = None

@@ -88,8 +88,25 @@ def configure(config: pytest.Config, path: Path) -> None:
     gate.prestart()
     config.stash[keys.SESSION_KEY] = sess
     config.stash[keys.GATE_KEY] = gate
-    config.pluginmanager.register(GatePlugin(gate), keys.RUN_PLUGIN)
+    config.pluginmanager.register(GatePlugin(gate, _stop_commands(config)), keys.RUN_PLUGIN)
     xdist.register(config)  # controller/worker halves of `-n N`; no-op without xdist
+
+
+def _stop_commands(config: pytest.Config) -> str | None:
+    """Under GitHub Actions, before any test runs: the runner reads no workflow command from here on
+    until the token comes back at the run's end (core.ci.stop_commands). Returns the token."""
+    import os
+    import secrets
+    import sys
+
+    from pytest_ditar.core.ci import stop_commands
+
+    if os.environ.get("GITHUB_ACTIONS") != "true" or getattr(config, "workerinput", None) is not None:
+        return None
+    token = f"ditar-{secrets.token_hex(16)}"
+    sys.stdout.write(stop_commands(token) + "\n")  # pytest's capture is off during configure
+    sys.stdout.flush()
+    return token
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
@@ -112,8 +129,10 @@ class GatePlugin:
     hooks.py call the rest, so they keep the entry point's place among other plugins' hooks
     (an xdist worker's own runtestloop, for one, must run before ours and ends the loop there)."""
 
-    def __init__(self, gate: Gate):
+    def __init__(self, gate: Gate, commands_token: str | None = None):
         self.gate = gate
+        self.commands_token = commands_token  # GitHub's runner reads commands again only at the end
+        self.annotations: tuple[str, ...] = ()  # GitHub annotations (loop.ci), printed once commands resume
         self.notes: list[str] = []  # this plugin's own summary lines (the filed artifacts)
         self.closed = False
         self.finished = False  # our session finish ran (decided, refused or reported)
@@ -218,10 +237,10 @@ class GatePlugin:
         given = config.getoption("--ditar-json")
         xml = getattr(config.option, "xmlpath", None)
         try:
-            self.notes += ci.publish(self.gate, status,
-                                     json_path=Path(config.invocation_params.dir, given) if given else None,
-                                     junit_path=Path(config.invocation_params.dir, xml) if xml else None,
-                                     env=os.environ)
+            done = ci.publish(self.gate, status, json_path=Path(config.invocation_params.dir, given) if given else None,
+                              junit_path=Path(config.invocation_params.dir, xml) if xml else None, env=os.environ)
+            self.notes += done.notes
+            self.annotations = done.annotations
         except Exception as exc:  # noqa: BLE001 - what CI reads is a copy: never the undoing of a recorded verdict
             self.notes.append(f"ditar: CI outputs not written: {type(exc).__name__}: {exc}")
 
@@ -277,6 +296,12 @@ class GatePlugin:
         if not (self.summarized or config.getoption("no_summary", False)) and self.gate.verdict:
             # pytest skipped its summary (a plugin raised in the session's finish): ours goes out here
             for line in self.summary_lines():
+                tw.line(line)
+        if self.commands_token:  # the runner reads commands again: ours, escaped, and nothing else
+            from pytest_ditar.core.ci import resume_commands
+
+            tw.line(resume_commands(self.commands_token))
+            for line in self.annotations:
                 tw.line(line)
         final = self.gate.final_line()
         if final:

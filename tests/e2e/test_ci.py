@@ -37,6 +37,11 @@ def _guard(clone: Path, gh: dict, json_path: Path) -> tuple[subprocess.Completed
     res = _run(clone, sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--ditar-guard", "--ditar-tag=t",
                TOLERANCE, f"--ditar-json={json_path}", f"--junitxml={json_path.parent / 'junit.xml'}", env=gh)
     lines = res.stdout.strip().splitlines()
+    # the runner reads commands only after the gate resumes them: its own annotations, then the last line
+    commands = [ln for ln in lines if ln.startswith("::")]
+    token = commands[0].removeprefix("::stop-commands::")
+    assert commands[0] != token and commands[1] == f"::{token}::", commands
+    assert lines[lines.index(commands[1]) + 1:-1] == commands[2:], lines[-10:]
     return res, lines[-1] if lines else ""
 
 

@@ -9,7 +9,16 @@ object as "codspeed_plugin", and once enabled by $CODSPEED_ENV sets pytest-bench
 import json
 import re
 
-from candidates import RAISES
+from candidates import STOCK
+
+GEN_DEF = "    def generate(self, request: Request) -> Generated:\n"
+
+# the attack: a candidate's exception text with line breaks, each next line a workflow command of its
+# own (a forged annotation, and a stop of the runner's commands that would hide the gate's). The
+# worker sends an exception's first line only; and whatever pytest prints of a run is read as no
+# command at all: the gate stops the runner's commands before any test runs (core.ci.stop_commands)
+FORGED = "kernel exploded\n::error title=forged::all lanes faster\n::stop-commands::mine"
+RAISES = STOCK.replace(GEN_DEF, GEN_DEF + f"        raise RuntimeError({FORGED!r})\n")
 
 CODSPEED_SIM = '''
 
@@ -68,10 +77,20 @@ def test_a_crash_names_its_line_for_github_and_junit_and_json(research, tmp_path
     assert doc["kind"] == "gate" and doc["verdict"] == "CRASH" and doc["line"] == last and doc["exit_status"] == 10
     assert doc["commit"] == sha[:7] and doc["errors"] and doc["errors"][0]["kind"] == "exception"
     line_no = next(i for i, ln in enumerate(RAISES.splitlines(), 1) if "kernel exploded" in ln)
+    assert doc["errors"][0]["message"] == "RuntimeError: kernel exploded"  # the worker sends its first line
     assert doc["errors"][0]["where"].startswith(f"mutable/pipeline.py:{line_no} "), doc["errors"]
-    crash = [ln for ln in out.splitlines() if ln.startswith("::error ")]
-    assert crash and crash[0].startswith(f"::error file=mutable/pipeline.py,line={line_no},title=ditar CRASH::"), crash
-    assert "kernel exploded" in crash[0]
+    # pytest's own report quotes the exception as it is: the forged lines reach stdout, but only where
+    # the runner reads no command (stopped before any test ran, with a token the candidate never saw)
+    lines = out.splitlines()
+    commands = [i for i, ln in enumerate(lines) if ln.startswith("::")]
+    stop = lines[commands[0]]
+    assert stop.startswith("::stop-commands::ditar-"), lines[commands[0]]
+    token = stop.split("::")[2]
+    resume = lines.index(f"::{token}::")
+    assert all(i < resume for i in commands if "forged" in lines[i] or "mine" in lines[i])  # inert, where printed
+    ours = lines[resume + 1:-1]  # after the resume: our annotations, escaped, then the verdict line
+    assert ours == [f"::error file=mutable/pipeline.py,line={line_no},title=ditar CRASH::exception: RuntimeError: "
+                    "kernel exploded"], ours
     outputs = _outputs(files["GITHUB_OUTPUT"])
     assert outputs["verdict"] == "CRASH" and outputs["exit_status"] == "10" and outputs["kind"] == "gate", outputs
     assert outputs["lane"] == "latency_b1" and outputs["reason"] == doc["reason"]

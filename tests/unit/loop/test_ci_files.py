@@ -45,8 +45,8 @@ def test_a_report_only_run_writes_no_document_and_says_so(tmp_path):
 
     gate = SimpleNamespace(opts=SimpleNamespace(guard=None), gated=False, refusal=None)
     env = {"GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_ACTIONS": "true"}
-    notes = publish(gate, 0, json_path=tmp_path / "x.verdict.json", junit_path=None, env=env)
-    assert notes == [f"ditar: --ditar-json {tmp_path / 'x.verdict.json'} not written: a report-only run decides "
-                     "nothing (a gated run, a guard or a refusal writes it)"]
+    done = publish(gate, 0, json_path=tmp_path / "x.verdict.json", junit_path=None, env=env)
+    assert done.notes == (f"ditar: --ditar-json {tmp_path / 'x.verdict.json'} not written: a report-only run "
+                          "decides nothing (a gated run, a guard or a refusal writes it)",) and done.annotations == ()
     assert not (tmp_path / "x.verdict.json").exists() and not (tmp_path / "out").exists()
-    assert publish(gate, 0, json_path=None, junit_path=None, env=env) == []
+    assert publish(gate, 0, json_path=None, junit_path=None, env=env).notes == ()
