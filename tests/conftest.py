@@ -17,6 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 # Under `pytest -n`, this process is an xdist worker; the projects it runs are not.
 for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
     os.environ.pop(_var)
+# Nor is it a GitHub Actions step: a gated run a test starts would append to the real step's summary
+# and outputs (the tests that are about them set their own, tests/e2e/test_ci.py).
+for _var in ("GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
+    os.environ.pop(_var, None)
 # Each test's runs start their own zygote: one kept warm per tag would outlive its test (the
 # product's default keeps it; tests/e2e/test_warm_zygote.py turns that on where it is the subject).
 os.environ.setdefault("DITAR_ZYGOTE_IDLE_S", "0")
