@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 # Under `pytest -n`, this process is an xdist worker; the projects it runs are not.
 for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
     os.environ.pop(_var)
+# Nor is it a GitHub Actions step: a gated run a test starts would append to the real step's summary
+# and outputs (the tests that are about them set their own, tests/e2e/test_ci.py).
+for _var in ("GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
+    os.environ.pop(_var, None)
 # Each test's runs start their own zygote: one kept warm per tag would outlive its test (the
 # product's default keeps it; tests/e2e/test_warm_zygote.py turns that on where it is the subject).
 os.environ.setdefault("DITAR_ZYGOTE_IDLE_S", "0")
@@ -41,6 +46,44 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         return None
     named = [Path(a.split("::")[0]).resolve() for a in config.args]
     return not any(a == here or here in a.parents for a in named)
+
+
+_SKIP_DIRS = {".git", "__pycache__", "worktrees", "compile-cache", "node_modules"}
+
+
+@pytest.fixture(autouse=True)
+def _documents_validate(tmp_path_factory: pytest.TempPathFactory):
+    """Every JSON document a test leaves behind validates against the package's schema
+    (tests/jsonschemas.py): each run's summary.json and each --ditar-json file (named *.verdict.json
+    by the tests), in the folders the test made under the session's temporary root. Found by where
+    they lie, not by who wrote them: a bug that writes a broken document anywhere a run writes fails
+    the test that caused it."""
+    import jsonschemas
+
+    start = time.time() - 1.0
+    yield
+    if not jsonschemas.available():
+        return
+    base = tmp_path_factory.getbasetemp()
+    bad = []
+    for top in (d for d in base.iterdir() if d.is_dir() and not d.is_symlink() and d.stat().st_mtime >= start):
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+            for name in filenames:
+                path = Path(dirpath, name)
+                kind = jsonschemas.kind_of(path)
+                if kind is None or path.stat().st_mtime < start:
+                    continue
+                try:
+                    doc = json.loads(path.read_text())
+                except ValueError as exc:
+                    bad.append(f"{path}: not JSON: {exc}")
+                    continue
+                if isinstance(doc, dict) and "schema_version" not in doc:
+                    continue  # a test's hand-made input (tests/unit/report): every document of ours carries it
+                found = jsonschemas.problems(doc, kind)
+                bad += [f"{path}: {p}" for p in found[:5]]
+    assert not bad, "documents the test left break their schema:\n" + "\n".join(bad[:20])
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from pytest_ditar.cli.compare import Compare
 from pytest_ditar.cli.demo import Demo
 from pytest_ditar.cli.doctor import Doctor
 from pytest_ditar.cli.experiment import Experiment
+from pytest_ditar.cli.fetchstate import FetchState
 from pytest_ditar.cli.init import Init
 from pytest_ditar.cli.profile import Profile
 from pytest_ditar.cli.recover import Recover
@@ -29,7 +30,7 @@ from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
 
 # In the order `dit-ar --help` lists them.
 COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Suite, Experiment, Try, Profile, Status, Compare, Demo,
-                                       Verify, Recover, Report, Search)
+                                       Verify, Recover, FetchState, Report, Search)
 
 
 def build_parser() -> argparse.ArgumentParser:

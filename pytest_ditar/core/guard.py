@@ -134,6 +134,19 @@ def failures(quality: Sequence[tuple[str, bool]], lanes: Iterable[LaneOutcome], 
     return out
 
 
+def failing_lanes(lanes: Iterable[LaneOutcome], expected_lanes: Iterable[str], tolerance: float) -> list[str]:
+    """The lanes `failures` fails the guard on, by name, in the same order (its lane rules, read
+    from the outcomes' fields): not measured, slower beyond the tolerance, or REGRESSED."""
+    seen = {oc.name: oc for oc in lanes}
+    out = []
+    for name in expected_lanes:
+        oc = seen.get(name)
+        if oc is None or oc.speedup is None or oc.verdict == "REGRESSED" or (
+                oc.ci_high is not None and regressed(oc.speedup, oc.ci_high, tolerance)):
+            out.append(name)
+    return out
+
+
 def line(fails: Sequence[str], lanes: Iterable[LaneOutcome], tolerance: float) -> str:
     """The guard's last line: `DITAR GUARD: PASS ...` or `DITAR GUARD: FAIL: <first reason>`. A PASS
     names the lanes it could not settle (`unresolved=...`): passed because noise proves nothing."""

@@ -1,13 +1,16 @@
-"""`dit-ar experiment --json`: a gated run's outcome as one JSON document for CI and scripts.
+"""A run's outcome as one JSON document for CI and scripts: `dit-ar experiment --json`, and
+`--ditar-json=PATH` of a gated run (`record`, kind "gate") or of `pytest --ditar-guard`
+(`guard_record`, kind "guard").
 
 Made from what the run itself wrote, never from a second judgment: the verdict line (the last
-line of every gated run, core.decision.verdict_line) and, for a decided run, its summary.json.
-docs/verdict-json.md documents the schema; `schema_version` is core.vocabulary's.
+line of every gated run, core.decision.verdict_line) and, for a decided run, its summary.json;
+a guard's, from its lanes' outcomes and its failures. docs/verdict-json.md documents it, and
+pytest_ditar/schemas/verdict.schema.json is its JSON Schema; `schema_version` is core.vocabulary's.
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
@@ -57,11 +60,13 @@ def _number(text: str) -> float | None:
 
 
 def record(line: str | None, exit_status: int, summary: Mapping[str, Any] | None = None,
-           run_dir: str | None = None) -> dict[str, Any]:
-    """The run's JSON document: the verdict line's fields, the summary's reasons and lanes, the exit status."""
+           run_dir: str | None = None, errors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The run's JSON document: the verdict line's fields, the summary's reasons and lanes, the exit
+    status; `errors`: the candidate's failures ({kind, message, where}) where the caller has them."""
     fields = parse_line(line or "")
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
+        "kind": "gate",
         "verdict": fields.get("status"),  # None: the run ended before it decided (pytest's own error)
         "exit_status": exit_status,
         "line": line,
@@ -81,7 +86,31 @@ def record(line: str | None, exit_status: int, summary: Mapping[str, Any] | None
         doc["judged"] = summary.get("judged")
         doc["rerun_of"] = summary.get("rerun_of")
         doc["lanes"] = {name: _lane(data) for name, data in (summary.get("lanes") or {}).items()}
+    if errors:
+        doc["errors"] = [dict(e) for e in errors]
     return doc
+
+
+def guard_record(line: str | None, exit_status: int, *, tolerance: float, failures: Sequence[str],
+                 failing: Sequence[str], lanes: Mapping[str, Mapping[str, Any]], objective: str,
+                 errors: Sequence[Mapping[str, Any]] = (), run_dir: str | None = None,
+                 refusal: str | None = None) -> dict[str, Any]:
+    """`pytest --ditar-guard`'s document. `lanes`: name -> a LaneResult's dict (as summary.json
+    holds it); `failing`: the lanes the guard fails on. Its headline lane (`lane`, `speedup`,
+    `ci95`) is the first failing lane, else the objective lane."""
+    shown = {name: _lane(data) for name, data in lanes.items()}
+    head = next((n for n in failing if n in shown), objective)
+    lane = shown.get(head) or {}
+    passed = line is not None and line.startswith("DITAR GUARD: PASS")
+    verdict = "REFUSED" if refusal is not None else None if line is None else "PASS" if passed else "FAIL"
+    unresolved = line.partition(" unresolved=")[2].split(",") if passed and line and " unresolved=" in line else []
+    return {"schema_version": SCHEMA_VERSION, "kind": "guard", "verdict": verdict, "exit_status": exit_status,
+            "line": line if refusal is None else f"DITAR REFUSED: {refusal}", "lane": head if lane else None,
+            "speedup": lane.get("speedup"), "ci95": lane.get("ci95", [None, None]), "tolerance": tolerance,
+            "reason": refusal if refusal is not None else (failures[0] if failures else ""),
+            "failures": list(failures), "failing_lanes": [n for n in failing],
+            "unresolved": [u for u in unresolved if u], "lanes": shown,
+            "errors": [dict(e) for e in errors], "run_dir": run_dir}
 
 
 def _lane(data: Mapping[str, Any]) -> dict[str, Any]:

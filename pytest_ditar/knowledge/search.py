@@ -6,8 +6,8 @@ disk under ``<handbook>/../.index/<key>/`` where ``key`` hashes every page's rel
 and size plus the index format version, so editing, adding or removing a page rebuilds it on the
 next search.
 
-This module is import-light on purpose: it never imports torch or diffusers; bm25s (numpy,
-scipy) is imported lazily inside the functions that need it.
+This module is import-light on purpose: it never imports torch or diffusers; bm25s (numpy) is
+imported lazily inside the functions that need it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ def library_versions() -> dict[str, str]:
     import importlib.metadata as md
 
     out = {"python": sys.version.split()[0]}
-    for name in ("torch", "diffusers", "numpy", "scipy", "pytest", "pytest-ditar"):
+    for name in ("torch", "diffusers", "numpy", "pytest", "pytest-ditar"):
         try:
             out[name] = md.version(name)
         except md.PackageNotFoundError:

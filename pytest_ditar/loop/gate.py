@@ -36,6 +36,7 @@ from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.testlog import TestLog
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import MANIFEST
 from pytest_ditar.vcs import repo as gitops
 
 # a refused run whose champion (or twin) failed in its role: what to do
@@ -69,6 +70,7 @@ class Gate:
         self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
         self.test_log = TestLog()  # tests.log's reports, each failure text once
         self.guard_line: str | None = None  # a guard's last line (DITAR GUARD: PASS/FAIL)
+        self.guard_failures: list[str] = []  # why it failed, in order (core.guard.failures)
         self.start_failures: list[str] = []  # early starts that failed (loop.startup): built again when needed
         if opts.guard is not None:  # a guard writes nothing under the state dir (its roles' code is the judge's)
             import tempfile
@@ -191,6 +193,11 @@ class Gate:
 
     def _report_mode(self, st: gitops.RepoState) -> bool:
         """A partial or non-research run: results are reported, nothing is recorded or reverted."""
+        if self.opts.guard is not None and not (self.sess.baseline_dir / MANIFEST).is_file():
+            from pytest_ditar.loop.remote import missing_state  # a fresh clone: name the command that brings it
+
+            self.refusal = missing_state(self.sess.tag, self.sess.state_dir)
+            return False
         if self.items_collected or self.lanes_collected:
             try:
                 self.sess.baseline()
@@ -318,6 +325,7 @@ class Gate:
         fails = guard.failures([(k, r.passed) for k, r in s.quality.items()], lanes, sorted(self.lanes_collected),
                                [str(e) for e in _dedupe(s.errors)], float(self.opts.guard or 0.0))
         self.guard_line = guard.line(fails, lanes, float(self.opts.guard or 0.0))
+        self.guard_failures = fails
         self.summary_lines += [f"ditar: guard: {f}" for f in fails]
         self.summary_lines.append(f"ditar: guard: workers' logs and any failure images in {s.run_dir()} "
                                   "(outside the state dir)")

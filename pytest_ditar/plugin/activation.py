@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 # the options whose presence alone makes a ditar run (their argparse dests)
 OPTIONS = ("ditar_config", "ditar_baseline", "ditar_force", "ditar_tag", "ditar_device", "ditar_class",
-           "ditar_description", "ditar_no_revert", "ditar_gate", "ditar_try", "ditar_guard", "ditar_phase")
+           "ditar_description", "ditar_no_revert", "ditar_gate", "ditar_try", "ditar_guard", "ditar_phase",
+           "ditar_json")
 DEFAULT_SUITES = "suites"
 
 _DECIDED_KEY = pytest.StashKey["Path | None"]()

@@ -41,6 +41,25 @@ def run_options(config: pytest.Config, path: Path) -> RunOptions:
         guard=float(opt("--ditar-guard-tolerance")) if opt("--ditar-guard") else None)
 
 
+# pytest-codspeed's plugin object, registered under this name in its own pytest_configure (tryfirst)
+CODSPEED_PLUGIN = "codspeed_plugin"
+
+
+def plugin_conflict(config: pytest.Config) -> str | None:
+    """Another plugin that takes the run apart, named with the fix; None where there is none.
+
+    pytest-codspeed, once enabled (`--codspeed` or `$CODSPEED_ENV`), disables pytest-benchmark,
+    puts its own `benchmark` fixture (no `pedantic`) in its place and deselects every test that does
+    not benchmark: the quality contracts would not run, and a lane would fail inside the judge. It
+    is refused rather than half-run. Installed but not enabled, it changes nothing and the gate runs."""
+    codspeed = config.pluginmanager.get_plugin(CODSPEED_PLUGIN)
+    if codspeed is None or not getattr(codspeed, "is_codspeed_enabled", False):
+        return None
+    return ("pytest-codspeed is enabled in this ditar run (--codspeed or $CODSPEED_ENV): it disables "
+            "pytest-benchmark, replaces its benchmark fixture and deselects the quality tests, so the gate cannot "
+            "judge; run the gate without it (unset CODSPEED_ENV, drop --codspeed, or pass -p no:codspeed)")
+
+
 def before_configure(config: pytest.Config, path: Path) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
     from pytest_ditar.plugin.artifacts import request_artifacts
@@ -57,6 +76,9 @@ def configure(config: pytest.Config, path: Path) -> None:
     config.pluginmanager.register(fixtures, "ditar-fixtures")
     for line in WARNING_FILTERS:
         config.addinivalue_line("filterwarnings", line)
+    conflict = plugin_conflict(config)
+    if conflict:
+        raise pytest.UsageError(conflict)
     try:
         opts = run_options(config, path)
         sess = DitarSession.open(path, tag=opts.tag, device=opts.device)
@@ -66,8 +88,25 @@ def configure(config: pytest.Config, path: Path) -> None:
     gate.prestart()
     config.stash[keys.SESSION_KEY] = sess
     config.stash[keys.GATE_KEY] = gate
-    config.pluginmanager.register(GatePlugin(gate), keys.RUN_PLUGIN)
+    config.pluginmanager.register(GatePlugin(gate, _stop_commands(config)), keys.RUN_PLUGIN)
     xdist.register(config)  # controller/worker halves of `-n N`; no-op without xdist
+
+
+def _stop_commands(config: pytest.Config) -> str | None:
+    """Under GitHub Actions, before any test runs: the runner reads no workflow command from here on
+    until the token comes back at the run's end (core.ci.stop_commands). Returns the token."""
+    import os
+    import secrets
+    import sys
+
+    from pytest_ditar.core.ci import stop_commands
+
+    if os.environ.get("GITHUB_ACTIONS") != "true" or getattr(config, "workerinput", None) is not None:
+        return None
+    token = f"ditar-{secrets.token_hex(16)}"
+    sys.stdout.write(stop_commands(token) + "\n")  # pytest's capture is off during configure
+    sys.stdout.flush()
+    return token
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
@@ -90,8 +129,10 @@ class GatePlugin:
     hooks.py call the rest, so they keep the entry point's place among other plugins' hooks
     (an xdist worker's own runtestloop, for one, must run before ours and ends the loop there)."""
 
-    def __init__(self, gate: Gate):
+    def __init__(self, gate: Gate, commands_token: str | None = None):
         self.gate = gate
+        self.commands_token = commands_token  # GitHub's runner reads commands again only at the end
+        self.annotations: tuple[str, ...] = ()  # GitHub annotations (loop.ci), printed once commands resume
         self.notes: list[str] = []  # this plugin's own summary lines (the filed artifacts)
         self.closed = False
         self.finished = False  # our session finish ran (decided, refused or reported)
@@ -180,8 +221,28 @@ class GatePlugin:
                 session.exitstatus = pytest.ExitCode(status)
             except ValueError:  # a CRASH's code is none of pytest's own: pytest ends with the int as it is
                 session.exitstatus = int(status)
+        self._publish(session.config, int(status))
         self._file_artifacts(session.config)
         self.close()
+
+    def _publish(self, config: pytest.Config, status: int) -> None:
+        """--ditar-json, junit properties and, under GitHub Actions, its summary, annotations and outputs
+        (loop.ci); an xdist worker leaves them to its controller."""
+        import os
+
+        from pytest_ditar.loop import ci
+
+        if getattr(config, "workerinput", None) is not None:
+            return
+        given = config.getoption("--ditar-json")
+        xml = getattr(config.option, "xmlpath", None)
+        try:
+            done = ci.publish(self.gate, status, json_path=Path(config.invocation_params.dir, given) if given else None,
+                              junit_path=Path(config.invocation_params.dir, xml) if xml else None, env=os.environ)
+            self.notes += done.notes
+            self.annotations = done.annotations
+        except Exception as exc:  # noqa: BLE001 - what CI reads is a copy: never the undoing of a recorded verdict
+            self.notes.append(f"ditar: CI outputs not written: {type(exc).__name__}: {exc}")
 
     def _finish(self, exitstatus: int) -> int:
         """The gate's decision and record. An error in the judge after the tests (another plugin's,
@@ -235,6 +296,12 @@ class GatePlugin:
         if not (self.summarized or config.getoption("no_summary", False)) and self.gate.verdict:
             # pytest skipped its summary (a plugin raised in the session's finish): ours goes out here
             for line in self.summary_lines():
+                tw.line(line)
+        if self.commands_token:  # the runner reads commands again: ours, escaped, and nothing else
+            from pytest_ditar.core.ci import resume_commands
+
+            tw.line(resume_commands(self.commands_token))
+            for line in self.annotations:
                 tw.line(line)
         final = self.gate.final_line()
         if final:

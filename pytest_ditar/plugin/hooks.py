@@ -43,6 +43,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "contract; records nothing, no git, no research branch needed")
     g.addoption("--ditar-guard-tolerance", type=float, default=0.05, metavar="TOL",
                 help="with --ditar-guard: the slowdown a lane may show (default 0.05: 5%%)")
+    g.addoption("--ditar-json", default=None, metavar="PATH",
+                help="write the run's outcome (a gated run's verdict, a guard's PASS/FAIL, a refusal) as one JSON "
+                     "document to PATH (schema: pytest_ditar/schemas/verdict.schema.json, docs/verdict-json.md)")
     g.addoption("--ditar-phase", default=None, choices=["quality", "decide"],
                 help="two-phase gate (dit-ar experiment --workers N): 'quality' records results without deciding "
                      "(may run under -n); 'decide' loads them, times the lanes serially and decides once")

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -152,11 +153,23 @@ def file_lock(path: Path | str, timeout_s: float, *, error: type[Exception] = Lo
     """Exclusive flock of `path` (created if missing), polled until `timeout_s`, then `error`.
 
     flock, not a lock file's existence: the kernel releases it when a holder dies, so a kill -9
-    never leaves the lock stuck.
+    never leaves the lock stuck. The file is opened without following a symlink and must be a
+    regular file: a link planted where the lock lives would have it create or truncate nothing, but
+    lock (and, with O_CREAT, create) a file of the link's choosing, anywhere the user can write
+    (filelock's symlink advisories, the same pattern); `error` names the path instead.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(f"lock file {path} is a symbolic link; a lock must be a regular file: remove the link") \
+                from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise error(f"lock file {path} is not a regular file; remove it")
     try:
         deadline = time.monotonic() + timeout_s
         while True:

@@ -548,6 +548,32 @@ def state_ref(tag: str) -> str:
     return f"refs/ditar/{tag}"
 
 
+# `dit-ar fetch-state` alone reaches a remote, before any judge runs: the transports a CI clone uses,
+# each switched back on by name over `protocol.allow=never` (ext:: and the rest stay off), and the
+# remote's own upload-pack named here, never a `remote.<name>.uploadpack` of the repository's config.
+_TRANSPORTS = tuple(a for p in ("file", "git", "ssh", "http", "https") for a in ("-c", f"protocol.{p}.allow=always"))
+
+
+def fetch(root: Path, remote: str, refspecs: Iterable[str]) -> str:
+    """`git fetch` of `refspecs` from `remote` (a remote's name or URL): no tags, no submodules, no
+    program of the repository's config. Returns git's report; DitarError with its stderr."""
+    if remote.startswith("-"):
+        raise DitarError(f"fetch: {remote!r} is not a remote")
+    return _git(root, *_TRANSPORTS, "fetch", "--no-tags", "--no-recurse-submodules", "--upload-pack=git-upload-pack",
+                "--", remote, *refspecs, what=f"git fetch {remote}")
+
+
+def has_commit(root: Path, sha: str) -> bool:
+    """Whether the commit `sha` is in the repository's objects (a shallow clone may lack it)."""
+    status, _, _ = _git_status(root, ["cat-file", "-e", f"{sha}^{{commit}}"])
+    return status == 0
+
+
+def refs_under(root: Path, prefix: str) -> list[str]:
+    """The refs whose names start with `prefix` (e.g. "refs/ditar/")."""
+    return [r for r in _git(root, "for-each-ref", "--format=%(refname)", prefix).splitlines() if r]
+
+
 def ref_commit(root: Path, ref: str) -> str | None:
     """The commit `ref` points at; None when it does not exist (or there is no repository)."""
     try:

@@ -6,11 +6,14 @@ import statistics
 
 from candidates import ALTERS, REDUNDANT, STOCK
 from conftest import research_project
+from jsonschemas import available, validate
 
 
 def _run(proj, cls: str, subject: str):
     res = proj.ditar("experiment", "--classification", cls, "--description", subject, "--json")
     doc = json.loads(res.stdout)  # the whole of stdout: one document
+    if available():
+        validate(doc, "verdict")  # against the shipped schema (pytest_ditar/schemas/verdict.schema.json)
     line = next((ln for ln in reversed(res.stderr.splitlines()) if ln.startswith("DITAR ")), "")
     return res, doc, line
 

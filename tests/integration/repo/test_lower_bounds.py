@@ -92,3 +92,20 @@ def test_no_private_attribute_of_pytest_benchmark_is_used():
             if "benchmark" in node.attr or "benchmark" in owner.lower():
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {owner}.{node.attr}")
     assert not found, found
+
+
+def test_scipy_is_the_tests_oracle_not_a_dependency():
+    """`pip install pytest-ditar` pulls no scipy: no module of the package imports it (the judge's
+    distributions are core.distributions'), it is not a runtime dependency, and the one runtime
+    dependency that once needed it (bm25s before 0.3) is past that. The tests keep it as their oracle."""
+    imported = []
+    for path in sorted((REPO / "pytest_ditar").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            imported += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names if n.split(".")[0] == "scipy"]
+    assert not imported, imported
+    ranges = declared()
+    assert "scipy" not in ranges and _version(ranges["bm25s"][0]) >= (0, 3), ranges
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert any(REQ.match(r).group(1) == "scipy" for r in project["optional-dependencies"]["test"])

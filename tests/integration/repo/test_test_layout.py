@@ -37,6 +37,8 @@ INDIRECT = {
     "pytest_ditar.cli.demo": "tests/e2e/test_doc_commands.py::test_doc_commands_run",  # the README's `dit-ar demo`
     "pytest_ditar.cli.experiment": "tests/integration/loop/test_loop_verdicts.py::"
                                    "test_faster_exact_candidate_is_kept_and_becomes_champion",
+    "pytest_ditar.cli.fetchstate": "tests/e2e/test_ci.py::"
+                                   "test_fresh_clone_fetches_the_state_and_guards_for_github_actions",
     "pytest_ditar.cli.init": "tests/integration/cli/test_worktrees.py::"
                              "test_init_with_gpu_makes_worktrees_and_status_all_lists_them",
     "pytest_ditar.cli.profile": "tests/e2e/test_profile.py::"
@@ -108,7 +110,7 @@ INDIRECT = {
 # Fixtures that build a project or run pytest in one: a test asking for one is an integration test.
 PROJECT_FIXTURES = {"pytester", "project", "research", "model_cache", "slow_research", "semantic_research",
                     "with_own_tests", "session_with_history"}
-TOP_LEVEL_OK = {"conftest.py", "candidates.py", "README.md"}  # tests/'s shared fixtures and helpers
+TOP_LEVEL_OK = {"conftest.py", "candidates.py", "jsonschemas.py", "README.md"}  # tests/'s shared fixtures and helpers
 KINDS = ("unit", "integration", "e2e", "adversarial")
 
 

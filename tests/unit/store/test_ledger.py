@@ -425,3 +425,26 @@ def test_a_ledger_written_before_a_later_column_still_verifies_and_grows(tmp_pat
     bad["hash"] = row_hash(bad)
     (tmp_path / "ledger.jsonl").write_text(json.dumps(bad) + "\n")
     assert any("unexpected keys" in p for p in Ledger(tmp_path).verify().problems)
+
+
+def test_file_lock_refuses_a_planted_symlink_naming_it(tmp_path):
+    """A symlink where the lock lives would lock (and create) a file of the link's choosing: refused,
+    and the target is neither created nor touched."""
+    from pytest_ditar.store.atomic import LockTimeout, file_lock
+
+    (tmp_path / "x").mkdir()
+    target = tmp_path / "elsewhere"
+    (tmp_path / "x" / ".lock").symlink_to(target)
+    with pytest.raises(LockTimeout, match=r"lock file .*x/\.lock is a symbolic link"):
+        with file_lock(tmp_path / "x" / ".lock", 0.1):
+            pass
+    assert not target.exists()
+    target.write_text("keep")
+    with pytest.raises(LockTimeout, match="symbolic link"):
+        with file_lock(tmp_path / "x" / ".lock", 0.1):
+            pass
+    assert target.read_text() == "keep"
+    os.mkfifo(tmp_path / "x" / ".fifo")  # not a regular file either (O_NONBLOCK: the open does not hang)
+    with pytest.raises(LockTimeout, match="not a regular file"):
+        with file_lock(tmp_path / "x" / ".fifo", 0.1):
+            pass

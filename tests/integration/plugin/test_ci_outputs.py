@@ -1,0 +1,122 @@
+"""Issue 43: what CI reads of a gated run and of a guard, through pytest's own command line:
+--ditar-json, GitHub Actions' step summary, annotations and outputs (their files named by the
+GITHUB_* variables), junit testsuite properties; and pytest-codspeed beside the gate.
+
+pytest-codspeed is not installed here and is never downloaded: a conftest plugin stands in for
+it and does what its pytest_configure does (pytest_codspeed/plugin.py): registers its plugin
+object as "codspeed_plugin", and once enabled by $CODSPEED_ENV sets pytest-benchmark's
+--benchmark-disable. (Its fixture swap and deselection follow from the same switch.)"""
+import json
+import re
+
+from candidates import STOCK
+
+GEN_DEF = "    def generate(self, request: Request) -> Generated:\n"
+
+# the attack: a candidate's exception text with line breaks, each next line a workflow command of its
+# own (a forged annotation, and a stop of the runner's commands that would hide the gate's). The
+# worker sends an exception's first line only; and whatever pytest prints of a run is read as no
+# command at all: the gate stops the runner's commands before any test runs (core.ci.stop_commands)
+FORGED = "kernel exploded\n::error title=forged::all lanes faster\n::stop-commands::mine"
+RAISES = STOCK.replace(GEN_DEF, GEN_DEF + f"        raise RuntimeError({FORGED!r})\n")
+
+CODSPEED_SIM = '''
+
+# a stand-in for pytest-codspeed (tests/integration/plugin/test_ci_outputs.py)
+import os as _os
+
+import pytest as _pytest
+
+
+class _CodSpeedPlugin:
+    def __init__(self, enabled):
+        self.is_codspeed_enabled = enabled
+        self.disabled_plugins = ("pytest-benchmark",) if enabled else ()
+
+
+@_pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    enabled = _os.environ.get("CODSPEED_ENV") is not None
+    if enabled:
+        config.option.benchmark_disable = True
+    config.pluginmanager.register(_CodSpeedPlugin(enabled), "codspeed_plugin")
+'''
+
+
+def _github(tmp_path, monkeypatch) -> dict:
+    files = {"GITHUB_STEP_SUMMARY": tmp_path / "summary.md", "GITHUB_OUTPUT": tmp_path / "output"}
+    for var, path in files.items():
+        path.write_text("")
+        monkeypatch.setenv(var, str(path))
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    return files
+
+
+def _outputs(path) -> dict:
+    out, lines, i = {}, path.read_text().splitlines(), 0
+    while i < len(lines):
+        key, sep, value = lines[i].partition("=")
+        if not sep:  # name<<DELIM, value lines, DELIM
+            key, _, delim = lines[i].partition("<<")
+            end = lines.index(delim, i + 1)
+            value, i = "\n".join(lines[i + 1:end]), end
+        out[key] = value
+        i += 1
+    return out
+
+
+def test_a_crash_names_its_line_for_github_and_junit_and_json(research, tmp_path, monkeypatch):
+    files = _github(tmp_path, monkeypatch)
+    sha = research.commit_candidate(RAISES, "exact", "Explode")
+    doc_path = tmp_path / "run.verdict.json"
+    res = research.pytest(f"--ditar-json={doc_path}")
+    out = res.stdout.str()
+    last = out.strip().splitlines()[-1]
+    assert res.ret == 10 and last.startswith("DITAR VERDICT: CRASH "), out[-3000:]
+    doc = json.loads(doc_path.read_text())
+    assert doc["kind"] == "gate" and doc["verdict"] == "CRASH" and doc["line"] == last and doc["exit_status"] == 10
+    assert doc["commit"] == sha[:7] and doc["errors"] and doc["errors"][0]["kind"] == "exception"
+    line_no = next(i for i, ln in enumerate(RAISES.splitlines(), 1) if "kernel exploded" in ln)
+    assert doc["errors"][0]["message"] == "RuntimeError: kernel exploded"  # the worker sends its first line
+    assert doc["errors"][0]["where"].startswith(f"mutable/pipeline.py:{line_no} "), doc["errors"]
+    # pytest's own report quotes the exception as it is: the forged lines reach stdout, but only where
+    # the runner reads no command (stopped before any test ran, with a token the candidate never saw)
+    lines = out.splitlines()
+    commands = [i for i, ln in enumerate(lines) if ln.startswith("::")]
+    stop = lines[commands[0]]
+    assert stop.startswith("::stop-commands::ditar-"), lines[commands[0]]
+    token = stop.split("::")[2]
+    resume = lines.index(f"::{token}::")
+    assert all(i < resume for i in commands if "forged" in lines[i] or "mine" in lines[i])  # inert, where printed
+    ours = lines[resume + 1:-1]  # after the resume: our annotations, escaped, then the verdict line
+    assert ours == [f"::error file=mutable/pipeline.py,line={line_no},title=ditar CRASH::exception: RuntimeError: "
+                    "kernel exploded"], ours
+    outputs = _outputs(files["GITHUB_OUTPUT"])
+    assert outputs["verdict"] == "CRASH" and outputs["exit_status"] == "10" and outputs["kind"] == "gate", outputs
+    assert outputs["lane"] == "latency_b1" and outputs["reason"] == doc["reason"]
+    summary = files["GITHUB_STEP_SUMMARY"].read_text()
+    assert summary.startswith("### pytest-ditar gate\n\n**CRASH**") and last in summary, summary
+    # junit: the run's copy, filed into its run directory, carries the verdict
+    junit = (research.root / doc["run_dir"] / "junit.xml").read_text()
+    assert re.search(r'<property name="ditar.verdict" value="CRASH"\s*/>', junit), junit[:1000]
+    assert '<property name="ditar.kind" value="gate"' in junit
+
+
+def test_codspeed_enabled_is_refused_naming_it_and_installed_but_off_the_guard_runs(research, tmp_path, monkeypatch):
+    (research.root / "conftest.py").write_text((research.root / "conftest.py").read_text() + CODSPEED_SIM)
+    monkeypatch.setenv("CODSPEED_ENV", "1")
+    res = research.pytest("--ditar-guard", "--ditar-tag=t", "-m", "quality")
+    err = res.stderr.str()
+    assert res.ret == 4 and "pytest-codspeed is enabled in this ditar run" in err and "-p no:codspeed" in err, err
+
+    monkeypatch.delenv("CODSPEED_ENV")  # installed, not enabled: nothing changes, the guard judges
+    files = _github(tmp_path, monkeypatch)
+    doc_path = tmp_path / "guard.verdict.json"
+    res = research.pytest("--ditar-guard", "--ditar-tag=t", "-m", "quality", f"--ditar-json={doc_path}")
+    out = res.stdout.str()
+    assert res.ret == 0 and out.strip().splitlines()[-1].startswith("DITAR GUARD: PASS"), out[-3000:]
+    doc = json.loads(doc_path.read_text())
+    assert doc["kind"] == "guard" and doc["verdict"] == "PASS" and doc["failures"] == [] and doc["exit_status"] == 0
+    assert _outputs(files["GITHUB_OUTPUT"])["verdict"] == "PASS"
+    assert "### pytest-ditar guard: **PASS** (tolerance 5%)" in files["GITHUB_STEP_SUMMARY"].read_text()
+    assert not [ln for ln in out.splitlines() if ln.startswith("::error")]
