@@ -41,15 +41,26 @@ class Experiment(Command):
         if args.no_revert:
             cmd.append("--ditar-no-revert")
         root, refusal = _bound_check(cfg, args.tag)
-        if refusal:  # a person bounded the session (`dit-ar init --max-experiments/--until`)
+        code = Exit.BOUND_REACHED  # a person bounded the session (`dit-ar init --max-experiments/--until`)
+        if not refusal:
+            refusal, code = _hermetic_refusal(cfg, args.pytest_args), Exit.REFUSED
+        if refusal:
             line = f"DITAR REFUSED: {refusal}"
-            print(_document(line, Exit.BOUND_REACHED, cfg, args.tag) if args.json else line)
-            return Exit.BOUND_REACHED
+            print(_document(line, code, cfg, args.tag) if args.json else line)
+            return code
         from pytest_ditar.vcs.repo import judge_env
 
         # every git command of the gate's pytest runs no repository code, whoever starts it
         # (pytest-benchmark runs plain git while it adds its options, before any hook of ours)
         os.environ.update(judge_env(root))
+        from pytest_ditar.loop.hermetic import code_env
+
+        cleared = code_env(os.environ)
+        for name in cleared:  # Python's code-loading variables never reach the judge (nor its workers)
+            os.environ.pop(name)
+        if cleared:
+            print(f"ditar: not passed to the judge: {', '.join(cleared)} (they load code or change how Python runs)",
+                  file=sys.stderr)
         tee = _Tee() if args.json else None
         call = tee.call if tee else subprocess.call
         if args.workers:
@@ -119,6 +130,19 @@ def plugin_flag() -> list[str]:
     if any(ep.name == "ditar" for ep in md.entry_points(group="pytest11")):
         return []
     return ["-p", "pytest_ditar.plugin.hooks"]
+
+
+def _hermetic_refusal(path: Path, extra: list[str]) -> str | None:
+    """Why the extra pytest arguments or the environment may not start a gated run (loop.hermetic),
+    decided before pytest starts: no code they name has run."""
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.loop import hermetic
+
+    cfg = load_config(path)
+    suites, protected = (cfg.root / cfg.suites_dir).resolve(), (*cfg.fixed_paths, *cfg.mutable_paths)
+    return (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
+                                    here=cfg.root)
+            or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
 
 
 def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:

@@ -122,6 +122,14 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
         if found:
             return (f"model cache changed since the baseline: {_list(found)} in {model_dir}: restore the model the "
                     f"baseline used (a random-init model is rebuilt when its folder is deleted), {FIX}")
+    pinned = manifest.get("judge_env")
+    if pinned is not None:
+        from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env_changes
+
+        found = pinned_env_changes(pinned, STARTUP_ENV)
+        if found:
+            return (f"environment variable {_list(found)} since the baseline (it changes how torch and the libraries "
+                    f"under it compute, in the judge and its workers): set it back, {FIX}")
     env = manifest.get("environment")
     if env is not None:
         found = environment_changes(env, repo_root)
@@ -132,8 +140,11 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
 
 
 def stamp(model_dir: Path, repo_root: Path) -> dict[str, Any]:
-    """The manifest's keys: `model_files` and `environment`."""
-    return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root)}
+    """The manifest's keys: `model_files`, `environment` and `judge_env` (loop.hermetic's pinned variables)."""
+    from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env
+
+    return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root),
+            "judge_env": pinned_env(STARTUP_ENV)}
 
 
 
