@@ -43,7 +43,7 @@ class Experiment(Command):
         root, refusal = _bound_check(cfg, args.tag)
         code = Exit.BOUND_REACHED  # a person bounded the session (`dit-ar init --max-experiments/--until`)
         if not refusal:
-            refusal, code = _hermetic_refusal(cfg, args.pytest_args), Exit.REFUSED
+            refusal, code = _hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
         if refusal:
             line = f"DITAR REFUSED: {refusal}"
             print(_document(line, code, cfg, args.tag) if args.json else line)
@@ -132,17 +132,32 @@ def plugin_flag() -> list[str]:
     return ["-p", "pytest_ditar.plugin.hooks"]
 
 
-def _hermetic_refusal(path: Path, extra: list[str]) -> str | None:
-    """Why the extra pytest arguments or the environment may not start a gated run (loop.hermetic),
-    decided before pytest starts: no code they name has run."""
+def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | None:
+    """Why the extra pytest arguments, the environment or a changed module of the judge's (against
+    the baseline's stamp) may not start a gated run (loop.hermetic, loop.stamps), decided before
+    pytest starts: none of what they name has run in the judge. The gate checks them all again."""
+    import json
+
     from pytest_ditar.config.project import load_config
-    from pytest_ditar.loop import hermetic
+    from pytest_ditar.core.errors import DitarError
+    from pytest_ditar.loop import hermetic, stamps
+    from pytest_ditar.loop.tags import resolve_tag
+    from pytest_ditar.store.paths import TagPaths
 
     cfg = load_config(path)
     suites, protected = (cfg.root / cfg.suites_dir).resolve(), (*cfg.fixed_paths, *cfg.mutable_paths)
-    return (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
-                                    here=cfg.root)
-            or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
+    why = (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
+                                   here=cfg.root)
+           or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
+    if why:
+        return why
+    try:
+        manifest = TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, tag)).baseline / "manifest.json"
+        closure = json.loads(manifest.read_text()).get("import_closure")
+    except (DitarError, OSError, ValueError, AttributeError):  # no tag or baseline, a damaged one: the gate says which
+        return None
+    found = stamps.closure_changes(closure) if isinstance(closure, dict) else []
+    return stamps.closure_refusal(found) if found else None
 
 
 def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:
