@@ -280,9 +280,9 @@ class DitarSession:
             if self._run_dir is not None and any(self._worker_logs.iterdir()):
                 # one folder per judge process: xdist workers and the decide phase share a run dir
                 who = os.environ.get("PYTEST_XDIST_WORKER") or f"judge-{os.getpid()}"
-                from pytest_ditar.store import logs
+                from pytest_ditar.runtime import logs
 
-                logs.keep_all(self._worker_logs, self._run_dir / "workers" / who)  # each capped (store.logs)
+                logs.keep_all(self._worker_logs, self._run_dir / "workers" / who)  # each capped (runtime.logs)
             shutil.rmtree(self._worker_logs, ignore_errors=True)
             self._worker_logs = None
 

@@ -480,7 +480,7 @@ class CandidateWorker:
             self.strays.append((pid, proctree.cmdline(pid)))
 
     def log_tail(self, lines: int = 20) -> str:
-        from pytest_ditar.store import logs
+        from pytest_ditar.runtime import logs
 
         return logs.tail(self.log_path, lines)  # from its last bytes: the worker may write gigabytes
 

@@ -1,9 +1,9 @@
-"""store.logs: a worker's log read and kept within a bound, whatever its size (issue 39)."""
+"""runtime.logs: a worker's log read and kept within a bound, whatever its size (issue 39)."""
 from __future__ import annotations
 
 import tracemalloc
 
-from pytest_ditar.store import logs
+from pytest_ditar.runtime import logs
 
 
 def test_the_tail_of_a_huge_line_is_read_from_its_end_only(tmp_path):
