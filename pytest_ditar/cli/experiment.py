@@ -41,15 +41,26 @@ class Experiment(Command):
         if args.no_revert:
             cmd.append("--ditar-no-revert")
         root, refusal = _bound_check(cfg, args.tag)
-        if refusal:  # a person bounded the session (`dit-ar init --max-experiments/--until`)
+        code = Exit.BOUND_REACHED  # a person bounded the session (`dit-ar init --max-experiments/--until`)
+        if not refusal:
+            refusal, code = _hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
+        if refusal:
             line = f"DITAR REFUSED: {refusal}"
-            print(_document(line, Exit.BOUND_REACHED, cfg, args.tag) if args.json else line)
-            return Exit.BOUND_REACHED
+            print(_document(line, code, cfg, args.tag) if args.json else line)
+            return code
         from pytest_ditar.vcs.repo import judge_env
 
         # every git command of the gate's pytest runs no repository code, whoever starts it
         # (pytest-benchmark runs plain git while it adds its options, before any hook of ours)
         os.environ.update(judge_env(root))
+        from pytest_ditar.loop.hermetic import code_env
+
+        cleared = code_env(os.environ)
+        for name in cleared:  # Python's code-loading variables never reach the judge (nor its workers)
+            os.environ.pop(name)
+        if cleared:
+            print(f"ditar: not passed to the judge: {', '.join(cleared)} (they load code or change how Python runs)",
+                  file=sys.stderr)
         tee = _Tee() if args.json else None
         call = tee.call if tee else subprocess.call
         if args.workers:
@@ -119,6 +130,34 @@ def plugin_flag() -> list[str]:
     if any(ep.name == "ditar" for ep in md.entry_points(group="pytest11")):
         return []
     return ["-p", "pytest_ditar.plugin.hooks"]
+
+
+def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | None:
+    """Why the extra pytest arguments, the environment or a changed module of the judge's (against
+    the baseline's stamp) may not start a gated run (loop.hermetic, loop.stamps), decided before
+    pytest starts: none of what they name has run in the judge. The gate checks them all again."""
+    import json
+
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.core.errors import DitarError
+    from pytest_ditar.loop import hermetic, stamps
+    from pytest_ditar.loop.tags import resolve_tag
+    from pytest_ditar.store.paths import TagPaths
+
+    cfg = load_config(path)
+    suites, protected = (cfg.root / cfg.suites_dir).resolve(), (*cfg.fixed_paths, *cfg.mutable_paths)
+    why = (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
+                                   here=cfg.root)
+           or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
+    if why:
+        return why
+    try:
+        manifest = TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, tag)).baseline / "manifest.json"
+        closure = json.loads(manifest.read_text()).get("import_closure")
+    except (DitarError, OSError, ValueError, AttributeError):  # no tag or baseline, a damaged one: the gate says which
+        return None
+    found = stamps.closure_changes(closure) if isinstance(closure, dict) else []
+    return stamps.closure_refusal(found) if found else None
 
 
 def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:

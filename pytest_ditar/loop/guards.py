@@ -186,9 +186,17 @@ def check_guards(root: Path, *, mutable_paths: Iterable[str], fixed_paths: Itera
             results.append(GuardResult("mutable_only", False,
                                        f"baseline commit {baseline_commit[:7]} is not an ancestor of HEAD"))
         else:
-            outside = [p for p in gitops.changed_files(root, baseline_commit) if not is_mutable(p, mutable_paths)]
+            changed = gitops.changed_files(root, baseline_commit)
+            outside = [p for p in changed if not is_mutable(p, mutable_paths)]
             results.append(GuardResult("mutable_only", not outside,
                                        "" if not outside else "edits outside mutable paths: " + ", ".join(outside[:5])))
+            # the judge never collects a mutable path (loop.hermetic), and a conftest there is never
+            # its to load: one in the candidate's diff is an attempt, judged as such
+            plugins = [p for p in changed if is_mutable(p, mutable_paths) and p.rsplit("/", 1)[-1] == "conftest.py"
+                       and (root / p).exists()]
+            results.append(GuardResult("judge_code", not plugins, "" if not plugins else
+                                       "a conftest.py under a mutable path (pytest would run it in the judge): "
+                                       + ", ".join(plugins[:5])))
     changes = fixed_path_changes(recorded_hashes, hash_fixed_paths(root, fixed_paths))
     results.append(GuardResult("fixed_paths", not changes,
                                "" if not changes else "fixed path modified: " + ", ".join(changes[:5])))

@@ -27,7 +27,10 @@ INTERFERENCE_ALPHA = 0.001  # a reference slowed right after the candidate: judg
 def plan_for(lane: Any, perf: Any) -> Sequential:
     """The objective lane's sequential plan: the suite's rounds first, doubling up to
     perf.max_rounds, within perf.lane_budget_s; a KEEP must beat 1 + perf.min_speedup."""
-    the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
+    top = max(perf.max_rounds, lane.repeats)
+    # a first look that hits a 10% share of slow calls at least once (core.meantime), where affordable
+    first = max(lane.repeats, tail) if (tail := meantime.tail_rounds(perf.alpha)) <= top else lane.repeats
+    the_plan = seq.plan(first, top, perf.alpha)
     return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s)
 
 
@@ -119,7 +122,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
             comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
         oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak,
                          threshold=min_effect)
-        oc = _drift_checked(_mean_checked(oc, champion_samples, m.samples, perf_cfg), drift, host)
+        oc = _drift_checked(_mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run), drift, host)
         return LaneResult(m, oc, source, min_effect, comparison=comparison)
     if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
         oc = _guard_outcome(m, [guard.Look(**lk) for lk in m.looks], perf_cfg.guard_tolerance, source, peak,
@@ -138,7 +141,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
                          threshold=min_effect)
         comparison = asdict(c)
     if paired:
-        oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg)
+        oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run)
     return LaneResult(m, _drift_checked(replace(oc, threshold=min_effect), drift, host), source, min_effect,
                       comparison=comparison)
 
@@ -162,19 +165,41 @@ def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float) -> 
     return replace(oc, drift=drift.ratio, reason=f"{oc.reason}; {note}")
 
 
-def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any) -> LaneOutcome:
-    """A win, or a guard lane within tolerance, whose summed time is shown slower than the
-    champion's beyond the guard tolerance is neither (core.meantime): a median hides a slow share.
-    Nor is an objective lane too noisy to decide by its median: its loss is decided."""
+def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any, *,
+                  strict: bool = False) -> LaneOutcome:
+    """What the user pays is the sum of calls (core.meantime). A win, or a guard lane within
+    tolerance, whose summed time is shown slower beyond the guard tolerance is neither; nor is an
+    objective lane too noisy to decide by its median: its loss is decided. A lane that wins by its
+    median (the objective lane FASTER, a guard lane whose median is shown faster) must also show
+    its total within the tolerance: else the objective lane is NOT_FASTER and a guard lane
+    REGRESSED. Where the candidate's slowest round alone makes the difference (a host's stall, or
+    a slow share the rounds hit once), the objective lane is UNSTABLE (not judged: it runs once
+    more) and a guard lane of a gated run stays as it was; `strict` (--ditar-guard) fails it."""
     if oc.verdict not in (stats.FASTER, stats.OK, stats.UNSTABLE):
         return oc
-    loss = meantime.mean_loss(champion_samples, samples, perf_cfg.guard_tolerance, n_boot=perf_cfg.n_boot)
-    if loss is None:
+    tolerance = perf_cfg.guard_tolerance
+    loss = meantime.mean_loss(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot)
+    if loss is not None:
+        if oc.verdict == stats.OK:
+            return replace(oc, verdict=stats.REGRESSED, reason=f"{loss}; {oc.reason}")
+        by_median = "faster by its median call" if oc.verdict == stats.FASTER else "undecided by its median call"
+        return replace(oc, verdict=stats.NOT_FASTER, reason=f"{by_median}, but {loss}; {oc.reason}")
+    wins = oc.verdict == stats.FASTER or (oc.verdict == stats.OK and (oc.ci_low or 0.0) > 1.0)
+    unproven = meantime.total_unproven(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot) if wins else None
+    if unproven is None:
         return oc
-    if oc.verdict == stats.OK:
-        return replace(oc, verdict=stats.REGRESSED, reason=f"{loss}; {oc.reason}")
-    by_median = "faster by its median call" if oc.verdict == stats.FASTER else "undecided by its median call"
-    return replace(oc, verdict=stats.NOT_FASTER, reason=f"{by_median}, but {loss}; {oc.reason}")
+    slowest = max(range(len(samples)), key=samples.__getitem__)
+    rest = [i for i in range(len(samples)) if i != slowest]
+    single = meantime.total_unproven([champion_samples[i] for i in rest], [samples[i] for i in rest], tolerance,
+                                     n_boot=perf_cfg.n_boot) is None
+    if oc.verdict == stats.FASTER:
+        if single:
+            return replace(oc, verdict=stats.UNSTABLE, reason=f"faster by its median call, but {unproven}, from one "
+                                                              f"round (a stall, or a slow share hit once); {oc.reason}")
+        return replace(oc, verdict=stats.NOT_FASTER, reason=f"faster by its median call, but {unproven}; {oc.reason}")
+    if single and not strict:
+        return oc
+    return replace(oc, verdict=stats.REGRESSED, reason=f"faster by its median call, but {unproven}; {oc.reason}")
 
 
 def _guard_outcome(m: LaneMeasurement, looks: list[guard.Look], tolerance: float, source: str, peak: float | None,

@@ -304,7 +304,7 @@ class DitarSession:
     def _keep_logs(self) -> None:
         """Each worker's log (made under a name that says nothing of its role) beside the run's, under
         the role's name; one folder per judge process: xdist workers and the decide phase share a run dir."""
-        import shutil
+        from pytest_ditar.runtime import logs
 
         if self._run_dir is None:
             return
@@ -314,7 +314,7 @@ class DitarSession:
             for f in sorted(folder.iterdir()) if folder.is_dir() else []:
                 dest = self._run_dir / "workers" / who / (f"{w.name}.log" if f == w.log_path else f"{w.name}.{f.name}")
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f, dest)
+                logs.keep_capped(f, dest)  # each capped, the cut said (runtime.logs)
 
     def _add_compiled(self) -> None:
         """After its processes have ended: what a kept candidate compiled goes into the tag's compile

@@ -90,6 +90,150 @@ def environment_changes(recorded: Mapping[str, str], repo_root: Path) -> list[st
     return out
 
 
+def _loaded_files(repo_root: Path) -> list[str]:
+    """The files this process runs: its interpreter, every module's file in sys.modules and every
+    file mapped into its memory (the libraries the dynamic loader brought in), less the project's
+    own (the fixed-path hashes and the content checks cover those) and the package's (above)."""
+    import sys
+
+    files = {os.path.realpath(sys.executable)}
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if isinstance(f, str) and f:
+            files.add(os.path.realpath(f))
+    try:
+        with open("/proc/self/maps") as fh:  # Linux: the native libraries, whoever loaded them
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/") and not parts[5].rstrip().endswith("(deleted)"):
+                    files.add(parts[5].rstrip("\n"))
+    except OSError:
+        pass
+    root, package = Path(repo_root).resolve(), Path(pytest_ditar.__file__).resolve().parent
+    return sorted(f for f in files if os.path.isfile(f) and not f.startswith(("/dev/", "/proc/", "/sys/"))
+                  and not Path(f).is_relative_to(package) and not _projects_own(Path(f), root))
+
+
+def _projects_own(path: Path, root: Path) -> bool:
+    """A file of the project (its conftest, its suites: the fixed paths' hashes and the guards hold
+    them), not of a virtual environment kept inside it (`.venv/lib/.../site-packages`)."""
+    if not path.is_relative_to(root):
+        return False
+    parts = path.relative_to(root).parts
+    return "site-packages" not in parts and "dist-packages" not in parts
+
+
+
+
+def _record_hashes(site_dir: Path, cache: dict[Path, dict[str, str]]) -> dict[str, str]:
+    """{absolute path: sha256 hex} of every file the RECORDs of `site_dir`'s distributions list
+    with a hash: pip wrote them at install, so a large library need not be read to be stamped."""
+    import base64
+
+    if site_dir not in cache:
+        found: dict[str, str] = {}
+        for record in site_dir.glob("*.dist-info/RECORD"):
+            try:
+                lines = record.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                name, _, rest = line.partition(",")
+                algo, _, digest = rest.partition(",")[0].partition("=")
+                if algo == "sha256" and digest:
+                    raw = base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4))
+                    found[os.path.normpath(os.path.join(site_dir, name))] = raw.hex()
+        cache[site_dir] = found
+    return cache[site_dir]
+
+
+# what a gated run's pytest imports beside what the baseline did (`dit-ar baseline` runs without
+# pytest): named as data, to be loaded and stamped, never called from here
+JUDGE_MODULES = ("pytest", "pytest_ditar.plugin.hooks", "pytest_ditar.plugin.gateplugin", "pytest_ditar.loop.gate")
+
+
+def _load_the_judge() -> None:
+    """Import what a gated run's judge imports, so the stamp holds its files: pytest, the gate, and
+    every installed pytest plugin (each starts in every pytest process)."""
+    import importlib
+    import importlib.metadata as md
+
+    names = [*JUDGE_MODULES, *(ep.module for ep in md.entry_points(group="pytest11"))]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a broken plugin breaks pytest itself, which says so
+            pass
+
+
+def _entry(path: str, records: dict[Path, dict[str, str]]) -> list[Any] | None:
+    try:
+        stat = _stat(Path(path))
+        parts = Path(path).parts
+        for name in ("site-packages", "dist-packages"):  # an installed distribution's file: its RECORD's hash
+            if name in parts:
+                site_dir = Path(*parts[:len(parts) - parts[::-1].index(name)])
+                ref = _record_hashes(site_dir, records).get(path)
+                if ref:
+                    return [*stat, ref]
+        return [*stat, sha256_file(Path(path))]
+    except OSError:
+        return None
+
+
+def closure_stamp(repo_root: Path) -> dict[str, Any]:
+    """{file: [size, mtime_ns, ctime_ns, inode, sha256]} of what the judge has imported and mapped
+    (taken at the end of the baseline, whose judge has imported what a gated run's does), and of
+    each Python source's cached bytecode, None where there was none: Python's loader takes a
+    `.pyc` whose header matches its source, so a planted one is a changed module."""
+    _load_the_judge()
+    out: dict[str, Any] = {}
+    records: dict[Path, dict[str, str]] = {}
+    for f in _loaded_files(repo_root):
+        out[f] = _entry(f, records)
+        if f.endswith(".py"):
+            pyc = importlib.util.cache_from_source(f)
+            out[pyc] = _entry(pyc, records) if os.path.isfile(pyc) else None
+    return out
+
+
+def _is_bytecode_of(pyc: str) -> bool:
+    """Whether `pyc` holds exactly what its source compiles to (the interpreter may write one later)."""
+    try:
+        src = importlib.util.source_from_cache(pyc)
+        code = marshal.loads(Path(pyc).read_bytes()[16:])
+        return bool(code == compile(Path(src).read_bytes(), src, "exec", dont_inherit=True))
+    except (OSError, ValueError, EOFError, TypeError, SyntaxError):
+        return False
+
+
+def closure_changes(recorded: Mapping[str, Any]) -> list[str]:
+    """"<file> changed|removed|planted" against closure_stamp's record: by stat first (a write
+    moves the ctime, which no unprivileged process sets back), by content where the stat moved."""
+    out = []
+    for path, want in recorded.items():
+        exists = os.path.isfile(path)
+        if want is None:
+            if exists and not _is_bytecode_of(path):
+                out.append(f"{path} planted (not the bytecode of its source: delete it)")
+            continue
+        if not exists:
+            out.append(f"{path} removed")
+            continue
+        try:
+            moved = _stat(Path(path)) != list(want[:4])
+        except OSError:
+            moved = True
+        if moved and sha256_file(Path(path)) != want[4] and not (path.endswith(".pyc") and _is_bytecode_of(path)):
+            out.append(f"{path} changed")
+    return out
+
+
+def closure_refusal(found: list[str]) -> str:
+    return (f"python environment changed since the baseline: {_list(found)} (a module or library the judge "
+            f"loads): reinstall it (pip install --force-reinstall --no-deps <its distribution>), {FIX}")
+
+
 def init_bytecode_problem() -> str | None:
     """The package's `__init__` bytecode beside its source, when it is not its source's code."""
     src = Path(pytest_ditar.__file__)
@@ -122,6 +266,19 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
         if found:
             return (f"model cache changed since the baseline: {_list(found)} in {model_dir}: restore the model the "
                     f"baseline used (a random-init model is rebuilt when its folder is deleted), {FIX}")
+    pinned = manifest.get("judge_env")
+    if pinned is not None:
+        from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env_changes
+
+        found = pinned_env_changes(pinned, STARTUP_ENV)
+        if found:
+            return (f"environment variable {_list(found)} since the baseline (it changes how torch and the libraries "
+                    f"under it compute, in the judge and its workers): set it back, {FIX}")
+    closure = manifest.get("import_closure")
+    if closure is not None:
+        found = closure_changes(closure)
+        if found:
+            return closure_refusal(found)
     env = manifest.get("environment")
     if env is not None:
         found = environment_changes(env, repo_root)
@@ -132,8 +289,11 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
 
 
 def stamp(model_dir: Path, repo_root: Path) -> dict[str, Any]:
-    """The manifest's keys: `model_files` and `environment`."""
-    return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root)}
+    """The manifest's keys: `model_files`, `environment` and `judge_env` (loop.hermetic's pinned variables)."""
+    from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env
+
+    return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root),
+            "judge_env": pinned_env(STARTUP_ENV), "import_closure": closure_stamp(repo_root)}
 
 
 

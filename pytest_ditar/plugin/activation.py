@@ -99,15 +99,75 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
     config named on the command line, in the ini, or at the default path), pytest's
     assertion-rewrite caches go before the first conftest loads (loop.stamps): whether this is a
     ditar run is not known yet, pytest has not decided its collection arguments."""
+    from pytest_ditar.loop import hermetic  # noqa: F401 - its copy of the environment, before torch's imports
     from pytest_ditar.plugin.artifacts import keep_parser
 
     keep_parser(early_config, parser)
+    why = hermetic_refusal(early_config)
+    if why:  # before the first conftest loads; pytest ends with its usage-error code, 4, as a refusal does
+        line = f"DITAR REFUSED: {why}"
+        print(line, flush=True)
+        raise pytest.UsageError(line)
     root = Path(early_config.rootpath)
     if getattr(early_config.known_args_namespace, "ditar_config", None) or os.environ.get(ENV_CONFIG) \
             or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
         from pytest_ditar.loop.stamps import drop_rewrite_caches
 
         drop_rewrite_caches(root)
+
+
+def hermetic_refusal(early_config: pytest.Config) -> str | None:
+    """Why this pytest start may not be a ditar run (loop.hermetic): an option that loads code, a
+    collection path outside the suites folder, pytest's or Python's code-loading variables. Only a
+    ditar run is checked (asked for with a --ditar-* option, or collecting the suites), and not an
+    xdist worker (its controller's command line was checked). Decided from the command line alone:
+    no conftest has loaded yet. A `-p` module and `PYTEST_PLUGINS` were imported by pytest before
+    this plugin: the run is refused, but their code ran (`dit-ar experiment` refuses before pytest
+    starts)."""
+    if hasattr(early_config, "workerinput"):
+        return None
+    ns = early_config.known_args_namespace
+    path = getattr(ns, "ditar_config", None) or os.environ.get(ENV_CONFIG)
+    root = Path(early_config.rootpath)
+    if path:
+        path = Path(path)
+    elif early_config.getini("ditar_config"):
+        path = root / early_config.getini("ditar_config")
+    else:
+        path = root / DEFAULT_CONFIG
+        if not path.is_file():
+            return None
+    from pytest_ditar.core.errors import DitarError
+
+    try:
+        from pytest_ditar.config.project import load_config
+
+        cfg = load_config(path)
+    except (DitarError, OSError):
+        return None  # the run reports the config's error where it always did
+    suites = (cfg.root / cfg.suites_dir).resolve()
+    here = Path(early_config.invocation_params.dir)
+    targets = list(getattr(ns, "file_or_dir", None) or ())
+    if not targets:
+        targets = list(early_config.getini("testpaths") or ()) if here.resolve() == root.resolve() else []
+        targets = targets or ["."]
+    reaches = any((here / str(t).split("::", 1)[0]).resolve() in (suites, *suites.parents)
+                  or suites in (here / str(t).split("::", 1)[0]).resolve().parents for t in targets)
+    if not (reaches or any(getattr(ns, dest, None) for dest in OPTIONS)):
+        return None
+    from pytest_ditar.loop import hermetic
+
+    protected = (*cfg.fixed_paths, *cfg.mutable_paths)
+    why = (hermetic.option_refusal(early_config.invocation_params.args, cfg.root, suites, cfg.state_path, protected,
+                                   here=here)
+           or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
+    if why:
+        return why
+    found = hermetic.code_env(os.environ, allowed_paths=(cfg.root, here))
+    if found:
+        return (f"environment variable {found[0]} changes how Python runs the judge (it loads code or moves "
+                f"paths): unset it (unset {' '.join(found)}), or run `dit-ar experiment`, which clears it")
+    return None
 
 
 def before_configure(config: pytest.Config) -> None:

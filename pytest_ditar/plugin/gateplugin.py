@@ -141,13 +141,13 @@ class GatePlugin:
         self.failure: tuple[str, str] | None = None  # (what, traceback) that failed in the judge after the tests
 
     def ignore_collect(self, collection_path: Path) -> bool | None:
-        """Collect only the active suite's folder under suites/."""
+        """Collect only the active suite's folder under suites/, and nothing beside the way to it:
+        pytest imports the conftest.py of every folder it walks into, so the judge never walks
+        into mutable/ (or any other folder of the project) on its way to suites/."""
         cfg = self.gate.sess.cfg
-        try:
-            rel = collection_path.resolve().relative_to((cfg.root / cfg.suites_dir).resolve())
-        except ValueError:
-            return None
-        return True if rel.parts and rel.parts[0] != cfg.suite else None
+        active = (cfg.root / cfg.suites_dir / cfg.suite).resolve()
+        path = collection_path.resolve()
+        return None if path == active or active in path.parents or path in active.parents else True
 
     def header(self) -> list[str]:
         return self.gate.header()

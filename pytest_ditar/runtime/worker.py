@@ -213,6 +213,8 @@ class CandidateWorker:
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None
         self._proc = _fork_from_zygote(z, [child.fileno()], self.log_path, self.cwd, env, box)
+        if self._proc is not None:  # the worker holds its end now: ours kept open hid its death (no EOF)
+            child.close()
 
     @property
     def proc(self) -> Any:
@@ -476,7 +478,7 @@ class CandidateWorker:
     def _died(self) -> CandidateError:
         code = self.proc.wait(timeout=30) if self.proc is not None else None
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-        last = self.log_tail(1)
+        last = self.log_tail(1)[-500:]
         kind = "oom" if "out of memory" in last.lower() else "exception"
         return self._fail(CandidateError(kind, f"worker {self.name} {how}" + (f": {last}" if last else "")
                                          + f" (log: {self.log_path})"))
@@ -492,11 +494,9 @@ class CandidateWorker:
             self.strays.append((pid, proctree.cmdline(pid)))
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return ""
-        return "\n".join(text[-lines:])[-2000:]
+        from pytest_ditar.runtime import logs
+
+        return logs.tail(self.log_path, lines)  # from its last bytes: the worker may write gigabytes
 
 
 @contextlib.contextmanager

@@ -135,3 +135,35 @@ def test_rewrite_caches_are_dropped_but_venvs_are_not_walked(tmp_path):
     theirs.write_bytes(b"x")
     assert stamps.drop_rewrite_caches(tmp_path) == [mine]
     assert keep.exists() and theirs.exists() and not mine.exists()
+
+
+def test_the_import_closure_names_an_edited_module_and_planted_bytecode(tmp_path, monkeypatch):
+    """loop.stamps.closure_stamp: every module file the judge loaded, by stat and content; a rewrite
+    of the same bytes moves only the stat, and bytecode that is its source's own is no change."""
+    import importlib.util
+    import marshal
+
+    from pytest_ditar.loop.stamps import closure_changes, closure_stamp
+
+    mod = tmp_path / "site-packages" / "judged_dep.py"
+    mod.parent.mkdir()
+    mod.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(mod.parent))
+    import judged_dep  # noqa: F401 - loaded, so stamped
+
+    stamp = closure_stamp(tmp_path / "elsewhere")
+    assert str(mod.resolve()) in stamp and closure_changes(stamp) == []
+    mod.write_text("X = 1\n")  # the same bytes
+    assert closure_changes(stamp) == []
+    pyc = importlib.util.cache_from_source(str(mod.resolve()))
+    Path(pyc).parent.mkdir(exist_ok=True)
+    code = compile(mod.read_bytes(), str(mod.resolve()), "exec", dont_inherit=True)
+    Path(pyc).write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))  # its own: fine
+    assert closure_changes(stamp) == []
+    Path(pyc).write_bytes(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(compile("X = 2", "x", "exec")))
+    assert [c for c in closure_changes(stamp) if "judged_dep" in c] == [f"{pyc} planted (not the bytecode of its "
+                                                                        "source: delete it)"]
+    Path(pyc).unlink()
+    mod.write_text("X = 2\n")
+    assert closure_changes(stamp) == [f"{mod.resolve()} changed"]
+    sys.modules.pop("judged_dep", None)
