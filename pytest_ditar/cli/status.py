@@ -122,20 +122,15 @@ def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
 
 
 def _chained(kept: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The champion over the baseline: the kept rows' speedups chained (core.cumulative)."""
-    from pytest_ditar.core.cumulative import chained
+    """The champion over the baseline: the kept rows' speedups chained (core.cumulative.cite, the
+    figure `compare baseline champion` and the report give too)."""
+    from pytest_ditar.core.cumulative import cite
 
-    def f(x: Any) -> float | None:
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            return None
-
-    try:
-        point, lo, hi = chained((f(r["metric"]), f(r.get("ci_low")), f(r.get("ci_high"))) for r in kept)
-    except (TypeError, ValueError):  # a kept row without a speedup: nothing to chain
+    c = cite(kept)
+    if c is None:
         return None
-    return {"speedup": point, "ci95": [lo, hi] if lo is not None else None, "keeps": len(kept)}
+    return {"speedup": c.speedup, "ci95": [c.ci_low, c.ci_high] if c.ci_low is not None else None,
+            "keeps": c.keeps, "text": c.text()}
 
 
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
@@ -163,8 +158,7 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     c = st["champion"]
     if c:
         cu = c["cumulative"]
-        ci = f" ci95=[{cu['ci95'][0]:.3f},{cu['ci95'][1]:.3f}]" if cu and cu["ci95"] else ""
-        chain = f"{cu['speedup']:.3f}x{ci} chained over {cu['keeps']} KEEP(s)" if cu else "n/a"
+        chain = cu["text"] if cu else "n/a"
         d = c["stored_vs_baseline"]
         direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
                   if d and d["ratio"] else "n/a")

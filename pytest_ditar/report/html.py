@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from pytest_ditar.core.decision import champion_row, status_counts
-from pytest_ditar.report.data import Experiment, cumulative_best, load_experiments, num
+from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.decision import champion_row, kept_rows, status_counts
+from pytest_ditar.report.data import Experiment, load_experiments, num
 from pytest_ditar.report.images import ImagePool, ImageSource, heatmap_png
 from pytest_ditar.report.plot import lane_histograms, plot_progress
 from pytest_ditar.store.atomic import write_text_atomic
@@ -202,11 +203,10 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
 
     pool = ImagePool()
     imgs = ImageSource(state_dir)
-    best = cumulative_best(exps)
     counts = status_counts(e.row for e in exps)
     champ_row = champion_row(e.row for e in exps)
     champ = next((e for e in exps if e.row is champ_row), None)
-    cum = best[-1] if best else (1.0, 1.0, 1.0)
+    cited = cite(kept_rows(e.row for e in exps))
     keeps = [_section(e, imgs, pool, worst, "kept commit: worst items vs baseline") for e in exps if e.status == "KEEP"]
     failures = [_section(e, imgs, pool, worst, "quality failure", failed_only=True)
                 for e in exps if e.is_quality_failure()]
@@ -215,8 +215,8 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "cards": [("experiments", str(len(exps))), ("kept", str(counts["KEEP"])), ("discarded", str(counts["DISCARD"])),
                   ("crashed", str(counts["CRASH"])),
-                  (f"best {lane} vs baseline (product of the kept speedups)", f"{cum[0]:.3f}x"),
-                  ("95% CI (chained over the KEEPs)", f"[{cum[1]:.3f}, {cum[2]:.3f}]"),
+                  # the one figure `status` and `compare baseline champion` cite (core.cumulative.cite)
+                  (f"champion over the baseline on {lane} (cite this)", cited.text() if cited else "nothing kept yet"),
                   ("champion", champ.commit[:7] if champ else "baseline")],
         "n_experiments": len(exps), "n_off_target": sum(1 for e in exps if e.off_target),
         "target": target or "the target",
