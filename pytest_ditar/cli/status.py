@@ -146,7 +146,10 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     b = st["baseline"]
     print(f"tag {tag}  suite {suite.name}  objective {cfg.objective_lane}  cumulative class {st['cumulative_class']}")
     if not st["initialised"]:
-        print(f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
+        from pytest_ditar.loop.tags import off_research_branch
+
+        off = off_research_branch(cfg, tag)
+        print(off or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
         return 1
     if b:
         flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
