@@ -75,6 +75,9 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     out["bound"] = {**bound.__dict__, "now": bound.describe(experiments_run(state)),
                     "reached": bound.reached(experiments_run(state))}
     out["counts"] = status_counts(exps)
+    from pytest_ditar.store import tried
+
+    out["tried"] = tried.rows(paths)[-n:]  # `dit-ar try`'s notes: ideas timed, judged by no gate
     out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
                                             "quality_pass", "quality_total", "description", "reason")}
                      for r in exps[-n:]]
@@ -187,6 +190,12 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
         print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
               f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
+    if st["tried"]:
+        print(f"tried     {len(st['tried'])} idea(s) timed by `dit-ar try` (no verdict), newest last:")
+        for t in st["tried"]:
+            speed = f"{t['speedup']:.3f}x" if isinstance(t.get("speedup"), (int, float)) else "n/a"
+            print(f"  {t.get('time', '?')} {t.get('head', '?')} {t.get('outcome', '?'):<14} {speed:>7}  "
+                  f"{t.get('description') or '(no description)'}")
     led = st["ledger"]
     if not led["exists"]:
         print("ledger    missing")
