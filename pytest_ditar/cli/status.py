@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
-from pytest_ditar.core.decision import champion_row, kept_rows, status_counts
+from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
 
 
@@ -74,13 +74,17 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     bound = read_bound(state)
     out["bound"] = {**bound.__dict__, "now": bound.describe(experiments_run(state)),
                     "reached": bound.reached(experiments_run(state))}
-    out["counts"] = status_counts(exps)
+    from pytest_ditar.core.rerun import counts
+
+    out["counts"] = counts(exps)  # a run that judged nothing counts as "not judged", not as its DISCARD
     from pytest_ditar.store import tried
 
     out["tried"] = tried.rows(paths)[-n:]  # `dit-ar try`'s notes: ideas timed, judged by no gate
-    out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
-                                            "quality_pass", "quality_total", "description", "reason")}
-                     for r in exps[-n:]]
+    from pytest_ditar.core.rerun import row_judged
+
+    out["recent"] = [{**{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
+                                               "quality_pass", "quality_total", "description", "reason")},
+                      "judged": row_judged(r)} for r in exps[-n:]]
     return out
 
 
@@ -173,7 +177,8 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     else:
         print("champion  the baseline (nothing kept yet)")
     cnt = st["counts"]
-    print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}")
+    print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
+          f"not judged {cnt['not judged']} (the host, not the idea: each may run once more)")
     bound = st["bound"]
     if bound["max_experiments"] is not None or bound["until"]:
         print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
@@ -188,6 +193,8 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     for r in st["recent"]:
         metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
         why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
+        if not r["judged"]:
+            why = f"  (not judged: {r['reason']})"
         print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
               f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
     if st["tried"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_ditar.core.rerun import row_judged
 from pytest_ditar.report.data import Experiment, cumulative_best
 
 
@@ -30,15 +31,20 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
         vals = [1.0, *(b[0] for b in best)]
         lows = [1.0, *(b[1] for b in best)]
         highs = [1.0, *(b[2] for b in best)]
-        ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
-                        label="best: 95% CI (chained over the KEEPs)")
+        if any(e.status == "KEEP" for e in exps):  # nothing kept: no interval to draw
+            ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
+                            label="best: 95% CI (chained over the KEEPs)")
         ax.step(sx, vals, where="post", color="#2a9d8f", lw=2, label=f"best {lane} speedup vs baseline")
         prev = [1.0, *(b[0] for b in best[:-1])]
         groups: dict[str, tuple[list[float], list[float]]] = {}
         for e, before in zip(exps, prev):
             m = e.metric
             key = point_kind(e)
-            y = before * m if m is not None else before
+            # a run that judged nothing sits on the line, its speedup in a label: it is no evidence
+            y = before * m if m is not None and row_judged(e.row) else before
+            if m is not None and not row_judged(e.row):
+                ax.annotate(f"not judged ({m:.2f}x)", (e.run, y), xytext=(0, -14), textcoords="offset points",
+                            ha="center", fontsize=7, color="#7b61ff")
             groups.setdefault(key, ([], []))[0].append(e.run)
             groups[key][1].append(y)
         style: dict[str, dict[str, Any]] = {  # Any: scatter checks each keyword against its own parameter
@@ -69,6 +75,9 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
                 ax.annotate(desc[:28] + ("..." if len(desc) > 28 else ""), (e.run, y), xytext=(4, -12),
                             textcoords="offset points", fontsize=7, color="#1b7f3b")
         ax.set_xlim(xs[0] - 1, xs[-1] + 1)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # run numbers: no 2.5
     else:
         ax.set_title("Research progress: no experiments yet", fontsize=11)
     ax.set_xlabel("experiment (ledger run number)")
@@ -85,7 +94,7 @@ def point_kind(e: Experiment) -> str:
     """The plot's legend entry for one experiment."""
     if e.status in ("KEEP", "CRASH"):
         return e.status
-    if str(e.row.get("judged")) == "0" or " unstable: " in str(e.row.get("reason", "")):
+    if not row_judged(e.row):
         return "DISCARD (lane UNSTABLE, not judged)"  # core.rerun: the change may run once more
     return "DISCARD (quality/guard, not timed)" if e.metric is None else "DISCARD"
 

@@ -64,7 +64,7 @@ def test_the_plot_tells_an_unjudged_discard_from_a_quality_or_guard_one():
     quality = Experiment({"run": 4, "status": "DISCARD", "metric": "", "judged": 1, "reason": "quality 2/6 failed"})
     slower = Experiment({"run": 5, "status": "DISCARD", "metric": 0.98, "judged": 1, "reason": "lane not faster"})
     assert [point_kind(e) for e in (unstable, old_row, quality, slower)] == [
-        "DISCARD (lane UNSTABLE, not judged)", "DISCARD (lane UNSTABLE, not judged)",
+        "DISCARD (lane UNSTABLE, not judged)", "DISCARD (quality/guard, not timed)",  # its field, never its words
         "DISCARD (quality/guard, not timed)", "DISCARD"]
     assert point_kind(_exp(6, "KEEP", 1.2, 1.1, 1.3)) == "KEEP" and point_kind(_exp(7, "CRASH")) == "CRASH"
 
