@@ -179,7 +179,8 @@ def _walk(ws: Path, zygotes: list[dict]) -> int:
     res = _ditar(ws, "baseline")
     _note_zygote(ws, zygotes)
     for line in res.stdout.splitlines()[1:]:
-        print("[demo] " + line)
+        if not line.startswith("ditar: next: "):  # the demo takes the next steps itself
+            print("[demo] " + line)
     for line in _noisy_lanes(ws):
         print("[demo] " + line)
     print("[demo] quality gates of the unmodified pipeline against its own baseline:")
@@ -210,7 +211,8 @@ def _walk(ws: Path, zygotes: list[dict]) -> int:
             print(f"[demo]   NOT {want}: {problem[0]}")
     print("[demo] status:")
     for line in _ditar(ws, "status", check=False).stdout.splitlines():
-        print("[demo]   " + line)
+        if not line.startswith("ditar: next: "):
+            print("[demo]   " + line)
     for why, todo in problems:
         print(f"[demo] FAILED: {why}")
         print(f"[demo] next: {todo}")

@@ -212,4 +212,20 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
     for line in st["problems"]:
         print(f"state     {line}")
+    print("ditar: next: " + _next_step(st))
     return 0 if healthy else 1
+
+
+def _next_step(st: dict[str, Any]) -> str:
+    """What the session calls for now (program.md section 2), from status's own values."""
+    if st["problems"] or not st["ledger"]["verifies"]:
+        return "fix what the state lines name (`dit-ar verify` checks, `dit-ar recover` restores from the backup)"
+    if not st["baseline"]:
+        return "`dit-ar baseline` (before any change to mutable/)"
+    if st["bound"]["reached"]:
+        return "stop: the session's bound is reached"
+    if st["baseline"]["lanes"] and not st["recent"]:
+        return ("`dit-ar profile` to see where the time goes, then one hypothesis: edit mutable/, `dit-ar try`, "
+                "commit, `dit-ar experiment`")
+    return ("the next hypothesis (not one judged above): `dit-ar search \"...\"`, edit mutable/, `dit-ar try`, "
+            "commit with its `Ditar-Class:` trailer, `dit-ar experiment`")

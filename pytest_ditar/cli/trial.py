@@ -14,7 +14,7 @@ import os
 import subprocess
 
 from pytest_ditar.cli.command import Command, config_path
-from pytest_ditar.cli.experiment import pytest_command
+from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, pytest_command
 from pytest_ditar.core.vocabulary import CLASSES
 
 
@@ -26,7 +26,9 @@ class Try(Command):
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--classification", required=True, choices=CLASSES,
-                            help="the class you would claim: its floors are checked and their margins printed")
+                            help="the class you would claim: its floors are checked and their margins printed. "
+                                 + CLASS_HELP)
+        parser.add_argument("--benchmark-tables", action="store_true", help="show pytest-benchmark's tables")
         parser.add_argument("--description", default=None,
                             help="the idea in a few words: noted with the outcome in tried.jsonl, listed by `status`")
         parser.add_argument("--device", default=None)
@@ -36,7 +38,8 @@ class Try(Command):
     def run(cls, args: argparse.Namespace) -> int:
         cfg = config_path(args)
         described = [f"--ditar-description={args.description}"] if args.description else []
-        cmd = pytest_command(args, cfg, "--ditar-try", *described)
+        cmd = pytest_command(args, cfg, "--ditar-try", *described,
+                             *([] if args.benchmark_tables else [BENCHMARK_QUIET]))
         from pytest_ditar.config.project import load_config
         from pytest_ditar.vcs.repo import judge_env
 
