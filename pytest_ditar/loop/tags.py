@@ -24,7 +24,10 @@ def off_research_branch(cfg: Config, tag: str) -> str | None:
     """Where HEAD is off every research branch and `tag` (then named after that branch) was never
     started, the fix in one line: the research branch to check out, else the `init` to run; None
     otherwise (a research branch, or a tag with state of its own)."""
-    branch = gitops.state(cfg.root).branch or ""
+    st = gitops.state(cfg.root)
+    if st.head is None:  # no repository, or no commit yet: not a question of branches
+        return None
+    branch = st.branch or ""
     if branch.startswith(cfg.branch_prefix) or TagPaths.of(cfg.root, cfg.state_dir, tag).ledger_jsonl.exists() \
             or gitops.ref_commit(cfg.root, gitops.state_ref(tag)) is not None:
         return None
