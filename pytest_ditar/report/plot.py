@@ -9,7 +9,15 @@ from pytest_ditar.report.data import Experiment, cumulative_best
 
 
 def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", target: str = "") -> Path:
-    """progress.png: every experiment at x = its ledger run number, y = cumulative speedup.
+    """Write progress.png (progress_figure) to `path`."""
+    fig = progress_figure(exps, lane=lane, target=target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str = "") -> Any:
+    """Every experiment at x = its ledger run number, y = cumulative speedup (a matplotlib Figure).
 
     A candidate is drawn where it would have put the champion (previous best x its metric), so
     keeps sit on the running-best line and discards below it. Runs without a metric (crashes,
@@ -85,9 +93,7 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)  # outside: never hides points
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return fig
 
 
 def point_kind(e: Experiment) -> str:
