@@ -8,6 +8,8 @@ import statistics
 from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.core.errors import DitarError
 
+NEXT = "ditar: next: "  # as a gated run's summary ends (loop.nextstep)
+
 
 class Baseline(Command):
     name = "baseline"
@@ -40,6 +42,8 @@ class Baseline(Command):
             paired = f" (paired {n['paired']['ci_half_width'] * 100:.2f}%)" if n.get("paired") else ""
             print(f"  lane {name}: median {statistics.median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "
                   f"{n['ci_half_width'] * 100:.2f}%{paired}, shift {n['abs_shift'] * 100:.2f}%")
+        print(f"{NEXT}the first hypothesis (program.md section 2): `dit-ar profile` shows where the time goes; "
+              "edit mutable/, `dit-ar try`, commit with its `Ditar-Class:` trailer, `dit-ar experiment`")
         return 0
 
 

@@ -3,9 +3,11 @@
 A side is `baseline`, `champion`, a run directory, a run number of the ledger (`3` or `run:3`),
 or a commit (`HEAD~2`, a sha): a commit is the baseline's, a stored champion's, or that of the
 newest run that timed it. Per lane: both medians, B's speedup over A with its 95% CI and the
-verdict core.stats would give at the config's floor. Paired where B is a run timed against A
-(its own interleaved rounds of A), else unpaired and labelled so: timed apart, the host's drift
-between the two sits in the ratio. Hosts that differ are named (a cross-host comparison). Reads
+verdict core.stats gives at the gate's own threshold (core.effect). Paired where B is a run timed
+against A (its own interleaved rounds of A), else unpaired and labelled so: timed apart, the host's
+drift between the two sits in the ratio. The baseline against a kept commit (the champion) gives,
+on the objective lane, the figure `status` and the report cite: the KEEPs' paired speedups chained
+(core.cumulative.cite), the timed-apart ratio beside it. Hosts that differ are named (a cross-host comparison). Reads
 only; never times, records or touches git beyond resolving a commit.
 """
 from __future__ import annotations
@@ -35,6 +37,20 @@ class Side:
     where: str = ""
 
 
+@dataclass(frozen=True)
+class Gate:
+    """What the gate judges a lane by: its threshold rule's inputs (core.effect) and, for the
+    baseline against a kept commit, the chained figure to cite (None otherwise)."""
+
+    objective_lane: str
+    min_speedup: float
+    noise_k: float
+    alpha: float
+    max_cv: float
+    noise: dict[str, Any]  # lane -> the baseline's stored A/A noise (lanes.json)
+    cited: Any = None  # core.cumulative.Cited
+
+
 class Compare(Command):
     name = "compare"
     help = "compare two runs, commits, the baseline or the champion, lane by lane (reads only)"
@@ -55,7 +71,9 @@ class Compare(Command):
         cfg, _, tag = light_session(args)
         paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
         a, b = (resolve(spec, cfg.root, paths) for spec in (args.a, args.b))
-        doc = compare(a, b, args.lane, cfg.perf.min_speedup, cfg.perf.max_cv)
+        gate = Gate(cfg.objective_lane, cfg.perf.min_speedup, cfg.perf.noise_k, cfg.perf.alpha, cfg.perf.max_cv,
+                    _baseline_noise(paths.baseline), _cited(a, b, paths))
+        doc = compare(a, b, args.lane, gate)
         if args.json:
             print(json.dumps(doc, indent=1))
         else:
@@ -105,6 +123,26 @@ def resolve(spec: str, root: Path, paths: Any) -> Side:
     return _run(spec, run_dir)
 
 
+def _baseline_noise(base: Path) -> dict[str, Any]:
+    """lane -> the A/A noise the baseline stored: the gate's threshold reads it (core.effect)."""
+    p = base / "lanes.json"
+    lanes = json.loads(p.read_text()) if p.is_file() else {}
+    return {k: v.get("noise") for k, v in lanes.items() if isinstance(v, dict)}
+
+
+def _cited(a: Side, b: Side, paths: Any) -> Any:
+    """The chained figure of the baseline (A) against a kept commit (B), up to that KEEP; else None."""
+    from pytest_ditar.core.cumulative import cite
+    from pytest_ditar.core.decision import kept_rows
+    from pytest_ditar.store.ledger import Ledger
+
+    if not a.commit or a.commit != _manifest(paths.baseline).get("git_sha") or not b.commit:
+        return None
+    kept = kept_rows(Ledger(paths.dir).rows())
+    upto = next((i for i, r in enumerate(kept) if str(r.get("commit")) and b.commit.startswith(str(r["commit"]))), None)
+    return None if upto is None else cite(kept[:upto + 1])
+
+
 def _manifest(d: Path) -> dict[str, Any]:
     p = d / "manifest.json"
     return json.loads(p.read_text()) if p.is_file() else {}
@@ -151,8 +189,8 @@ def host_difference(a: Side, b: Side) -> list[str]:
             if a.fingerprint.get(k) != b.fingerprint.get(k)]
 
 
-def compare(a: Side, b: Side, only: list[str] | None, min_effect: float, max_cv: float) -> dict[str, Any]:
-    from pytest_ditar.core import stats
+def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, Any]:
+    from pytest_ditar.core import effect, stats
 
     lanes = [name for name in dict.fromkeys([*a.samples, *b.samples]) if not only or name in only]
     if only and not lanes:
@@ -167,13 +205,36 @@ def compare(a: Side, b: Side, only: list[str] | None, min_effect: float, max_cv:
             side = "A" if len(xa) < 2 else "B"
             out["lanes"][lane] = {"verdict": None, "how": f"not timed on {side} (the run never reached its lanes)"}
             continue
-        c = stats.compare(xa, xb, min_effect=min_effect, max_cv=max_cv, paired=pair is not None)
+        # the gate's own threshold: a lane its sequential plan grew (B's run, paired) at min_speedup,
+        # anything else at k x the baseline's A/A noise, never below it
+        measured = ((b.run.get("lanes") or {}).get(lane) or {}).get("measurement") or {}
+        grown = pair is not None and bool(measured.get("looks"))
+        bar = effect.threshold(gate.noise.get(lane), paired=pair is not None, grown=grown,
+                               min_speedup=gate.min_speedup, noise_k=gate.noise_k)
+        c = stats.compare(xa, xb, min_effect=bar, alpha=gate.alpha, max_cv=gate.max_cv, paired=pair is not None)
         how = "paired: B's own rounds against A" if pair else "unpaired: timed apart"
-        out["lanes"][lane] = {"a_median_s": statistics.median(xa), "b_median_s": statistics.median(xb),
-                              "speedup": c.speedup, "ci95": [c.ci_low, c.ci_high], "p_value": c.p_value,
-                              "verdict": c.verdict, "reason": c.reason, "rounds": [len(xa), len(xb)],
-                              "how": how + (" on different hosts" if cross else "")}
+        row = {"a_median_s": statistics.median(xa), "b_median_s": statistics.median(xb),
+               "speedup": c.speedup, "ci95": [c.ci_low, c.ci_high], "p_value": c.p_value,
+               "verdict": c.verdict, "reason": c.reason, "rounds": [len(xa), len(xb)], "threshold": bar,
+               "how": how + (" on different hosts" if cross else "")}
+        if lane == gate.objective_lane and gate.cited is not None and pair is None:
+            row = _cited_row(row, gate.cited, gate.min_speedup)
+        out["lanes"][lane] = row
     return out
+
+
+def _cited_row(row: dict[str, Any], cited: Any, bar: float) -> dict[str, Any]:
+    """The objective lane of the baseline against a kept commit: the chained paired figure (what
+    status and the report cite), judged at the bar each KEEP cleared; the timed-apart ratio kept beside."""
+    from pytest_ditar.core import stats
+
+    lo, hi = cited.ci_low, cited.ci_high
+    verdict = stats.FASTER if lo is not None and lo > 1.0 + bar else stats.NOT_FASTER
+    return {**row, "speedup": cited.speedup, "ci95": [lo, hi], "p_value": None, "verdict": verdict, "threshold": bar,
+            "reason": f"chained over {cited.keeps} KEEP(s)", "cited": cited.text(),
+            "timed_apart": {"speedup": row["speedup"], "ci95": row["ci95"], "verdict": row["verdict"]},
+            "how": f"chained: {cited.keeps} KEEP(s), each paired in its own run (cite this); timed apart: "
+                   f"{row['speedup']:.3f}x"}
 
 
 def _side_doc(s: Side) -> dict[str, Any]:
@@ -184,16 +245,26 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
+def _ci(r: dict[str, Any], sep: str = ",") -> str:
+    lo, hi = r["ci95"]
+    return f"[{lo:.3f}{sep}{hi:.3f}]" if lo is not None and hi is not None else "n/a"
+
+
 def text(doc: dict[str, Any]) -> list[str]:
     lines = [f"A = {doc['a']['label']}", f"B = {doc['b']['label']}"]
-    lines.append(f"{'lane':<16} {'A median':>12} {'B median':>12} {'B vs A':>8}  {'ci95':<16} {'verdict':<11} how")
+    lines.append(f"{'lane':<16} {'A median':>12} {'B median':>12} {'B vs A':>8}  {'ci95':<16} {'bar':>7} "
+                 f"{'verdict':<11} how")
     for lane, r in doc["lanes"].items():
         if r["verdict"] is None:
-            lines.append(f"{lane:<16} {'-':>12} {'-':>12} {'-':>8}  {'-':<16} {'-':<11} {r['how']}")
+            lines.append(f"{lane:<16} {'-':>12} {'-':>12} {'-':>8}  {'-':<16} {'-':>7} {'-':<11} {r['how']}")
             continue
-        ci = f"[{r['ci95'][0]:.3f},{r['ci95'][1]:.3f}]"
+        bar = f"{1 + r['threshold']:.3f}x"
         lines.append(f"{lane:<16} {_ms(r['a_median_s']):>12} {_ms(r['b_median_s']):>12} {r['speedup']:>7.3f}x  "
-                     f"{ci:<16} {r['verdict']:<11} {r['how']}")
+                     f"{_ci(r):<16} {bar:>7} {r['verdict']:<11} {r['how']}")
+    for lane, r in doc["lanes"].items():
+        if r.get("cited"):
+            lines.append(f"champion over the baseline on {lane}: {r['cited']} (cite this, as `status` and the report)")
+    lines.append("bar: the gate's threshold (B must be faster than A by more than this to be FASTER)")
     lines.append(f"quality: A {doc['a']['quality']}; B {doc['b']['quality']}")
     lines.append("hosts: " + ("CROSS-HOST, the ratio includes the machines' difference: " + "; ".join(doc["cross_host"])
                               if doc["cross_host"] else "the same (or one unknown)"))
@@ -202,13 +273,14 @@ def text(doc: dict[str, Any]) -> list[str]:
 
 def markdown(doc: dict[str, Any]) -> list[str]:
     lines = [f"**A** {doc['a']['label']} vs **B** {doc['b']['label']}", "",
-             "| lane | A median | B median | B vs A | 95% CI | verdict | how |", "|---|---|---|---|---|---|---|"]
+             "| lane | A median | B median | B vs A | 95% CI | bar | verdict | how |",
+             "|---|---|---|---|---|---|---|---|"]
     for lane, r in doc["lanes"].items():
         if r["verdict"] is None:
-            lines.append(f"| {lane} | - | - | - | - | - | {r['how']} |")
+            lines.append(f"| {lane} | - | - | - | - | - | - | {r['how']} |")
         else:
             lines.append(f"| {lane} | {_ms(r['a_median_s'])} | {_ms(r['b_median_s'])} | {r['speedup']:.3f}x | "
-                         f"[{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}] | {r['verdict']} | {r['how']} |")
+                         f"{_ci(r, ', ')} | {1 + r['threshold']:.3f}x | {r['verdict']} | {r['how']} |")
     lines += ["", f"Quality: A {doc['a']['quality']}; B {doc['b']['quality']}."]
     if doc["cross_host"]:
         lines.append("Cross-host: " + "; ".join(doc["cross_host"]) + ".")

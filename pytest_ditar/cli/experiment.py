@@ -15,15 +15,24 @@ from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.core.vocabulary import CLASSES
 from pytest_ditar.loop.options import Exit
 
+CLASS_HELP = ("what the change is (program.md, Classes): exact = same algorithm (layout, fusion, scheduling, "
+              "memory); numerical = arithmetic mode (fp16/bf16, TF32); approximate = computation changed or skipped "
+              "(fewer steps, caching, sparsity); quantization = low-bit weights/activations. Its quality floors "
+              "judge the change")
+# pytest-benchmark's own option (4.0+): its tables off. Their statistics are the fixture's first rounds
+# alone, not the verdict's (the summary says so), and they stood between the next step and the verdict.
+BENCHMARK_QUIET = "--benchmark-quiet"
+
 
 class Experiment(Command):
     name = "experiment"
-    help = "run the full gate on the committed candidate (pytest)"
+    help = "run the full gate on the committed candidate (pytest); exit 0 KEEP, 1 DISCARD, 10 CRASH, 4 REFUSED"
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--classification", required=True, choices=CLASSES)
-        parser.add_argument("--description", required=True)
+        parser.add_argument("--classification", required=True, choices=CLASSES, help=CLASS_HELP)
+        parser.add_argument("--description", required=True,
+                            help="the hypothesis in one line: recorded in the ledger, the run's summary and the report")
         parser.add_argument("--device", default=None)
         parser.add_argument("--no-revert", action="store_true", help="record the verdict but leave git alone")
         parser.add_argument("--workers", type=int, default=0,
@@ -32,12 +41,18 @@ class Experiment(Command):
         parser.add_argument("--json", action="store_true",
                             help="print the run's outcome as one JSON document on stdout, pytest's output going to "
                                  "stderr (schema: docs/verdict-json.md)")
+        parser.add_argument("--quiet", action="store_true",
+                            help="print only the `ditar: next:` line and the verdict line (the run dir keeps the rest)")
+        parser.add_argument("--benchmark-tables", action="store_true",
+                            help="show pytest-benchmark's tables (off by default: the verdict is the judge's clock)")
         parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments after --")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         cfg = config_path(args)
         cmd = pytest_command(args, cfg, "--ditar-gate", f"--ditar-description={args.description}")
+        if not args.benchmark_tables:
+            cmd.append(BENCHMARK_QUIET)
         if args.no_revert:
             cmd.append("--ditar-no-revert")
         root, refusal = _bound_check(cfg, args.tag)
@@ -61,7 +76,7 @@ class Experiment(Command):
         if cleared:
             print(f"ditar: not passed to the judge: {', '.join(cleared)} (they load code or change how Python runs)",
                   file=sys.stderr)
-        tee = _Tee() if args.json else None
+        tee = _Tee(quiet=args.quiet, to_stderr=args.json) if args.json or args.quiet else None
         call = tee.call if tee else subprocess.call
         if args.workers:
             from pytest_ditar.loop.phases import run_two_phase
@@ -69,22 +84,31 @@ class Experiment(Command):
             rc = run_two_phase(cmd, args.workers, root, call=call)
         else:
             rc = call(cmd, cwd=root)
-        if tee:
+        if tee and args.json:
             print(_document(tee.last, rc, cfg, args.tag))
         return rc
 
 
 class _Tee:
-    """Runs the gate's pytest with its output copied to stderr as it comes, keeping the verdict line."""
+    """Runs the gate's pytest with its output passed on as it comes, keeping the verdict line: to
+    stderr under --json (stdout is the document's), and only the next-step and verdict lines when
+    `quiet` (pytest's stderr then folded in and filtered alike)."""
 
-    def __init__(self) -> None:
+    def __init__(self, quiet: bool = False, to_stderr: bool = False) -> None:
         self.last: str | None = None
+        self.quiet, self.to_stderr = quiet, to_stderr
 
     def call(self, cmd: list[str], cwd: Path) -> int:
-        with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, text=True, bufsize=1) as proc:
+        from pytest_ditar.loop.nextstep import PREFIX as NEXT
+
+        out = sys.stderr if self.to_stderr else sys.stdout
+        with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if self.quiet else None,
+                              text=True, bufsize=1) as proc:
             assert proc.stdout is not None
             for line in proc.stdout:
-                sys.stderr.write(line)
+                if not self.quiet or line.startswith(("DITAR ", NEXT)):
+                    out.write(line)
+                    out.flush()
                 if line.startswith("DITAR "):
                     self.last = line.strip()
             return proc.wait()

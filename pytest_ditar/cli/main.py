@@ -33,8 +33,20 @@ COMMANDS: tuple[type[Command], ...] = (Doctor, Init, Baseline, Suite, Experiment
                                        Verify, Recover, FetchState, Report, Search)
 
 
+EPILOG = """\
+The loop, step by step: program.md (read it before a session). First time: `dit-ar demo`.
+
+exit status of `experiment` (and a gated pytest), its last line `DITAR VERDICT: ...`:
+  0 KEEP   1 DISCARD (reverted)   10 CRASH (reverted)   4 REFUSED (nothing judged)
+  2 session bound reached, or a dit-ar usage/config error (`dit-ar: error: ...`)
+`try` ends `DITAR TRY: <outcome>`: 0 FASTER, 1 not worth a commit, 10 crash, 11 undecided
+`demo`: 0 when its showcase came out as shown, 1 saying why not
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dit-ar", description="DiT inference autoresearch gates (pytest-ditar)")
+    p = argparse.ArgumentParser(prog="dit-ar", description="DiT inference autoresearch gates (pytest-ditar)",
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=os.environ.get(ENV_CONFIG, DEFAULT_CONFIG),
                    help="config file (default: %(default)s)")
     p.add_argument("--tag", default=None, help="session tag (default: from the autoresearch/<tag> branch)")

@@ -116,4 +116,6 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     lines.append(f"trace    {_where(out_dir / s['trace'])}  (chrome://tracing or ui.perfetto.dev; ranges ditar::*)")
     lines.append(f"summary  {_where(out_dir / 'summary.json')}")
     lines.append("ditar: profile: no lane timed, nothing recorded, git untouched")
+    lines.append("ditar: next: the largest phase above is the bottleneck: `dit-ar search \"<that phase> <mechanism> "
+                 "<model/hardware>\"`, then one hypothesis against it (program.md section 2)")
     return lines

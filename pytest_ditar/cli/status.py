@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
-from pytest_ditar.core.decision import champion_row, kept_rows, status_counts
+from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
 
 
@@ -74,10 +74,17 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     bound = read_bound(state)
     out["bound"] = {**bound.__dict__, "now": bound.describe(experiments_run(state)),
                     "reached": bound.reached(experiments_run(state))}
-    out["counts"] = status_counts(exps)
-    out["recent"] = [{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
-                                            "quality_pass", "quality_total", "description", "reason")}
-                     for r in exps[-n:]]
+    from pytest_ditar.core.rerun import counts
+
+    out["counts"] = counts(exps)  # a run that judged nothing counts as "not judged", not as its DISCARD
+    from pytest_ditar.store import tried
+
+    out["tried"] = tried.rows(paths)[-n:]  # `dit-ar try`'s notes: ideas timed, judged by no gate
+    from pytest_ditar.core.rerun import row_judged
+
+    out["recent"] = [{**{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
+                                               "quality_pass", "quality_total", "description", "reason")},
+                      "judged": row_judged(r)} for r in exps[-n:]]
     return out
 
 
@@ -122,20 +129,15 @@ def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
 
 
 def _chained(kept: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The champion over the baseline: the kept rows' speedups chained (core.cumulative)."""
-    from pytest_ditar.core.cumulative import chained
+    """The champion over the baseline: the kept rows' speedups chained (core.cumulative.cite, the
+    figure `compare baseline champion` and the report give too)."""
+    from pytest_ditar.core.cumulative import cite
 
-    def f(x: Any) -> float | None:
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            return None
-
-    try:
-        point, lo, hi = chained((f(r["metric"]), f(r.get("ci_low")), f(r.get("ci_high"))) for r in kept)
-    except (TypeError, ValueError):  # a kept row without a speedup: nothing to chain
+    c = cite(kept)
+    if c is None:
         return None
-    return {"speedup": point, "ci95": [lo, hi] if lo is not None else None, "keeps": len(kept)}
+    return {"speedup": c.speedup, "ci95": [c.ci_low, c.ci_high] if c.ci_low is not None else None,
+            "keeps": c.keeps, "text": c.text()}
 
 
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
@@ -151,7 +153,10 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     b = st["baseline"]
     print(f"tag {tag}  suite {suite.name}  objective {cfg.objective_lane}  cumulative class {st['cumulative_class']}")
     if not st["initialised"]:
-        print(f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
+        from pytest_ditar.loop.tags import off_research_branch
+
+        off = off_research_branch(cfg, tag)
+        print(off or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
         return 1
     if b:
         flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
@@ -163,8 +168,7 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     c = st["champion"]
     if c:
         cu = c["cumulative"]
-        ci = f" ci95=[{cu['ci95'][0]:.3f},{cu['ci95'][1]:.3f}]" if cu and cu["ci95"] else ""
-        chain = f"{cu['speedup']:.3f}x{ci} chained over {cu['keeps']} KEEP(s)" if cu else "n/a"
+        chain = cu["text"] if cu else "n/a"
         d = c["stored_vs_baseline"]
         direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
                   if d and d["ratio"] else "n/a")
@@ -173,7 +177,8 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     else:
         print("champion  the baseline (nothing kept yet)")
     cnt = st["counts"]
-    print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}")
+    print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
+          f"not judged {cnt['not judged']} (the host, not the idea: each may run once more)")
     bound = st["bound"]
     if bound["max_experiments"] is not None or bound["until"]:
         print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
@@ -188,8 +193,16 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     for r in st["recent"]:
         metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
         why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
+        if not r["judged"]:
+            why = f"  (not judged: {r['reason']})"
         print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
               f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
+    if st["tried"]:
+        print(f"tried     {len(st['tried'])} idea(s) timed by `dit-ar try` (no verdict), newest last:")
+        for t in st["tried"]:
+            speed = f"{t['speedup']:.3f}x" if isinstance(t.get("speedup"), (int, float)) else "n/a"
+            print(f"  {t.get('time', '?')} {t.get('head', '?')} {t.get('outcome', '?'):<14} {speed:>7}  "
+                  f"{t.get('description') or '(no description)'}")
     led = st["ledger"]
     if not led["exists"]:
         print("ledger    missing")
@@ -199,4 +212,20 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
     for line in st["problems"]:
         print(f"state     {line}")
+    print("ditar: next: " + _next_step(st))
     return 0 if healthy else 1
+
+
+def _next_step(st: dict[str, Any]) -> str:
+    """What the session calls for now (program.md section 2), from status's own values."""
+    if st["problems"] or not st["ledger"]["verifies"]:
+        return "fix what the state lines name (`dit-ar verify` checks, `dit-ar recover` restores from the backup)"
+    if not st["baseline"]:
+        return "`dit-ar baseline` (before any change to mutable/)"
+    if st["bound"]["reached"]:
+        return "stop: the session's bound is reached"
+    if st["baseline"]["lanes"] and not st["recent"]:
+        return ("`dit-ar profile` to see where the time goes, then one hypothesis: edit mutable/, `dit-ar try`, "
+                "commit, `dit-ar experiment`")
+    return ("the next hypothesis (not one judged above): `dit-ar search \"...\"`, edit mutable/, `dit-ar try`, "
+            "commit with its `Ditar-Class:` trailer, `dit-ar experiment`")

@@ -11,7 +11,8 @@ shows their ratio beside this one, never in its place. Pure: numbers in, numbers
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 Z95 = 1.959963984540054
 
@@ -35,3 +36,39 @@ def chained(kept: Iterable[tuple[float | None, float | None, float | None]]
     if not known:
         return point, None, None
     return point, math.exp(log_sum - Z95 * math.sqrt(var_low)), math.exp(log_sum + Z95 * math.sqrt(var_high))
+
+
+@dataclass(frozen=True)
+class Cited:
+    """The champion over the baseline, as `status`, `compare baseline champion` and the report
+    all give it: the KEEPs' paired speedups chained."""
+
+    speedup: float
+    ci_low: float | None
+    ci_high: float | None
+    keeps: int
+
+    def text(self) -> str:
+        known = self.ci_low is not None and self.ci_high is not None
+        ci = f" ci95=[{self.ci_low:.3f},{self.ci_high:.3f}]" if known else ""
+        return f"{self.speedup:.3f}x{ci} chained over {self.keeps} KEEP(s)"
+
+
+def _num(x: object) -> float | None:
+    try:
+        v = float(x)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def cite(kept: Sequence[Mapping[str, object]]) -> Cited | None:
+    """The one figure to cite from the kept ledger rows (metric, ci_low, ci_high), oldest first;
+    None before any KEEP or where a kept row has no speedup."""
+    if not kept:
+        return None
+    try:
+        point, lo, hi = chained((_num(r.get("metric")), _num(r.get("ci_low")), _num(r.get("ci_high"))) for r in kept)
+    except ValueError:
+        return None
+    return Cited(point, lo, hi, len(kept))

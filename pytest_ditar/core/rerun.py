@@ -67,3 +67,22 @@ def refusal(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> str | N
         return (f"this change was not judged twice (runs {runs}: the objective lane UNSTABLE, or the judge "
                 "crashed): leave it; if runs keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
     return None
+
+
+def row_judged(row: Mapping[str, Any]) -> bool:
+    """Whether a ledger row's run judged its change (its `judged` field; rows from before it: yes)."""
+    return str(row.get("judged", 1)).strip() not in ("0", "False", "false")
+
+
+NOT_JUDGED = "not judged"  # how status and the report name a run that judged nothing (never a verdict word)
+
+
+def counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """KEEP, DISCARD, CRASH and NOT_JUDGED counts of experiment rows: a run that judged nothing is
+    counted as not judged, not as the DISCARD (or CRASH) its verdict line says."""
+    out = {"KEEP": 0, "DISCARD": 0, "CRASH": 0, NOT_JUDGED: 0}
+    for r in rows:
+        status = str(r.get("status"))
+        if status in out:
+            out[status if row_judged(r) else NOT_JUDGED] += 1
+    return out

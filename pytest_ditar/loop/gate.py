@@ -29,7 +29,7 @@ from pytest_ditar.core.decision import (
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics, margins
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES
-from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, startup
+from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, startup, tryout
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
 from pytest_ditar.loop.session import DitarSession
@@ -60,6 +60,7 @@ class Gate:
         self.verdict: str | None = None
         self.refusal: str | None = None
         self.head: str | None = None  # the commit judged
+        self.try_outcome: tryout.TryOutcome | None = None  # `dit-ar try`'s, once it ends
         self.parent: str | None = None  # its parent, the champion: where a revert puts the branch
         self.branch: str | None = None  # the research branch it was judged on
         self.baseline_commit: str | None = None
@@ -274,6 +275,10 @@ class Gate:
                 return Exit.REFUSED
             if self.opts.guard is not None and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
                 return self._guard()
+            if self.opts.try_only and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
+                self.try_outcome = tryout.outcome_of(self.sess)  # `dit-ar try`: its outcome line, status and note
+                tryout.note(self.sess.state_dir, self.try_outcome, self.head, self.opts.description)
+                return self.try_outcome.exit_status
             return exitstatus
         with self.sess.clock.span("gate.checks"):  # tests.log, then the state as the candidate left it
             self.test_log.close(self.sess.run_dir())
@@ -422,6 +427,8 @@ class Gate:
             return self.guard_line
         if self.refusal:
             return f"DITAR REFUSED: {self.refusal}"
+        if self.try_outcome is not None:
+            return self.try_outcome.line()
         return None
 
 

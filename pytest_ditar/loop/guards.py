@@ -69,15 +69,19 @@ def config_refusal(cfg: Any, toplevel: Path | None) -> str | None:
     return None
 
 
-def git_refusal(st: gitops.RepoState, expected_branch: str) -> str | None:
+def git_refusal(st: gitops.RepoState, expected_branch: str, at_champion: bool = False) -> str | None:
     """A branch or tree the gate cannot judge cleanly: refused before anything is recorded or
-    reverted (reverting another branch, or over uncommitted work, would lose the user's work)."""
+    reverted (reverting another branch, or over uncommitted work, would lose the user's work).
+    `at_champion`: HEAD is the champion (or the baseline), so an edit is a new candidate, never an
+    amend of the kept commit (which rewrites it and is refused next)."""
     if st.branch != expected_branch:
         return f"guard branch: HEAD is on '{st.branch}', expected '{expected_branch}': git checkout {expected_branch}"
     tracked = [p for p in st.dirty_paths if p not in st.untracked]
     if tracked:
-        return (f"guard clean_tree: uncommitted changes: {', '.join(tracked[:5])}: commit them "
-                "(git commit --amend) or stash them (git stash)")
+        how = ("HEAD is the champion, kept as it is: commit them as a new candidate (git commit -am "
+               "'<hypothesis>' with the Ditar-Class trailer)" if at_champion else
+               "fold them into the candidate (git commit --amend)")
+        return f"guard clean_tree: uncommitted changes: {', '.join(tracked[:5])}: {how}, or stash them (git stash)"
     if st.untracked:
         more = f" (+{len(st.untracked) - 1} more)" if len(st.untracked) > 1 else ""
         return f"guard clean_tree: untracked file {st.untracked[0]}{more}: commit it, delete it or add it to .gitignore"

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable
 
-from pytest_ditar.core import guard, interference, meantime, probes, sequential as seq, stats
+from pytest_ditar.core import effect, guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
@@ -71,12 +71,11 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
     `guard_run`: `--ditar-guard`'s, failing only a slowdown shown); other lanes by core.stats
     against the baseline's A/A floor."""
     paired = source == "interleaved" and len(champion_samples) == len(m.samples)
-    raw = (noise or {}).get("paired") if paired else None
-    floor_fields = {k: v for k, v in (raw or noise or {}).items() if k != "paired"}
-    floor = stats.NoiseFloor(**floor_fields) if floor_fields else None
     grown = paired and sequential is not None and bool(m.looks)
-    min_effect = (sequential.threshold if grown and sequential is not None
-                  else stats.calibrated_min_effect(floor, perf_cfg.min_speedup, perf_cfg.noise_k))
+    # core.effect: the one threshold rule, dit-ar compare's too (a sequential plan's is perf.min_speedup)
+    min_effect = effect.threshold(noise, paired=paired, grown=grown,
+                                  min_speedup=sequential.threshold if grown and sequential else perf_cfg.min_speedup,
+                                  noise_k=perf_cfg.noise_k)
     peak = m.peak_reserved_gib
 
     def outcome(verdict: str, reason: str) -> LaneResult:

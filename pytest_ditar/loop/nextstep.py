@@ -65,8 +65,30 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
     return f"{left}; every reason is in {run}/summary.json; next, a different hypothesis (not this one again)"
 
 
+def _after_try(gate: Gate) -> str:
+    """`dit-ar try`: the step its outcome calls for (program.md, "Try before you commit")."""
+    out, cls = gate.try_outcome, gate.opts.cls or gate.sess.cls
+    assert out is not None
+    drop = (f"drop the edit (`git checkout -- {' '.join(gate.sess.cfg.mutable_paths)}`; this try is noted for "
+            "later sessions, `dit-ar status` lists it), then a different hypothesis")
+    return {
+        "FASTER": f"worth a commit: commit with the trailer `Ditar-Class: {cls}`, then "
+                  f"`dit-ar experiment --classification {cls} --description \"...\"`",
+        "NOT_FASTER": f"not faster than the champion beyond the gate's bar: {drop}",
+        "SLOWER": f"slower than the champion: {drop}",
+        "REJECTED": f"the timing was voided (its lane line says why; a cache is no speed-up): {drop}",
+        "QUALITY_FAILED": f"{(out.total or 0) - (out.passed or 0)} item(s) fail the '{out.cls}' contract against the "
+                          "baseline: fix the edit, or try the looser class it belongs to",
+        "CRASH": "the candidate did not run (errors above): fix it, then `dit-ar try` again",
+        "UNSTABLE": "undecided: the host's noise, not the idea (its lane line says why); `dit-ar try` once more as it "
+                    "is; UNSTABLE again: `dit-ar doctor`, the host is the problem",
+    }.get(out.outcome, "no objective lane was timed (deselected by -k/-m?): run `dit-ar try` with no test selection")
+
+
 def _after_smoke(gate: Gate) -> str | None:
-    """A report-only run (the smoke check `pytest -m quality --ditar-class CLASS`)."""
+    """A report-only run (the smoke check `pytest -m quality --ditar-class CLASS`), or `dit-ar try`."""
+    if gate.try_outcome is not None:
+        return PREFIX + _after_try(gate)
     s = gate.sess
     if s.errors and not s.quality:
         return PREFIX + "the candidate did not run (errors above): fix it before you commit"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 class Exit(IntEnum):
-    """A run's exit status, the one table of them (README.md and program.md print it): pytest's own
+    """A run's exit status, the one table of them (docs/statistics.md and program.md print it): pytest's own
     codes by value (0-6 as of pytest 9), then the verdicts'. A gated run exits by its decision, never by pytest's
     count of failed tests: a KEEP is 0 even where a guard lane's test failed because it could not
     be measured (the verdict line names it), so a script driven by `$?` reads the verdict."""

@@ -14,6 +14,7 @@ from pytest_ditar.core.vocabulary import TRAILER
 from pytest_ditar.loop import backup, champion, gitpins, guards, record, stamps
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_refusal
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
@@ -126,11 +127,16 @@ class Preflight:
         return Refusal("settled", why) if why else None
 
     def _check_state(self) -> Stop | None:  # what the verdict rests on verifies before any candidate code runs
+        off = off_research_branch(self.sess.cfg, self.sess.tag)  # no state because it is the wrong branch
+        if off:
+            return Refusal("state", off)
         why = state_refusal(self.root, self._paths, settle=False)
         return Refusal("state", why) if why else None
 
     def _check_git(self) -> Stop | None:
-        why = guards.git_refusal(self.st, self.sess.cfg.branch_prefix + self.sess.tag)
+        at_champion = bool(self.st.dirty_paths) and self.st.head in (
+            champion.kept_commit(self.ledger), champion.baseline_commit(self.sess))
+        why = guards.git_refusal(self.st, self.sess.cfg.branch_prefix + self.sess.tag, at_champion)
         return Refusal("git", why) if why else None
 
     def _check_revert(self) -> Stop | None:

@@ -11,12 +11,17 @@ as base64 data URIs) so it opens from disk with no network.
 from __future__ import annotations
 
 import base64
+import json
+import os
+import statistics
 import time
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple, Sequence
 
-from pytest_ditar.core.decision import champion_row, status_counts
-from pytest_ditar.report.data import Experiment, cumulative_best, load_experiments, num
+from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.decision import champion_row, kept_rows
+from pytest_ditar.core.rerun import NOT_JUDGED, counts, row_judged
+from pytest_ditar.report.data import Experiment, load_experiments, num
 from pytest_ditar.report.images import ImagePool, ImageSource, heatmap_png
 from pytest_ditar.report.plot import lane_histograms, plot_progress
 from pytest_ditar.store.atomic import write_text_atomic
@@ -80,6 +85,7 @@ def _ledger_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({
             "run": _num_cell(r.get("run"), ".0f"), "time": str(r.get("time", "")).replace("+00:00", "Z"),
             "commit": str(r.get("commit", ""))[:7], "cls": _text(r.get("class")), "status": str(r.get("status", "")),
+            "judged": row_judged(r) or r.get("status") not in ("DISCARD", "CRASH"),
             "metric": _num_cell(r.get("metric")), "ci": _ci(r) or "-",
             "quality": Num(f"{r.get('quality_pass', '')}/{r.get('quality_total', '')}" if has_quality else "-",
                            str(qv)),
@@ -109,10 +115,41 @@ def _lanes_table(exps: Sequence[Experiment]) -> dict[str, Any] | None:
                 continue
             sp = num(oc.get("speedup"))
             text = (f"{sp:.3f}x {_bracket(oc)} " if sp is not None else "") + str(oc.get("verdict", ""))
+            median = _median_ms(e, n)
+            text += f" · {median:.2f} ms" if median is not None else ""
             role = "objective" if oc.get("objective") else "guard"
             cells.append(Num(text, NO_VALUE if sp is None else str(sp), f"{role}: {oc.get('reason', '')}"))
-        rows.append({"run": Num(str(e.run), str(e.run)), "commit": e.commit[:7], "status": e.status, "cells": cells})
+        rows.append({"run": Num(str(e.run), str(e.run)), "commit": e.commit[:7], "status": e.status,
+                     "judged": row_judged(e.row), "cells": cells})
     return {"names": names, "rows": rows}
+
+
+def _median_ms(e: Experiment, lane: str) -> float | None:
+    """The candidate's median call on `lane` in that run, in ms (summary.json's samples)."""
+    m = ((e.summary.get("lanes") or {}).get(lane) or {}).get("measurement") or {}
+    xs = [x for x in (num(v) for v in m.get("samples") or []) if x is not None]
+    return 1e3 * statistics.median(xs) if xs else None
+
+
+def _baseline_facts(state_dir: Path) -> tuple[str, list[tuple[str, str]]]:
+    """The host the baseline was stored on, in words, and each lane's baseline median in ms."""
+    base = TagPaths(state_dir).baseline
+    try:
+        manifest = json.loads((base / "manifest.json").read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    fp = manifest.get("fingerprint") or {}
+    host = ", ".join(str(fp[k]) for k in ("device_name", "cpu_model", "torch") if fp.get(k)) or "unknown"
+    try:
+        lanes = json.loads((base / "lanes.json").read_text())
+    except (OSError, ValueError):
+        lanes = {}
+    medians = []
+    for name, v in lanes.items():
+        xs = [x for x in (num(t) for t in (v.get("samples") or [] if isinstance(v, dict) else [])) if x is not None]
+        if xs:
+            medians.append((f"baseline {name} median", f"{1e3 * statistics.median(xs):.2f} ms"))
+    return host, medians
 
 
 # ---- experiments and their image grids ---------------------------------------------------------
@@ -202,21 +239,23 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
 
     pool = ImagePool()
     imgs = ImageSource(state_dir)
-    best = cumulative_best(exps)
-    counts = status_counts(e.row for e in exps)
+    n = counts(e.row for e in exps)  # a run that judged nothing is "not judged", not a DISCARD
+    host, medians = _baseline_facts(state_dir)
     champ_row = champion_row(e.row for e in exps)
     champ = next((e for e in exps if e.row is champ_row), None)
-    cum = best[-1] if best else (1.0, 1.0, 1.0)
+    cited = cite(kept_rows(e.row for e in exps))
     keeps = [_section(e, imgs, pool, worst, "kept commit: worst items vs baseline") for e in exps if e.status == "KEEP"]
     failures = [_section(e, imgs, pool, worst, "quality failure", failed_only=True)
                 for e in exps if e.is_quality_failure()]
     context = {
-        "title": title or f"pytest-ditar report: {state_dir.name}", "state_dir": str(state_dir), "lane": lane,
+        # the state folder as the project names it, never the machine's absolute path
+        "title": title or f"pytest-ditar report: {state_dir.name}",
+        "state_dir": f"{state_dir.parent.name}/{state_dir.name}", "lane": lane, "host": host,
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "cards": [("experiments", str(len(exps))), ("kept", str(counts["KEEP"])), ("discarded", str(counts["DISCARD"])),
-                  ("crashed", str(counts["CRASH"])),
-                  (f"best {lane} vs baseline (product of the kept speedups)", f"{cum[0]:.3f}x"),
-                  ("95% CI (chained over the KEEPs)", f"[{cum[1]:.3f}, {cum[2]:.3f}]"),
+        "cards": [("experiments", str(len(exps))), ("kept", str(n["KEEP"])), ("discarded", str(n["DISCARD"])),
+                  ("crashed", str(n["CRASH"])), (NOT_JUDGED, str(n[NOT_JUDGED])), *medians,
+                  # the one figure `status` and `compare baseline champion` cite (core.cumulative.cite)
+                  (f"champion over the baseline on {lane} (cite this)", cited.text() if cited else "nothing kept yet"),
                   ("champion", champ.commit[:7] if champ else "baseline")],
         "n_experiments": len(exps), "n_off_target": sum(1 for e in exps if e.off_target),
         "target": target or "the target",
@@ -228,4 +267,5 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
     context.update(image_css=pool.css(), n_images=len(pool), elapsed=f"{time.perf_counter() - t0:.2f}")
     index = out / "index.html"
     write_text_atomic(index, _render(context))  # a reader never sees half a page
+    os.chmod(index, 0o644)  # a page to share and serve, not a private temp file (the atomic write's 0600)
     return index

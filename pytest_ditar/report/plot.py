@@ -4,11 +4,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from pytest_ditar.core.rerun import row_judged
 from pytest_ditar.report.data import Experiment, cumulative_best
 
 
 def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", target: str = "") -> Path:
-    """progress.png: every experiment at x = its ledger run number, y = cumulative speedup.
+    """Write progress.png (progress_figure) to `path`."""
+    fig = progress_figure(exps, lane=lane, target=target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str = "") -> Any:
+    """Every experiment at x = its ledger run number, y = cumulative speedup (a matplotlib Figure).
 
     A candidate is drawn where it would have put the champion (previous best x its metric), so
     keeps sit on the running-best line and discards below it. Runs without a metric (crashes,
@@ -30,15 +39,20 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
         vals = [1.0, *(b[0] for b in best)]
         lows = [1.0, *(b[1] for b in best)]
         highs = [1.0, *(b[2] for b in best)]
-        ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
-                        label="best: 95% CI (chained over the KEEPs)")
+        if any(e.status == "KEEP" for e in exps):  # nothing kept: no interval to draw
+            ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
+                            label="best: 95% CI (chained over the KEEPs)")
         ax.step(sx, vals, where="post", color="#2a9d8f", lw=2, label=f"best {lane} speedup vs baseline")
         prev = [1.0, *(b[0] for b in best[:-1])]
         groups: dict[str, tuple[list[float], list[float]]] = {}
         for e, before in zip(exps, prev):
             m = e.metric
             key = point_kind(e)
-            y = before * m if m is not None else before
+            # a run that judged nothing sits on the line, its speedup in a label: it is no evidence
+            y = before * m if m is not None and row_judged(e.row) else before
+            if m is not None and not row_judged(e.row):
+                ax.annotate(f"not judged ({m:.2f}x)", (e.run, y), xytext=(0, -14), textcoords="offset points",
+                            ha="center", fontsize=7, color="#7b61ff")
             groups.setdefault(key, ([], []))[0].append(e.run)
             groups[key][1].append(y)
         style: dict[str, dict[str, Any]] = {  # Any: scatter checks each keyword against its own parameter
@@ -69,6 +83,9 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
                 ax.annotate(desc[:28] + ("..." if len(desc) > 28 else ""), (e.run, y), xytext=(4, -12),
                             textcoords="offset points", fontsize=7, color="#1b7f3b")
         ax.set_xlim(xs[0] - 1, xs[-1] + 1)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # run numbers: no 2.5
     else:
         ax.set_title("Research progress: no experiments yet", fontsize=11)
     ax.set_xlabel("experiment (ledger run number)")
@@ -76,16 +93,14 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, framealpha=0.9)  # outside: never hides points
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return fig
 
 
 def point_kind(e: Experiment) -> str:
     """The plot's legend entry for one experiment."""
     if e.status in ("KEEP", "CRASH"):
         return e.status
-    if str(e.row.get("judged")) == "0" or " unstable: " in str(e.row.get("reason", "")):
+    if not row_judged(e.row):
         return "DISCARD (lane UNSTABLE, not judged)"  # core.rerun: the change may run once more
     return "DISCARD (quality/guard, not timed)" if e.metric is None else "DISCARD"
 

@@ -258,6 +258,24 @@ def adopt(rec: Mapping[str, Any]) -> tuple[Zygote | None, str | None]:
     return Zygote(sock, int(rec["pid"]), kept={**rec}), None
 
 
+def retire(rec: Mapping[str, Any]) -> bool:
+    """End the kept zygote a run record names (`dit-ar demo` when its workspace goes): only the very
+    process recorded (same pid, start time, this user's, serving that name); True when one was ended."""
+    try:
+        pid, start, name = int(rec["pid"]), int(rec["start"]), str(rec["name"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if start_ticks(pid) != start or name not in argv or set(_status(pid).get("Uid", "").split()) != {str(os.getuid())}:
+        return False
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, 9)  # its own session (Zygote.start): the group is the zygote and what it forked
+    return True
+
+
 _ZYGOTE: list[Zygote | None] = []
 _STARTING = threading.Lock()
 _NOT_ADOPTED: list[str] = []  # why this judge did not use the recorded zygote

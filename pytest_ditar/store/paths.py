@@ -38,6 +38,7 @@ PHASE_POINTER = "phase-quality.json"
 REPORT = "report"
 COMPILE_CACHE = "compile-cache"
 ZYGOTE_FILE = "zygote.json"
+TRIED_JSONL = "tried.jsonl"  # `dit-ar try`'s notes (store.tried): not state a verdict rests on
 
 
 def state_root(project_root: Path, state_dir: str) -> Path:

@@ -458,6 +458,14 @@ def branch_exists(root: Path, name: str) -> bool:
     return branch_commit(root, name) is not None
 
 
+def branches(root: Path, prefix: str) -> list[str]:
+    """The local branches whose names start with `prefix`, sorted; [] where there is no repository."""
+    if _repo(root) is None:
+        return []
+    out = _git(root, "for-each-ref", "--format=%(refname:short)", f"refs/heads/{prefix}", what="list branches")
+    return sorted(line for line in out.splitlines() if line.startswith(prefix))
+
+
 def remove_worktrees(root: Path, paths: Iterable[Path]) -> None:
     """Drop linked worktrees (their folders and git's records of them)."""
     for path in paths:

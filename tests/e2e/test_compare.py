@@ -3,6 +3,7 @@
 timed beside (paired on its own rounds), a run that never reached its lanes, a cross-host pair,
 `--json` and `--markdown`, and a side that names nothing timed."""
 import json
+import re
 import shutil
 
 from candidates import RAISES, REDUNDANT, STOCK
@@ -23,6 +24,19 @@ def test_compare_baseline_champion_runs_and_hosts(pytester, model_cache, tmp_pat
     assert out.startswith("A = baseline (") and "B = champion (" in out, out
     assert "latency_b1" in out and "unpaired: timed apart" in out and "throughput_b8" in out, out
 
+    # one figure for the champion over the baseline: status, compare and the report cite the same
+    st = proj.ditar("status").stdout
+    figure = re.search(r"speedup over the baseline (\S+x ci95=\[\S+\] chained over 1 KEEP\(s\)) \(cite this\)", st)
+    assert figure, st
+    figure = figure.group(1)
+    assert f"champion over the baseline on latency_b1: {figure} (cite this" in out, out
+    cited = json.loads(proj.ditar("compare", "baseline", "champion", "--json").stdout)["lanes"]["latency_b1"]
+    assert cited["cited"] == figure and cited["verdict"] == "FASTER" and cited["how"].startswith("chained: 1 KEEP(s)")
+    assert cited["threshold"] == proj.config()["perf"]["min_speedup"], cited  # the bar every KEEP cleared
+    rep = proj.ditar("report", "--out", str(proj.root / "rep"))
+    assert rep.returncode == 0, rep.stderr
+    assert figure in (proj.root / "rep/index.html").read_text()
+
     doc = json.loads(proj.ditar("compare", "baseline", str(keep), "--json").stdout)
     objective = doc["lanes"]["latency_b1"]
     assert objective["how"] == "paired: B's own rounds against A", objective
@@ -32,6 +46,8 @@ def test_compare_baseline_champion_runs_and_hosts(pytester, model_cache, tmp_pat
     # the gate's own rules on the run's own rounds: the verdict and speedup it recorded
     assert objective["verdict"] == "FASTER" and abs(objective["speedup"] - judged["outcome"]["speedup"]) < 0.02, \
         (objective, judged["outcome"])
+    assert objective["threshold"] == judged["min_effect"], (objective, judged["min_effect"])  # the gate's own bar
+    assert abs(objective["speedup"] - cited["speedup"]) < 0.02  # one KEEP: the chain is its paired figure
 
     res = proj.ditar("compare", f"run:{keep}", str(crash))
     assert res.returncode == 0 and "not timed on B (the run never reached its lanes)" in res.stdout, res.stdout

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from pytest_ditar.loop.tryout import EXIT as TRY_EXIT
+
 from candidates import REDUNDANT, STOCK
 from conftest import REPO, make_project
 from integration.repo.test_docs_commands import (
@@ -52,7 +54,7 @@ def test_doc_commands_run(doc, pytester, model_cache):
         if not edited and EDIT.match(text):
             proj.write("mutable/pipeline.py", STOCK)  # "# edit mutable/ (one hypothesis)"
             edited = True
-        expected = 0 if not re.search(r"dit-ar .*experiment ", text) else None
+        expected = 0 if not re.search(r"dit-ar .*(experiment|try) ", text) else None
         for (d, sub, occ), status in EXPECTED_STATUS.items():
             if d == doc and sub in text:
                 k = (d, sub)
@@ -65,9 +67,12 @@ def test_doc_commands_run(doc, pytester, model_cache):
         res = subprocess.run(["bash", "-c", text], cwd=root, env=env, capture_output=True, text=True, timeout=300)
         timings.append((round(time.perf_counter() - t0, 1), text[:60]))
         out = res.stdout + res.stderr
-        if expected is None:  # experiment: the status the verdict line promises
+        if expected is None:  # experiment, try: the status the verdict (or try's outcome) line promises
             last = (res.stdout.strip().splitlines() or [""])[-1]
-            expected = VERDICT_STATUS.get(last.split()[2] if last.startswith("DITAR VERDICT: ") else "", -1)
+            if last.startswith("DITAR TRY: "):
+                expected = TRY_EXIT.get(last.split()[2], -1)
+            else:
+                expected = VERDICT_STATUS.get(last.split()[2] if last.startswith("DITAR VERDICT: ") else "", -1)
         assert res.returncode == expected, (f"{doc}:{c.line}: `{text}` exited {res.returncode}, expected {expected}\n"
                                             f"{out[-4000:]}")
         _checks(doc, text, res.stdout, root)

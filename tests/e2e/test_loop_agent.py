@@ -1,12 +1,15 @@
 """The loop as a scripted agent runs it: ten experiments in a row overnight; the documented start-up
 and a smoke check per class, told the truth about what the session and the suite can judge; a
 session a person bounded."""
+import json
 import re
 import subprocess
 from pathlib import Path
 
+from pytest_ditar.loop.tryout import EXIT
+
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
-from conftest import REPO, make_project, research_project
+from conftest import GENERATE, REPO, busy_while_marked, make_project, research_project
 from integration.repo.test_docs_commands import _env, extract, substitute
 
 FAST = (REPO / "pytest_ditar/demo/candidates/faster_exact.py").read_text()
@@ -175,3 +178,64 @@ def test_a_bounded_session_stops_with_a_refusal_and_says_so(pytester, model_cach
         m = re.search(r"speedup over the baseline (\S+)x ci95=\[(\S+),(\S+)\] chained over 1 KEEP\(s\) \(cite this\); "
                       r"stored medians, timed apart: (\S+)x", st.stdout)
         assert m and float(m.group(2)) <= float(m.group(1)) <= float(m.group(3)) and float(m.group(4)) > 0, st.stdout
+
+
+# What each `next:` line must name, by the outcome it follows (program.md, the loop's rules).
+TRY_NEXT = {"FASTER": "commit with the trailer", "NOT_FASTER": "drop the edit", "SLOWER": "drop the edit",
+            "UNSTABLE": "`dit-ar try` once more as it is", "REJECTED": "drop the edit"}
+
+
+def test_a_scripted_session_meets_only_next_lines_that_name_the_rules_step(pytester, model_cache, tmp_path_factory):
+    """An agent with only the next: lines: status, a try, an UNSTABLE experiment run --quiet and its
+    one re-run with --json, compare, status again. The champion's host is slowed once the baseline is
+    stored (busy_while_marked), so a change that only looks faster by that drift is not judged."""
+    proj = busy_while_marked(pytester, tmp_path_factory, STOCK, "len(request.labels) == 1", 0.3)
+    base = proj.head()
+    nexts = []
+
+    def next_line(out: str) -> str:
+        found = [ln for ln in out.splitlines() if ln.startswith("ditar: next: ")]
+        assert len(found) == 1, out[-3000:]
+        nexts.append(found[0])
+        return found[0]
+
+    assert "`dit-ar profile`" in next_line(proj.ditar("status").stdout)  # nothing run yet: see where time goes
+
+    candidate = STOCK.replace(GENERATE, GENERATE + "        import time\n"
+                              "        if len(request.labels) == 1:\n            time.sleep(0.08)\n")
+    proj.write("mutable/pipeline.py", candidate)
+    res = proj.ditar("try", "--classification", "exact", "--description", "Same pipeline, slower")
+    outcome = re.match(r"DITAR TRY: (\w+) ", res.stdout.strip().splitlines()[-1]).group(1)
+    assert res.returncode == EXIT[outcome] and TRY_NEXT[outcome] in next_line(res.stdout), res.stdout[-3000:]
+    assert "Name (time in" not in res.stdout  # pytest-benchmark's tables are off unless asked
+
+    proj.git("commit", "-qam", "Same pipeline, slower", "-m", "Ditar-Class: exact")
+    res = proj.ditar("experiment", "--classification", "exact", "--description", "Same pipeline", "--quiet")
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("ditar: next: ") and lines[1].startswith("DITAR VERDICT: "), lines
+    nexts.append(lines[0])
+    if "unstable" in lines[1]:  # the drift is the host's, not the idea's: run it once more, linked
+        assert res.returncode == 1 and "run it once more as it is" in lines[0], lines
+        run = json.loads(proj.ditar("status", "--json").stdout)["recent"][-1]["run"]
+        patch = next((proj.root / ".autoresearch/t/runs").iterdir()) / "candidate.patch"
+        proj.git("apply", str(patch))
+        proj.git("commit", "-qam", "Same pipeline, once more", "-m", "Ditar-Class: exact")
+        res = proj.ditar("experiment", "--classification", "exact", "--description", "Same pipeline", "--json")
+        doc = json.loads(res.stdout)
+        assert doc["exit_status"] == res.returncode and doc["rerun_of"] == run, doc
+        said = next_line(res.stderr)
+        assert "Name (time in" not in res.stderr
+        if doc["judged"] is False:
+            assert "UNSTABLE again" in said and "leave this idea" in said, said
+        else:
+            assert "a different hypothesis (not this one again)" in said, said
+    else:  # judged on the first run: never the same change again
+        assert "a different hypothesis" in lines[0], lines
+    assert proj.head() == base  # nothing kept: every DISCARD reverted
+
+    cmp = json.loads(proj.ditar("compare", "baseline", "champion", "--json").stdout)
+    assert cmp["b"]["label"].startswith("baseline (nothing kept yet)"), cmp["b"]
+    st = proj.ditar("status")
+    assert "  not judged " in st.stdout and "Same pipeline, slower" in st.stdout, st.stdout  # the try, noted
+    assert "the next hypothesis (not one judged above)" in next_line(st.stdout)
+    assert all(n.startswith("ditar: next: ") and len(n) > 30 for n in nexts), nexts

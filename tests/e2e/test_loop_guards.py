@@ -75,8 +75,8 @@ def test_dirty_tree_is_refused_and_the_edit_survives(research, tmp_path):
     sha = proj.commit_candidate(STOCK + "\n# candidate\n", "exact", "candidate")
     proj.write("mutable/pipeline.py", _marker_source(marker))  # uncommitted on top
     res, line = _run(proj)
-    assert res.returncode == 4 and line.startswith("DITAR REFUSED: guard clean_tree: uncommitted changes: "
-                                                   "mutable/pipeline.py: commit them (git commit --amend)"), line
+    want = "uncommitted changes: mutable/pipeline.py: fold them into the candidate (git commit --amend)"
+    assert res.returncode == 4 and line.startswith("DITAR REFUSED: guard clean_tree: " + want), line
     assert not _ran(proj, marker) and [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nothing recorded
     assert proj.head() == sha and "open(" in (proj.root / "mutable/pipeline.py").read_text()  # nothing lost
 

@@ -33,7 +33,7 @@ def test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing(
                   "conditioning: timestep + class embedding", "guidance combine", "scheduler step", "VAE decode",
                   "host gaps", "call (wall)", "top 10 operators by self CPU time", "FLOP/s achieved"):
         assert label in out, (label, out[-3000:])
-    assert out.rstrip().endswith("ditar: profile: no lane timed, nothing recorded, git untouched")
+    assert "ditar: profile: no lane timed, nothing recorded, git untouched\nditar: next: the largest phase above" in out
     d = proj.root / _out_dir(out)
     assert d.parent == proj.root / ".autoresearch/t/profiles" and d.name.endswith("-" + base[:7])
 

@@ -105,6 +105,9 @@ def test_report_renders_plot_and_image_grid(session_with_history, tmp_path):
     assert "<link" not in page and 'src="data:image/png;base64,' in page
     assert "Quality failures (1)" in page and "Kept commits (1)" in page
     assert page.count('class="st-CRASH"') >= 1 and "candidate image not stored" not in page.split('id="keeps"')[0]
+    # issue 42: nothing of the machine's paths in the page, the host named, a page others can read
+    assert str(proj.root) not in page and "state <code>.autoresearch/t</code>" in page and " ms</b>" in page
+    assert (index.stat().st_mode & 0o777) == 0o644
 
     shot = _screenshot(index, tmp_path / "shot.png", tmp_path / "profile")
     assert shot.shape == (HEIGHT, WIDTH, 3)

@@ -95,3 +95,89 @@ def test_each_disagreement_planted_back_is_found(kind):
     docs[name] = docs[name] + "\n" + text + "\n"
     found = disagreements(docs)
     assert len(found) == 1 and found[0].startswith(name + ":") and said in found[0], found
+
+
+# ---- a newcomer's first screen (issue 42) ---------------------------------------------------------
+GLOSSARY = ("champion", "twin", "A/A noise", "guard lane", "zygote", "off_target")
+
+
+def first_screen_problems(readme: str, program: str, ci_run: str, gitignore: str) -> list[str]:
+    """What a newcomer's first hour stumbled on, read from the documents: the README's first 60
+    lines hold the purpose, both set-up commands (two venvs) and the glossary, every term defined
+    before it is used, in sentences of at most 40 words; program.md says the output's order and
+    what to do after each try outcome."""
+    out = []
+    head = "\n".join(readme.splitlines()[:60])
+    if "pytest gates" not in head or "Diffusion Transformer" not in head:
+        out.append("README: its first screen does not say what pytest-ditar is")
+    if head.count("<!-- docs-test: setup -->") != 1 or head.count("<!-- docs-test: ci -->") != 1:
+        out.append("README: both set-up commands must be in its first 60 lines")
+    venvs = re.findall(r"python3 -m venv (\S+) && ", head)
+    if len(venvs) != 2 or venvs[0] == venvs[1]:
+        out.append(f"README: the demo and the tests need a venv each, not {venvs}")
+    for v in venvs:
+        if f"{v}/" not in gitignore.splitlines():
+            out.append(f".gitignore: the README's venv {v}/ is not ignored")
+    if "download.pytorch.org/whl/cpu" not in head:
+        out.append("README: the test command's torch is not the CPU-only build")
+    for term in GLOSSARY:
+        entry = re.search(rf"^- \*\*{re.escape(term)}\*\*: ", head, re.M)
+        if not entry:
+            out.append(f"README: the glossary in its first 60 lines does not define '{term}'")
+            continue
+        used = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", readme, re.I)
+        if used and used.start() < entry.start():
+            out.append(f"README: '{term}' is used before its glossary entry")
+    prose = re.sub(r"^(    |<!--|#).*$", "", head, flags=re.M)  # commands, markers, headings: not sentences
+    for para in re.split(r"\n\s*\n", prose):
+        for sentence in re.split(r"(?<=[.:!?])\s+(?=[A-Z`(])|\n- ", para):
+            if len(sentence.split()) > 40:
+                out.append(f"README: a sentence of {len(sentence.split())} words on its first screen: "
+                           f"{sentence[:60]}...")
+    if "git checkout -b" in readme:
+        out.append("README: `git checkout -b` before `init`, which makes the branch")
+    flat = re.sub(r"\s+", " ", program)
+    order = ("`ditar: lane", "`ditar: time: ...`", "`ditar: next: ...`", "pytest's short test summary",
+             "last the verdict line")
+    at = [flat.find(o) for o in order]
+    if -1 in at or at != sorted(at):
+        out.append("program.md: does not give the output's order (lanes, time, next, pytest's summary, verdict last)")
+    tries = flat.split("**Try before you commit**", 1)[-1].split(" 5. ", 1)[0]
+    for outcome in ("FASTER", "NOT_FASTER", "UNSTABLE", "QUALITY_FAILED"):
+        if not re.search(rf"(?<![\w_]){outcome}(, [A-Z_]+)*( or [A-Z_]+)?: ", tries):
+            out.append(f"program.md: no rule for a `try` that says {outcome}")
+    if "not judged" not in flat or "task text" not in flat:
+        out.append("program.md: says nothing of a run not judged, or of a run count in the task text")
+    ci_line = next((ln for ln in ci_run.splitlines() if ln.startswith("python3 -m venv")), "")
+    if ci_line and ci_line not in readme:
+        out.append(".ci/run: its test line is not the README's")
+    return out
+
+
+def _first_screen_inputs() -> tuple[str, str, str, str]:
+    return tuple((ROOT / n).read_text() for n in ("README.md", "program.md", ".ci/run", ".gitignore"))  # type: ignore
+
+
+def test_a_newcomers_first_screen():
+    assert first_screen_problems(*_first_screen_inputs()) == []
+
+
+FIRST_SCREEN_PLANTS = {
+    "jargon first": (0, lambda t: t.replace("## Set-up", "The champion wins.\n\n## Set-up", 1), "used before"),
+    "one venv": (0, lambda t: t.replace(".venv-test", ".venv"), "a venv each"),
+    "long sentence": (0, lambda t: t.replace("## Set-up", " ".join(["word"] * 45) + ".\n\n## Set-up", 1),
+                      "a sentence of"),
+    "no glossary": (0, lambda t: t.replace("- **zygote**: ", "- zygote: "), "does not define 'zygote'"),
+    "branch": (0, lambda t: t + "\n    git checkout -b work\n", "git checkout -b"),
+    "order": (1, lambda t: t.replace("and last the verdict line", "and the verdict line"), "output's order"),
+    "try rule": (1, lambda t: t.replace("UNSTABLE: `try` once more", "UNSTABLE, `try` once more"), "UNSTABLE"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FIRST_SCREEN_PLANTS))
+def test_each_first_screen_problem_planted_back_is_found(kind):
+    which, plant, said = FIRST_SCREEN_PLANTS[kind]
+    docs = list(_first_screen_inputs())
+    docs[which] = plant(docs[which])
+    found = first_screen_problems(*docs)
+    assert len(found) >= 1 and any(said in f for f in found), found

@@ -34,7 +34,6 @@ INDIRECT = {
                                  "test_baseline_refuses_to_overwrite_unless_forced",
     "pytest_ditar.cli.command": "tests/integration/repo/test_docs_commands.py::test_docs_conventions",  # the parser
     "pytest_ditar.cli.compare": "tests/e2e/test_compare.py::test_compare_baseline_champion_runs_and_hosts",
-    "pytest_ditar.cli.demo": "tests/e2e/test_doc_commands.py::test_doc_commands_run",  # the README's `dit-ar demo`
     "pytest_ditar.cli.experiment": "tests/integration/loop/test_loop_verdicts.py::"
                                    "test_faster_exact_candidate_is_kept_and_becomes_champion",
     "pytest_ditar.cli.fetchstate": "tests/e2e/test_ci.py::"

@@ -64,7 +64,7 @@ def test_the_plot_tells_an_unjudged_discard_from_a_quality_or_guard_one():
     quality = Experiment({"run": 4, "status": "DISCARD", "metric": "", "judged": 1, "reason": "quality 2/6 failed"})
     slower = Experiment({"run": 5, "status": "DISCARD", "metric": 0.98, "judged": 1, "reason": "lane not faster"})
     assert [point_kind(e) for e in (unstable, old_row, quality, slower)] == [
-        "DISCARD (lane UNSTABLE, not judged)", "DISCARD (lane UNSTABLE, not judged)",
+        "DISCARD (lane UNSTABLE, not judged)", "DISCARD (quality/guard, not timed)",  # its field, never its words
         "DISCARD (quality/guard, not timed)", "DISCARD"]
     assert point_kind(_exp(6, "KEEP", 1.2, 1.1, 1.3)) == "KEEP" and point_kind(_exp(7, "CRASH")) == "CRASH"
 
@@ -130,3 +130,19 @@ def test_a_kept_runs_section_shows_each_lanes_rounds_as_histograms(tmp_path):
     assert page.count('alt="each lane\'s rounds: candidate, champion and twin, ms per call"') == 1, page[:2000]
     (run / "summary.json").write_text(json.dumps({"commit": "b" * 40, "decision": "KEEP", "lanes": {}}))
     assert "each lane's rounds" not in build_report(state).read_text()
+
+
+def test_the_progress_plot_numbers_runs_as_integers_and_draws_no_interval_with_nothing_kept():
+    from pytest_ditar.report.plot import progress_figure
+
+    unjudged = Experiment({"run": 3, "status": "DISCARD", "metric": 2.44, "judged": 0, "reason": "unstable"})
+    ax = progress_figure([_exp(2, "DISCARD", 0.9, 0.8, 1.0), unjudged]).axes[0]
+    assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()  # no run 2.5
+    assert not ax.collections[0].get_label().startswith("best: 95% CI")  # nothing kept: no band
+    labels = [t.get_text() for t in ax.texts]
+    assert "not judged (2.44x)" in labels, labels
+    # the unjudged 2.44x sits on the best line (1.0), not far above it
+    marks = [c for c in ax.collections if c.get_label().startswith("DISCARD (lane UNSTABLE")]
+    assert marks and marks[0].get_offsets()[0][1] == 1.0
+    kept = progress_figure([_exp(2, "KEEP", 1.2, 1.1, 1.3)]).axes[0]
+    assert kept.collections[0].get_label() == "best: 95% CI (chained over the KEEPs)"

@@ -1,0 +1,35 @@
+"""A run the gate could not judge (a DISCARD whose only objection is its UNSTABLE objective lane) is
+counted and shown as "not judged" by `dit-ar status` and the report, never as a DISCARD, while its
+ledger row keeps the seed's verdict word. The report's header names no absolute path of the
+machine, says the host, gives the baseline's medians in ms, shows no interval when nothing is kept,
+and its page is readable by others (0644)."""
+import stat
+
+from pytest_ditar.store.ledger import Ledger
+
+UNSTABLE = "lane latency_b1 unstable: champion drift 1.40x (the host itself 1.37x as slow as then, taken into account)"
+
+
+def test_status_and_the_report_count_an_unjudged_run_as_not_judged(research):
+    state = research.root / ".autoresearch/t"
+    Ledger(state).append({"commit": "c" * 40, "parent": research.head(), "status": "DISCARD", "class": "exact",
+                          "description": "Fuse qkv", "lane": "latency_b1", "metric": 2.44, "ci_low": 2.39,
+                          "ci_high": 2.57, "reason": UNSTABLE, "judged": 0})
+    Ledger(state).append({"commit": "d" * 40, "parent": research.head(), "status": "DISCARD", "class": "exact",
+                          "description": "Lower guidance", "lane": "latency_b1", "reason": "quality 6/6 failed",
+                          "judged": 1})
+    out = research.ditar("status").stdout
+    assert "experiments  KEEP 0  DISCARD 1  CRASH 0  not judged 1" in out, out
+    assert f"(not judged: {UNSTABLE})" in out and "Fuse qkv" in out, out
+
+    res = research.ditar("report", "--out", "rep")
+    assert res.returncode == 0, res.stderr
+    index = research.root / "rep/index.html"
+    page = index.read_text()
+    assert "not judged<b>1</b>" in page and "discarded<b>1</b>" in page, page[:4000]
+    assert page.count('<span class="nj">not judged</span>') == 1
+    assert "nothing kept yet" in page and "[1.000, 1.000]" not in page
+    assert str(research.root) not in page and "state <code>.autoresearch/t</code>" in page
+    assert "host " in page and "host unknown" not in page
+    assert "baseline latency_b1 median<b>" in page and " ms</b>" in page
+    assert stat.S_IMODE(index.stat().st_mode) == 0o644

@@ -1,0 +1,32 @@
+"""core.effect: the one threshold rule of the gate and `dit-ar compare`; core.cumulative.cite: the one
+figure status, compare and the report give for the champion."""
+import pytest
+
+from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.effect import noise_floor, threshold
+
+FLOOR = dict(ratio=1.02, ci_low=0.95, ci_high=1.09, ci_half_width=0.07, abs_shift=0.02, cv_a=0.05, cv_b=0.05,
+             n_a=20, n_b=20)
+NOISE = {**FLOOR, "paired": {**FLOOR, "ci_half_width": 0.01, "abs_shift": 0.005}}
+
+
+def test_a_grown_lane_is_judged_at_min_speedup_whatever_the_noise():
+    assert threshold(NOISE, paired=True, grown=True, min_speedup=0.03, noise_k=2.0) == 0.03
+
+
+def test_other_lanes_at_k_times_the_baseline_noise_paired_where_paired_never_below_min_speedup():
+    assert threshold(NOISE, paired=False, grown=False, min_speedup=0.03, noise_k=2.0) == pytest.approx(0.14)
+    assert threshold(NOISE, paired=True, grown=False, min_speedup=0.01, noise_k=2.0) == pytest.approx(0.02)
+    assert threshold(NOISE, paired=True, grown=False, min_speedup=0.03, noise_k=2.0) == 0.03
+    assert threshold(None, paired=True, grown=False, min_speedup=0.03, noise_k=2.0) == 0.03
+    # a baseline stored without a paired A/A: the unpaired one stands in
+    assert noise_floor(FLOOR, paired=True).ci_half_width == 0.07 and noise_floor({}, paired=False) is None
+
+
+def test_cite_chains_the_kept_rows_and_says_so():
+    assert cite([]) is None
+    one = cite([{"metric": 2.0, "ci_low": 1.9, "ci_high": 2.1}])
+    assert one.text() == "2.000x ci95=[1.900,2.100] chained over 1 KEEP(s)"
+    two = cite([{"metric": 2.0, "ci_low": 1.9, "ci_high": 2.1}, {"metric": "1.5", "ci_low": "", "ci_high": ""}])
+    assert two.speedup == pytest.approx(3.0) and two.ci_low is None and two.text() == "3.000x chained over 2 KEEP(s)"
+    assert cite([{"metric": ""}]) is None  # a kept row without a speedup: nothing to cite
