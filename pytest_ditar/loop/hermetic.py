@@ -21,6 +21,7 @@ from typing import Iterable, Mapping, Sequence
 FLAGS = frozenset({
     "--quiet", "--verbose", "--exitfirst", "--showlocals", "--no-header", "--no-summary", "--collect-only", "--co",
     "--strict-markers", "--disable-warnings", "--disable-pytest-warnings", "--full-trace", "--no-showlocals",
+    "--benchmark-quiet",  # pytest-benchmark's tables off (`dit-ar experiment` and `try` add it)
 })
 VALUED = frozenset({
     "--tb", "--color", "--code-highlight", "--maxfail", "--capture", "--durations", "--durations-min",
@@ -30,10 +31,11 @@ SHORT_FLAGS = "qvxsl"  # -q -v -x -s -l, alone or joined (-xq)
 SHORT_VALUED = "nrmkp"  # -n 2, -rA, -m perf, -k expr, -p (only the two forms below)
 # pytest-ditar's own options that take a value (the rest are flags)
 DITAR_VALUED = frozenset({"--ditar-config", "--ditar-tag", "--ditar-device", "--ditar-class", "--ditar-description",
-                          "--ditar-phase", "--ditar-guard-tolerance"})
+                          "--ditar-phase", "--ditar-guard-tolerance", "--ditar-json"})
 OWN_PLUGIN = "pytest_ditar.plugin.hooks"  # `dit-ar` names it where the package has no entry point
 ALLOWED = ("-q -v -x -s -l -r -n -m -k --tb --color --maxfail --capture --durations --deselect --numprocesses --dist "
-           "--collect-only --no-header --no-summary --showlocals --strict-markers --disable-warnings, -p no:NAME, "
+           "--collect-only --no-header --no-summary --showlocals --strict-markers --disable-warnings --benchmark-quiet, "
+           "-p no:NAME, "
            "--ditar-*, and paths inside the suites folder")
 
 # Python's own variables that change nothing but its output's encoding and buffering, and what it
