@@ -34,8 +34,8 @@ DITAR_VALUED = frozenset({"--ditar-config", "--ditar-tag", "--ditar-device", "--
                           "--ditar-phase", "--ditar-guard-tolerance", "--ditar-json"})
 OWN_PLUGIN = "pytest_ditar.plugin.hooks"  # `dit-ar` names it where the package has no entry point
 ALLOWED = ("-q -v -x -s -l -r -n -m -k --tb --color --maxfail --capture --durations --deselect --numprocesses --dist "
-           "--collect-only --no-header --no-summary --showlocals --strict-markers --disable-warnings --benchmark-quiet, "
-           "-p no:NAME, "
+           "--collect-only --no-header --no-summary --showlocals --strict-markers --disable-warnings "
+           "--benchmark-quiet, -p no:NAME, "
            "--ditar-*, and paths inside the suites folder")
 
 # Python's own variables that change nothing but its output's encoding and buffering, and what it
