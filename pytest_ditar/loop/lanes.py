@@ -263,6 +263,8 @@ class LaneRunner:
             try:  # booked as perf.build_champion
                 self._champion[ranks] = champion.build(self.sess, commit, head, ranks=ranks)
             except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run cannot judge
+                if exc in self.sess.errors:  # the candidate's doing (its code edited the champion's): a CRASH
+                    raise
                 raise self._reference_failed(f"champion {str(commit)[:7]}", "could not be built", exc) from exc
         return self._champion[ranks]
 

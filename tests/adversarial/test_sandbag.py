@@ -8,6 +8,8 @@ run), on the objective lane or on any other (the champion is one process), and t
 off the objective win's lower bound: a win it explains is UNSTABLE and nothing is kept."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from .attacks import GEN_RETURN, GEN_SIG, sleeps_after
@@ -32,7 +34,8 @@ def _judged_twice(proj, first_source: str, honest: str, bomb, clear_load=lambda:
     """Baseline, the sandbag as a real 2x win (kept), its bomb set off, then the same speed without
     the sandbag: judged, never kept."""
     # drift checked (the shared test config turns it off), loosely enough for a loaded CI box
-    proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 1.5})
+    # (a 7x slowed call on a loaded box must not reach the item timeout: a stall is no drift)
+    proj.set_config(perf={**proj.config()["perf"], "drift_tolerance": 1.5}, item_timeout_s=60)
     proj.git("commit", "-qam", "drift check at 2.5x")
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
@@ -75,7 +78,7 @@ def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_gua
     second = _judged_twice(proj, _loaded_while(marker, sandbag(bomb)), _loaded_while(marker, STOCK), bomb,
                            marker.unlink)
     assert "against a champion slowed in this run" in second.reason and \
-        "guard lane throughput_b8: champion drift" in second.reason, second.show()
+        re.search(r"guard lane throughput_b8: .*champion drift", second.reason), second.show()
 
 
 def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache, tmp_path):
