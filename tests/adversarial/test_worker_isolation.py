@@ -285,7 +285,7 @@ def test_the_candidate_runs_in_a_scratch_directory_without_the_state_directory_i
     cache_vars = {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"}
     assert not [k for k, v in seen["env"].items() if str(state) in v and k not in cache_vars], seen["env"]
     assert seen["env"]["PWD"] == seen["cwd"] and seen["env"]["TMPDIR"] == seen["cwd"]  # its scratch, its temp
-    assert Path(seen["mutable"]).resolve().parent == Path("/run/ditar/code/mutable")  # still importable: its own copy (issue 38)
+    assert Path(seen["mutable"]).resolve().parent == Path("/run/ditar/code/mutable")  # its own copy
     assert "" not in seen["path"] and seen["cwd"] not in seen["path"]  # nothing planted in its cwd shadows a module
     assert not cwd.exists()  # the scratch directory went with the run
 
