@@ -122,12 +122,14 @@ def option_refusal(args: Sequence[str], root: Path, suites: Path, state: Path, p
             if name in VALUED or name in DITAR_VALUED:
                 i += 0 if eq else 1
                 continue
-            if name == "--basetemp":
+            if name in ("--basetemp", "--junitxml", "--junit-xml"):
                 if not eq:
                     value, i = (str(args[i]) if i < n else ""), i + 1
                 why = _basetemp_refusal(value, here, root, state, protected)
                 if why:
-                    return why
+                    return why if name == "--basetemp" else (
+                        f"pytest option {name}={value} is not allowed in a gated run: it would write a file in the "
+                        "project, its git or its state (point it outside the project)")
                 continue
             return _refusal(name, a)
         if a.startswith("-") and len(a) > 1:
@@ -176,8 +178,9 @@ def _path_refusal(arg: str, suites: Path) -> str:
 
 
 def _basetemp_refusal(value: str, here: Path, root: Path, state: Path, protected: Iterable[str]) -> str | None:
-    """pytest empties --basetemp when a test asks for a temporary folder: never the project, its
-    git, its state or a path the config names."""
+    """pytest empties --basetemp when a test asks for a temporary folder, and writes --junitxml (the
+    report CI reads, issue 43) where it says: never the project, its git, its state or a path the
+    config names."""
     p, root = (here / value).resolve(), root.resolve()
     bad = p == root or p in root.parents
     if not bad and root in p.parents:
