@@ -20,7 +20,8 @@ pytestmark = pytest.mark.adversarial
 
 
 def sandbag(bomb) -> str:
-    """REDUNDANT's pass dropped (a real 2x), sleeping 12x the call's own time (13x slower: beyond a loaded box's 2x swing times the test's 2.5x drift bar) once `bomb`
+    """REDUNDANT's pass dropped (a real 2x), sleeping 12x the call's own time (13x slower: beyond a loaded box's
+    2x swing times the test's 2.5x drift bar) once `bomb`
     exists. On a shared 2-core box the load swing between two runs reached 2x (session 10: a 4x
     sandbag measured 1.83x against samples taken under load): a sandbag inside that swing on every
     lane is a known limit (docs/trust.md, row 22)."""
