@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.runtime import proctree
 from pytest_ditar.store import statefiles
 from pytest_ditar.store.paths import CHAMPIONS, TagPaths
 from pytest_ditar.vcs import repo as gitops
@@ -142,13 +143,7 @@ def _alive(pid: int | None, start: str) -> bool:
         return False
     if Path("/proc/self/stat").is_file() and start != "-":
         return _started(pid) == start
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return proctree.pid_exists(pid)
 
 
 def settle(root: Path, paths: TagPaths) -> Settled:

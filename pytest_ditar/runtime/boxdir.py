@@ -21,6 +21,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from pytest_ditar.runtime import proctree
+
 BOX = "/run/ditar"  # /run is a tmpfs of each sandbox's own (runtime.sandbox.masked)
 CODE = f"{BOX}/code"  # the parent of the role's package, read-only
 WORK = f"{BOX}/work"  # its scratch: working directory, TMPDIR
@@ -67,20 +69,10 @@ def sweep(where: str | None = None) -> list[str]:
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             m = _NAME.match(name)
-            if m and not _alive(int(m.group(1))):
+            if m and not proctree.pid_exists(int(m.group(1))):
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
                 gone.append(name)
     return gone
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove() -> None:

@@ -42,6 +42,17 @@ def become_subreaper() -> bool:
         return False
 
 
+def pid_exists(pid: int) -> bool:
+    """Whether a process of that pid exists (one of another user's counts: it cannot be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclass
 class Table:
     """pid -> (state, ppid, process group, session) of every process, at one moment."""
