@@ -312,7 +312,9 @@ class DitarSession:
         for w in [*self._workers.values(), *self._retired]:
             folder = w.log_path.parent
             for f in sorted(folder.iterdir()) if folder.is_dir() else []:
-                dest = self._run_dir / "workers" / who / (f"{w.name}.log" if f == w.log_path else f"{w.name}.{f.name}")
+                own = f == w.log_path or f.name.startswith(f"{w.name}.")  # a group's rank logs carry its name
+                dest = self._run_dir / "workers" / who / (f"{w.name}.log" if f == w.log_path
+                                                          else f.name if own else f"{w.name}.{f.name}")
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 logs.keep_capped(f, dest)  # each capped, the cut said (runtime.logs)
 

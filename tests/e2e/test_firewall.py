@@ -2,6 +2,8 @@
 class gate refusal, fresh-seed holdout, an edited snapshot or ledger row. The invalid-output reasons
 and the zero-regression rule, as plain functions: tests/unit/core/test_firewall_rules.py."""
 import json
+import shutil
+from pathlib import Path
 
 from candidates import STOCK
 from conftest import verdict_line
@@ -17,22 +19,37 @@ FEWER_STEPS = _patch("num_inference_steps=request.steps,", "num_inference_steps=
 
 # Recognises corpus seeds and replays the stored baseline outputs for them; for any other seed
 # it computes something else (half the guidance). The corpus cannot tell; fresh seeds can.
+# The agent reads the baseline's outputs on its own (the judge's sandbox hides .autoresearch/ from
+# a candidate) and commits them beside its code: a replay of the corpus that the fresh seeds miss.
 REPLAY = _patch("    def generate(self, request: Request) -> Generated:\n",
                 '''    def generate(self, request: Request) -> Generated:
         import json
         from pathlib import Path
         from PIL import Image
-        stored = {}
-        for man in (Path(__file__).resolve().parents[1] / ".autoresearch").glob("*/baseline/manifest.json"):
-            m = json.loads(man.read_text())
-            for item_id, seed in m["seeds"].items():
-                stored[seed] = (man.parent / m["items"][item_id]["latent"], man.parent / m["items"][item_id]["image"])
+        here = Path(__file__).resolve().parent / "replay"
+        stored = {int(k): v for k, v in json.loads((here / "index.json").read_text()).items()}
         if all(s in stored for s in request.seeds):
-            lat = np.stack([np.load(stored[s][0]) for s in request.seeds])
-            img = np.stack([np.asarray(Image.open(stored[s][1]).convert("RGB")) for s in request.seeds])
+            lat = np.stack([np.load(here / stored[s][0]) for s in request.seeds])
+            img = np.stack([np.asarray(Image.open(here / stored[s][1]).convert("RGB")) for s in request.seeds])
             return Generated(latents=torch.from_numpy(lat), images=img)
         half = self.spec.guidance * 0.5
 ''').replace("guidance_scale=self.spec.guidance,", "guidance_scale=half,")
+
+
+def _commit_replay_data(proj) -> None:
+    """Copy the stored baseline outputs into mutable/replay/, indexed by seed, and stage them."""
+    (man,) = (proj.root / ".autoresearch").glob("*/baseline/manifest.json")
+    m = json.loads(man.read_text())
+    out = proj.root / "mutable/replay"
+    out.mkdir()
+    index = {}
+    for item_id, seed in m["seeds"].items():
+        files = [m["items"][item_id]["latent"], m["items"][item_id]["image"]]
+        for f in files:
+            shutil.copy(man.parent / f, out / Path(f).name)
+        index[seed] = [Path(f).name for f in files]
+    (out / "index.json").write_text(json.dumps(index))
+    proj.git("add", "mutable/replay")
 
 
 def test_approximate_without_evaluators_is_refused_with_the_config_hint(research):
@@ -49,6 +66,7 @@ def test_approximate_without_evaluators_is_refused_with_the_config_hint(research
 def test_replaying_candidate_is_caught_by_the_fresh_seed_holdout(research):
     proj = research
     base = proj.head()
+    _commit_replay_data(proj)
     _, res, line = proj.experiment(REPLAY, "exact", "Cache outputs")
     assert line.startswith("DITAR VERDICT: DISCARD") and "quality=6/6" in line, line  # the corpus is fooled
     assert 'reason="holdout seed ' in line and "latent_rel_l2" in line, line
