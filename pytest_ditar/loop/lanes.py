@@ -31,13 +31,14 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
     # a first look that hits a 10% share of slow calls at least once (core.meantime), where affordable
     first = max(lane.repeats, tail) if (tail := meantime.tail_rounds(perf.alpha)) <= top else lane.repeats
     the_plan = seq.plan(first, top, perf.alpha)
-    return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s)
+    return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s, tail=perf.guard_tolerance,
+                      n_boot=perf.n_boot)
 
 
 def guard_plan_for(lane: Any, perf: Any, tolerance: float) -> Sequential:
     """A guard lane's plan (every lane of `--ditar-guard`): the same looks and budget, grown until
     a slowdown beyond `tolerance` is shown or ruled out (core.guard)."""
-    return replace(plan_for(lane, perf), guard=tolerance)
+    return replace(plan_for(lane, perf), guard=tolerance, tail=None)
 
 
 def _trimmed_mean(xs: list[float], cut: float = 0.1) -> float:

@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
-from pytest_ditar.core import guard
+from pytest_ditar.core import guard, meantime
 from pytest_ditar.core.requests import RequestStream
-from pytest_ditar.core.sequential import CONTINUE, Plan, look
+from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import no_gc, quietest_cpu
@@ -41,6 +41,10 @@ class Sequential:
     # a guard lane's tolerance: the lane grows until a slowdown beyond it is shown or ruled out
     # (core.guard.look) instead of until a win is (core.sequential.look)
     guard: float | None = None
+    # an objective lane's win must also show its total time within this of the champion's
+    # (core.meantime); a win by its median whose total is not yet shown grows to the next look
+    tail: float | None = None
+    n_boot: int = 2000
 
 
 class AuditFailure(Exception):
@@ -316,7 +320,7 @@ def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0:
         lk = (look(m.sides(), sq.threshold, sq.plan, k, foreign=_voiding(m)) if sq.guard is None
               else guard.look(m.champion_samples, m.samples, sq.guard, k, sq.plan.alphas[k]))
         m.looks.append(asdict(lk))
-        if lk.decision != CONTINUE:
+        if lk.decision != CONTINUE and not _total_pending(m, sq, lk, k):
             return
         if cut or k + 1 >= len(sq.plan.looks):
             m.undecided = cut or f"the plan's last look ({sq.plan.looks[-1]} rounds)"
@@ -333,6 +337,15 @@ def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0:
             cut = f"the lane's budget of {sq.budget_s:g}s, reached at {target} rounds"
         while len(m.samples) < target:
             one_round()
+
+
+def _total_pending(m: LaneMeasurement, sq: Sequential, lk: Any, k: int) -> bool:
+    """A win by the median call whose summed time the rounds so far do not show (a stall or a slow
+    share hit once in a short look), with a look left: more rounds decide it, not this look. The
+    later look is tested at its own alpha, so the rule's error stays what the plan spends."""
+    if lk.decision != FASTER or sq.tail is None or k + 1 >= len(sq.plan.looks):
+        return False
+    return meantime.total_unproven(m.champion_samples, m.samples, sq.tail, n_boot=sq.n_boot) is not None
 
 
 def _voiding(m: LaneMeasurement) -> list[int]:

@@ -53,3 +53,37 @@ def test_a_guard_lane_that_never_settles_stops_at_its_last_look_and_says_so():
     _grow(m, Sequential(plan(12, 48, 0.05), 0.01, budget_s=1e9, guard=0.15), one_round, 0.0)
     assert [lk["rounds"] for lk in m.looks] == [12, 24, 48] and m.looks[-1]["decision"] == CONTINUE, m.looks
     assert m.undecided == "the plan's last look (48 rounds)"
+
+
+def _stalled(stall_at: int) -> tuple[LaneMeasurement, object]:
+    """An objective lane 2x faster on every round but one, where the candidate's call stalls 8x."""
+    rng = np.random.default_rng(3)
+    m = LaneMeasurement("latency_b1", samples=[], warmup_s=[], champion_samples=[])
+
+    def one_round() -> None:
+        n = len(m.samples)
+        m.champion_samples.append(0.05 * float(np.exp(rng.normal(0.0, 0.03))))
+        m.samples.append(0.025 * float(np.exp(rng.normal(0.0, 0.03))) * (8.0 if n == stall_at else 1.0))
+
+    for _ in range(12):
+        one_round()
+    return m, one_round
+
+
+def test_a_win_whose_total_one_stall_leaves_unproven_grows_to_the_next_look():
+    """The CI failure replayed (issue 39's tail rule on a loaded box): the sign test shows the win
+    at the first look, but one 8x stall in 12 rounds leaves the summed time unproven, which would
+    have made an honest 2x UNSTABLE; the lane takes its next look instead, where the stall is one
+    round of 24 and the total is shown. Without the tail rule the lane stops at its first look."""
+    from pytest_ditar.core import meantime
+    from pytest_ditar.core.sequential import FASTER
+
+    m, one_round = _stalled(stall_at=5)
+    assert meantime.total_unproven(m.champion_samples, m.samples, 0.05) is not None  # the first look's rounds
+    _grow(m, Sequential(plan(12, 48, 0.05), 0.01, budget_s=1e9, tail=0.05), one_round, 0.0)
+    assert [(lk["rounds"], lk["decision"]) for lk in m.looks] == [(12, FASTER), (24, FASTER)], m.looks
+    assert meantime.total_unproven(m.champion_samples, m.samples, 0.05) is None
+
+    m, one_round = _stalled(stall_at=5)
+    _grow(m, Sequential(plan(12, 48, 0.05), 0.01, budget_s=1e9), one_round, 0.0)
+    assert [lk["rounds"] for lk in m.looks] == [12]
