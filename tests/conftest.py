@@ -221,7 +221,9 @@ def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPat
     The first request per starting pipeline and config builds it for real; later ones copy that
     repo and state (the baseline is deterministic), which keeps the suite inside CI's time budget.
     """
-    key = (mutable_source or "stock") + (json.dumps(config, sort_keys=True) if config else "")
+    # per dit-ar too: a test may put an environment of its own first on PATH (tests/venvs.py)
+    key = (str(shutil.which("dit-ar")) + (mutable_source or "stock")
+           + (json.dumps(config, sort_keys=True) if config else ""))
     if key not in _TEMPLATES:
         root = tmp_path_factory.mktemp("research-template")
         proj = make_project(pytester, mutable_source=mutable_source, root=root, config=config)

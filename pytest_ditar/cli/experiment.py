@@ -177,11 +177,10 @@ def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | No
         return why
     try:
         manifest = TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, tag)).baseline / "manifest.json"
-        closure = json.loads(manifest.read_text()).get("import_closure")
-    except (DitarError, OSError, ValueError, AttributeError):  # no tag or baseline, a damaged one: the gate says which
+        stamped = json.loads(manifest.read_text())
+    except (DitarError, OSError, ValueError):  # no tag or baseline, a damaged one: the gate says which
         return None
-    found = stamps.closure_changes(closure) if isinstance(closure, dict) else []
-    return stamps.closure_refusal(found) if found else None
+    return stamps.before_pytest(stamped) if isinstance(stamped, dict) else None
 
 
 def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:

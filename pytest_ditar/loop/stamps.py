@@ -229,6 +229,24 @@ def closure_changes(recorded: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def before_pytest(manifest: Mapping[str, Any]) -> str | None:
+    """The refusal for what loads into the judge's pytest before the gate can look: an installed
+    pytest plugin added or removed, a stamped module changed (`dit-ar experiment` checks these
+    before it starts pytest, the gate again). None when neither changed."""
+    plugins = manifest.get("pytest_plugins")
+    if isinstance(plugins, dict):
+        found = plugin_changes(plugins)
+        if found:
+            return (f"python environment changed since the baseline: {_list(found)} (pytest loads every installed "
+                    f"plugin into the judge): {_uninstall_hint(plugins)}, {FIX}")
+    closure = manifest.get("import_closure")
+    if isinstance(closure, dict):
+        found = closure_changes(closure)
+        if found:
+            return closure_refusal(found)
+    return None
+
+
 def closure_refusal(found: list[str]) -> str:
     return (f"python environment changed since the baseline: {_list(found)} (a module or library the judge "
             f"loads): reinstall it (pip install --force-reinstall --no-deps <its distribution>), {FIX}")
@@ -274,11 +292,9 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
         if found:
             return (f"environment variable {_list(found)} since the baseline (it changes how torch and the libraries "
                     f"under it compute, in the judge and its workers): set it back, {FIX}")
-    closure = manifest.get("import_closure")
-    if closure is not None:
-        found = closure_changes(closure)
-        if found:
-            return closure_refusal(found)
+    why = before_pytest(manifest)
+    if why:
+        return why
     env = manifest.get("environment")
     if env is not None:
         found = environment_changes(env, repo_root)
@@ -288,12 +304,42 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
     return None
 
 
+def pytest_plugins() -> dict[str, str]:
+    """{entry point name: "module (distribution)"} of every installed pytest plugin: pytest loads
+    each into every pytest process, the judge's included, so one installed after the baseline is
+    new code in the judge that no stamped file shows."""
+    import importlib.metadata as md
+
+    out = {}
+    for ep in md.entry_points(group="pytest11"):
+        dist = getattr(ep, "dist", None)
+        out[ep.name] = f"{ep.value} ({dist.metadata['Name'] if dist is not None else '?'})"
+    return dict(sorted(out.items()))
+
+
+def plugin_changes(recorded: Mapping[str, str]) -> list[str]:
+    now = pytest_plugins()
+    out = [f"pytest plugin {k!r} = {now[k]} installed" for k in sorted(now.keys() - recorded.keys())]
+    out += [f"pytest plugin {k!r} = {recorded[k]} removed" for k in sorted(recorded.keys() - now.keys())]
+    out += [f"pytest plugin {k!r} now {now[k]} (was {recorded[k]})" for k in sorted(now.keys() & recorded.keys())
+            if now[k] != recorded[k]]
+    return out
+
+
+def _uninstall_hint(recorded: Mapping[str, str]) -> str:
+    added = [v for k, v in pytest_plugins().items() if k not in recorded]
+    dists = sorted({v.rsplit("(", 1)[-1].rstrip(")") for v in added})
+    return f"pip uninstall {' '.join(dists)}" if dists else "reinstall what was removed"
+
+
 def stamp(model_dir: Path, repo_root: Path) -> dict[str, Any]:
-    """The manifest's keys: `model_files`, `environment` and `judge_env` (loop.hermetic's pinned variables)."""
+    """The manifest's keys: `model_files`, `environment`, `judge_env` (loop.hermetic's pinned
+    variables), `import_closure` and `pytest_plugins`."""
     from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env
 
     return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root),
-            "judge_env": pinned_env(STARTUP_ENV), "import_closure": closure_stamp(repo_root)}
+            "judge_env": pinned_env(STARTUP_ENV), "import_closure": closure_stamp(repo_root),
+            "pytest_plugins": pytest_plugins()}
 
 
 

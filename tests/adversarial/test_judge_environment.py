@@ -19,7 +19,9 @@ import pytest
 import pytest_ditar
 
 from .test_planted_by_hand import Judge, OwnProject, _refused, _timestamp_pyc, judged
+from candidates import SLOWER
 from conftest import make_project
+from venvs import install_plugin
 
 pytestmark = pytest.mark.adversarial
 
@@ -71,3 +73,37 @@ def test_planted_bytecode_of_a_third_party_module_is_refused_naming_it(own_plugg
     pyc.parent.mkdir(exist_ok=True)
     pyc.write_bytes(_timestamp_pyc(src, src.read_text() + "\nPLANTED = True\n"))
     _refused(own_pluggy, "python environment changed", "_result.cpython")
+
+
+# An installed pytest plugin runs in every pytest process, the judge's included, and may replace
+# any function of the gate: this one makes every lane's verdict a 2x win.
+VERDICT_WRITER = """from dataclasses import replace
+from pytest_ditar.loop import gate
+_decide = gate.decide
+def _every_lane_wins(**kw):
+    kw["lanes"] = [replace(lane, verdict="FASTER", speedup=2.0, ci_low=1.9, ci_high=2.1) for lane in kw["lanes"]]
+    return _decide(**kw)
+gate.decide = _every_lane_wins
+"""
+
+
+@pytest.fixture
+def stamped(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
+    base = make_project(pytester)
+    proj = OwnProject(base.root, base.pytester)
+    proj.judge = judge
+    for step in (("init", "--tag", "t"), ("baseline",)):
+        res = proj.ditar(*step)
+        assert res.returncode == 0, res.stdout + res.stderr
+    return proj
+
+
+def test_a_pytest_plugin_installed_after_the_baseline_is_refused_naming_it(stamped: OwnProject):
+    """`pip install` of a plugin between runs: a new distribution whose pytest11 entry point pytest
+    loads into the judge. No file the baseline stamped changed; the set of installed plugins did."""
+    install_plugin(stamped.judge.site, "verdict_writer", VERDICT_WRITER)
+    before = stamped.ledger()
+    j = judged(stamped, SLOWER, "A redundant pass, and a plugin")
+    assert j.status == "REFUSED" and j.res.returncode == 4, j.show()
+    assert "pytest plugin 'verdict_writer'" in j.last and "pip uninstall verdict_writer" in j.last, j.last
+    assert stamped.ledger() == before

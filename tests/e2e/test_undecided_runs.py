@@ -4,30 +4,52 @@
 judged. And when HEAD is not one commit above the champion, the refusal says what the state is
 and the one command that fixes it; running that command lets the next experiment through.
 
-The failures come from plugins loaded into the gate's pytest the public way (PYTEST_PLUGINS),
-as another installed plugin would be."""
+The failures come from a plugin installed as any pytest plugin is (a distribution with a pytest11
+entry point, in an environment layered over the test one: tests/venvs.py), present since the
+baseline (a plugin installed after it is REFUSED: tests/adversarial/test_judge_environment.py) and
+inert until a test gives it the hooks to fail with."""
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from candidates import ALTERS, COMMENT_ONLY, STOCK
+from conftest import research_project
+from venvs import install_plugin, layered_venv, site_packages
 
 PLUGIN = "ditar_test_plugin"
+# the installed plugin: runs the hooks the file named by DITAR_TEST_FAULT defines, none without it
+PLUGIN_SOURCE = ("import os\n"
+                 "_FAULT = os.environ.get('DITAR_TEST_FAULT')\n"
+                 "if _FAULT:\n"
+                 "    with open(_FAULT) as _f:\n"
+                 "        exec(compile(_f.read(), _FAULT, 'exec'))\n")
 COMMENT = "\n# a comment: same code, a different commit\n"  # appended: rebases onto the champion cleanly
 INTERNAL = re.compile(r'reason="internal: (.*) \(traceback in (\S+/internal\.log)\)"')
+_LAYER: list[Path] = []  # this process's layered environment, made once
+
+
+@pytest.fixture
+def plugged(pytester, model_cache, tmp_path_factory, monkeypatch):
+    """`research`, its baseline and every later dit-ar run in the environment where PLUGIN is installed."""
+    if not _LAYER:
+        where = tmp_path_factory.mktemp("plugin-layer") / "venv"
+        _LAYER.append(layered_venv(where))
+        install_plugin(site_packages(where), PLUGIN, PLUGIN_SOURCE)
+    monkeypatch.setenv("PATH", f"{_LAYER[0]}{os.pathsep}{os.environ['PATH']}")
+    return research_project(pytester, tmp_path_factory)
 
 
 @pytest.fixture
 def load_plugin(monkeypatch, tmp_path):
-    """Install `source` as a plugin of every pytest that dit-ar starts from now on."""
+    """Give the installed plugin `source`'s hooks in every pytest that dit-ar starts from now on."""
     def load(source: str) -> None:
-        (tmp_path / f"{PLUGIN}.py").write_text(source)
-        monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-        monkeypatch.setenv("PYTEST_PLUGINS", PLUGIN)
+        (tmp_path / "fault.py").write_text(source)
+        monkeypatch.setenv("DITAR_TEST_FAULT", str(tmp_path / "fault.py"))
 
     def unload() -> None:
-        monkeypatch.delenv("PYTEST_PLUGINS")
+        monkeypatch.delenv("DITAR_TEST_FAULT")
 
     load.unload = unload
     return load
@@ -52,8 +74,8 @@ def _next_is_judged(proj) -> None:
     assert line.startswith("DITAR VERDICT: DISCARD") and "quality=0/6" in line, res.stdout[-3000:]
 
 
-def test_another_plugins_session_finish_raising_before_ours_is_an_internal_crash(research, load_plugin):
-    proj = research
+def test_another_plugins_session_finish_raising_before_ours_is_an_internal_crash(plugged, load_plugin):
+    proj = plugged
     base = proj.head()
     load_plugin("def pytest_sessionfinish(session, exitstatus):\n"
                 "    raise RuntimeError('report server unreachable')\n")
@@ -66,10 +88,10 @@ def test_another_plugins_session_finish_raising_before_ours_is_an_internal_crash
     _next_is_judged(proj)
 
 
-def test_a_bug_in_our_own_record_is_an_internal_crash_recorded_bare(research, load_plugin):
+def test_a_bug_in_our_own_record_is_an_internal_crash_recorded_bare(plugged, load_plugin):
     """The record itself raises (a bug of ours, injected): the full record of the CRASH raises
     too, so the bare record (plain ledger fields) takes over."""
-    proj = research
+    proj = plugged
     base = proj.head()
     load_plugin("from pytest_ditar.loop import record\n"
                 "def _broken(gate, d):\n"
@@ -84,8 +106,8 @@ def test_a_bug_in_our_own_record_is_an_internal_crash_recorded_bare(research, lo
     _next_is_judged(proj)
 
 
-def test_an_internal_error_during_the_tests_is_an_internal_crash(research, load_plugin):
-    proj = research
+def test_an_internal_error_during_the_tests_is_an_internal_crash(plugged, load_plugin):
+    proj = plugged
     base = proj.head()
     load_plugin("def pytest_runtest_logfinish(nodeid, location):\n"
                 "    raise OSError(28, 'No space left on device')\n")
@@ -97,10 +119,10 @@ def test_an_internal_error_during_the_tests_is_an_internal_crash(research, load_
     _next_is_judged(proj)
 
 
-def test_a_plugin_raising_after_our_record_leaves_the_verdict_standing(research, load_plugin):
+def test_a_plugin_raising_after_our_record_leaves_the_verdict_standing(plugged, load_plugin):
     """A wrapper that raises after every plugin's session finish, ours included: the run is decided
     and recorded already; the error is that plugin's to report, and the verdict stays last."""
-    proj = research
+    proj = plugged
     base = proj.head()
     load_plugin("import pytest\n"
                 "@pytest.hookimpl(wrapper=True)\n"
@@ -164,10 +186,10 @@ def test_a_commit_kept_by_no_revert_is_named_and_dropped(research):
     assert proj.ledger()[-1]["description"] == "fixed" and proj.ledger()[-1]["parent"] == champ
 
 
-def test_the_candidate_of_an_interrupted_run_is_named_and_dropped(research, load_plugin):
+def test_the_candidate_of_an_interrupted_run_is_named_and_dropped(plugged, load_plugin):
     """The issue's case: a run stopped without a verdict leaves its commit; the next hypothesis is
     committed on top of it."""
-    proj = research
+    proj = plugged
     champ = proj.head()
     load_plugin("import pytest\n"
                 "def pytest_runtest_logfinish(nodeid, location):\n"
