@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pluggy
 import pytest
+from venvs import install_plugin
 
 import pytest_ditar
 
 from .test_planted_by_hand import Judge, OwnProject, _refused, _timestamp_pyc, judged
 from candidates import SLOWER
 from conftest import make_project
-from venvs import install_plugin
 
 pytestmark = pytest.mark.adversarial
 

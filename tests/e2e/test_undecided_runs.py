@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 
 import pytest
+from venvs import install_plugin, layered_venv, site_packages
 
 from candidates import ALTERS, COMMENT_ONLY, STOCK
 from conftest import research_project
-from venvs import install_plugin, layered_venv, site_packages
 
 PLUGIN = "ditar_test_plugin"
 # the installed plugin: runs the hooks the file named by DITAR_TEST_FAULT defines, none without it
