@@ -42,3 +42,11 @@ def slowed(fraction: float) -> str:
                   f"        time.sleep({fraction!r} * (time.perf_counter() - t0))\n"
                   "        return out\n\n"
                   "    def _generate(self, request: Request) -> Generated:\n")
+
+
+# An expression a candidate's code evaluates to the project root when it runs without a sandbox:
+# its own file lies in the judge's folder (issue 38), so it finds the project as an attacker would,
+# as the working directory of an ancestor process (the judge's) that holds a `.git`.
+PROJECT_ROOT = ("(lambda _o: next((c for c in (_o.readlink(f'/proc/{p}/cwd') for p in __import__('itertools')"
+                ".accumulate(range(8), lambda p, _: int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])"
+                " or 1, initial=_o.getpid())) if _o.path.isdir(c + '/.git')), ''))(__import__('os'))")

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,6 +79,13 @@ class Drift:
     now_s: float
     kept_s: float
     tolerance: float
+    high: float = 0.0  # the ratio's upper 97.5% bootstrap bound: what a win has taken off (never below ratio)
+
+    @property
+    def taken_off(self) -> float:
+        """The slowing a win must clear: the ratio's upper bound (a point estimate from a dozen
+        rounds undershoots a sandbag often enough to let its win through)."""
+        return max(self.ratio, self.high)
 
     def reason(self, host: float = 1.0) -> str:
         """What it says: in a quiet run (the host as fast as when the samples were kept) the champion's
@@ -99,4 +107,15 @@ def champion_drift(in_run: Sequence[float], stored: Sequence[float], tolerance: 
     if found is None:
         return None
     ratio, p = found
-    return Drift(ratio, p, statistics.median(in_run), statistics.median(stored), tolerance)
+    return Drift(ratio, p, statistics.median(in_run), statistics.median(stored), tolerance,
+                 high=float(median_ratio_high(in_run, stored)))
+
+
+def median_ratio_high(slow: Sequence[float], fast: Sequence[float], n_boot: int = 1000, seed: int = 0) -> float:
+    """The upper 97.5% percentile-bootstrap bound of median(slow) / median(fast), each side
+    resampled on its own (unpaired: the stored samples are another run's)."""
+    rng = random.Random(seed)
+    a, b = list(slow), list(fast)
+    ratios = sorted(statistics.median(rng.choices(a, k=len(a))) / statistics.median(rng.choices(b, k=len(b)))
+                    for _ in range(n_boot))
+    return ratios[min(n_boot - 1, int(0.975 * n_boot))]

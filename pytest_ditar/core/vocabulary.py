@@ -17,6 +17,10 @@ STATUSES: tuple[str, ...] = ("KEEP", "DISCARD", "CRASH")
 LANE_VERDICTS: tuple[str, ...] = ("FASTER", "NOT_FASTER", "SLOWER", "UNSTABLE", "REGRESSED", "OK", "MISSING",
                                   "REJECTED")
 ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
+# A champion at half its kept speed or slower in a run is not the champion that was kept: no win
+# against it is judged, however large (a sandbag slows one lane more than another, so one lane's
+# drift does not bound what another's win owes to it).
+NOT_THE_KEPT_BUILD = 2.0
 
 TRAILER = "Ditar-Class:"  # the commit-message trailer that carries an experiment's class
 DEFAULT_CONFIG = "config/autoresearch.json"  # relative to the project root

@@ -18,6 +18,7 @@ from typing import Any, Callable
 from pytest_ditar.core import effect, guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
+from pytest_ditar.core.vocabulary import NOT_THE_KEPT_BUILD
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
@@ -150,19 +151,24 @@ def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float) -> 
     """A lane whose champion ran slower than its kept samples carries that drift (core.decision
     takes every lane's off the objective win). The objective lane's own: a candidate that slowed
     the champion (or a champion that sandbags in its role, twin included) gains exactly that much,
-    so its win stands only where it clears the bar with the whole drift taken off its lower bound,
-    else it is UNSTABLE (cause "drift": not judged, run once more). Any other verdict stands, the
+    so its win stands only where it clears the bar with the drift's upper bound taken off its lower
+    bound and that bound is under NOT_THE_KEPT_BUILD, else it is UNSTABLE (cause "drift": not
+    judged, run once more). Any other verdict stands, the
     drift named: a loss or a guard lane's in-run comparison is no less true for it."""
     if drift is None:
         return oc
     why = drift.reason(host)
-    low = (oc.ci_low or 0.0) / drift.ratio
-    if oc.objective and oc.verdict == stats.FASTER and low <= 1.0 + (oc.threshold or 0.0):
-        return replace(oc, verdict=stats.UNSTABLE, cause="drift", drift=drift.ratio,
-                       reason=f"{why}; the win's lower bound over it {low:.3f}x does not clear the bar ({oc.reason})")
-    note = (f"champion drift {drift.ratio:.2f}x taken off: lower bound {low:.3f}x still clears the bar; {why}"
+    off = drift.taken_off
+    low = (oc.ci_low or 0.0) / off
+    if oc.objective and oc.verdict == stats.FASTER and (low <= 1.0 + (oc.threshold or 0.0)
+                                                         or off >= NOT_THE_KEPT_BUILD):
+        said = (f"the win's lower bound over its upper bound {off:.2f}x, {low:.3f}x, does not clear the bar"
+                if off < NOT_THE_KEPT_BUILD else
+                f"a champion up to {off:.2f}x as slow as kept is not the champion that was kept")
+        return replace(oc, verdict=stats.UNSTABLE, cause="drift", drift=off, reason=f"{why}; {said} ({oc.reason})")
+    note = (f"champion drift up to {off:.2f}x taken off: lower bound {low:.3f}x still clears the bar; {why}"
             if oc.objective and oc.verdict == stats.FASTER else why)
-    return replace(oc, drift=drift.ratio, reason=f"{oc.reason}; {note}")
+    return replace(oc, drift=off, reason=f"{oc.reason}; {note}")
 
 
 def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any, *,

@@ -128,8 +128,14 @@ def _champions(me=None):
     return named or sib
 
 
+_KNOWN_ROOT = "@@PROJECT_ROOT@@"  # where the agent knows its project is (tests/adversarial/conftest.py's experiment)
+
+
 def _roots():
-    """Project roots (holding .git) above the cwd, this file and the judge's cwd."""
+    """Project roots (holding .git) above the cwd, this file, the judge's cwd and the one it knows
+    (its own file lies in the judge's folder, issue 38; in a sandbox the project's git is hidden)."""
+    if not _KNOWN_ROOT.startswith("@@"):
+        return [_Path(_KNOWN_ROOT)]
     starts = [_Path.cwd(), _Path(__file__).resolve().parent]
     try:
         starts.append(_Path(_os.readlink(f"/proc/{_judge_pid()}/cwd")))

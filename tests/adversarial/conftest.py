@@ -193,8 +193,9 @@ def run_experiment(proj: Project, subject: str, cls: str = "exact",
 
 def experiment(proj: Project, source: str, subject: str, cls: str = "exact",
                config: str | Path = "config/autoresearch.json") -> Judged:
-    """Commit `source` as one hypothesis (with its Ditar-Class trailer) and judge it."""
-    proj.commit_candidate(source, cls, subject)
+    """Commit `source` as one hypothesis (with its Ditar-Class trailer) and judge it; an attack of
+    attacks.py's kit is told where the project is, as the agent knows."""
+    proj.commit_candidate(source.replace("@@PROJECT_ROOT@@", str(proj.root)), cls, subject)
     return run_experiment(proj, subject, cls, config)
 
 

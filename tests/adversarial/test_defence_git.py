@@ -2,7 +2,7 @@
 and it refuses a tree or history it cannot judge cleanly, before recording or reverting anything."""
 import pytest
 
-from candidates import ALTERS, STOCK
+from candidates import ALTERS, PROJECT_ROOT, STOCK
 
 # The defences' own attack-first tests: they run with the battery (CI's second step).
 pytestmark = pytest.mark.adversarial
@@ -17,8 +17,7 @@ def _last(res) -> str:
 def _writes_during_build(source: str, rel: str, text: str) -> str:
     """A candidate that edits `rel` while it builds: an edit the user made mid-run, deterministically."""
     assert BUILD in source
-    # workers run in a scratch directory: the candidate finds the project from its own file
-    root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
+    root = PROJECT_ROOT
     return source.replace(BUILD, BUILD + f"    open({root} + '/' + {rel!r}, 'a').write({text!r})\n", 1)
 
 
@@ -84,7 +83,7 @@ def test_interrupted_revert_with_a_dirty_tree_is_refused_not_finished(research):
 def _runs_git_during_build(source: str, *argvs: tuple[str, ...]) -> str:
     """A candidate that runs git in the project while it builds (an agent's process can)."""
     assert BUILD in source
-    root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
+    root = PROJECT_ROOT
     calls = "".join(f"    __import__('subprocess').run(['git', *{list(a)!r}], cwd={root}, capture_output=True)\n"
                     for a in argvs)
     return source.replace(BUILD, BUILD + calls, 1)
@@ -100,7 +99,7 @@ def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_cha
     discarded commit stayed on the branch), or detaches HEAD."""
     proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
-    root = "__import__('os').path.dirname(__import__('os').path.dirname(__import__('os').path.abspath(__file__)))"
+    root = PROJECT_ROOT
     argvs = {"amend": [("commit", "-qa", "--amend", "--no-edit")],
              "commit on top": [("commit", "-q", "--allow-empty", "-m", "wip: notes")],
              "detach": [("checkout", "-q", "--detach")]}[move]

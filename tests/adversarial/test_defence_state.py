@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from candidates import ALTERS, STOCK, _patch
+from candidates import ALTERS, PROJECT_ROOT, STOCK, _patch
 from conftest import verdict_line
 
 # The defences' own attack-first tests: they run with the battery (CI's second step).
@@ -16,15 +16,12 @@ GEN = "    def generate(self, request: Request) -> Generated:\n"
 STATE = ".autoresearch/t"
 
 
-_FIND_ROOT = ("(lambda _o: next((c for c in (_o.readlink(f'/proc/{p}/cwd') for p in __import__('itertools')"
-              ".accumulate(range(8), lambda p, _: int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])"
-              " or 1, initial=_o.getpid())) if _o.path.isdir(c + '/.git')), ''))(__import__('os'))")
 
 
 def _at_root(source: str) -> str:
     """Workers run in a scratch directory: a candidate finds the project from its own file."""
     # its own file lies in the judge's folder (issue 38): the project is the cwd of an ancestor (the judge)
-    return source.replace("class StockDiT:", f"_ROOT = {_FIND_ROOT}\n\n\nclass StockDiT:", 1)
+    return source.replace("class StockDiT:", f"import os as _os\n_ROOT = {PROJECT_ROOT}\n\n\nclass StockDiT:", 1)
 
 
 def _last(res) -> str:
@@ -165,7 +162,7 @@ def _forges_keep_and_kills_its_judge(source: str, flag) -> str:
         f"    if not _o.path.exists({str(flag)!r}):\n"
         f"        open({str(flag)!r}, 'w').close()\n"
         "        from pytest_ditar.store.ledger import Ledger\n"
-        f"        _root = {_FIND_ROOT}\n"
+        f"        _root = {PROJECT_ROOT}\n"
         "        _git = lambda *a: _sp.run(['git', *a], cwd=_root, capture_output=True, text=True).stdout.strip()\n"
         f"        Ledger(_o.path.join(_root, {STATE!r})).append({{'commit': _git('rev-parse', 'HEAD'),\n"
         "            'parent': _git('rev-parse', 'HEAD^'), 'class': 'exact', 'description': 'forged', "

@@ -266,8 +266,9 @@ def test_25_index_flags_cannot_hide_an_edit_of_the_champions_worktree(research_u
     proj = research_unsandboxed  # the write must land: the judge's answer is the test
     base = proj.head()
     j = judge(proj, arm(A25_INDEX_FLAGS, scratch), "the stock pipeline (and a champion slowed behind git's back)")
-    hidden = engaged(scratch, "flags_at_import", "files") or engaged(scratch, "flags_set", "files")
-    assert_not_kept(j, KEYS["worktree"] + (() if hidden else KEYS["aa"]), scratch)
+    # issue 38: the champion's code is written from its commit for each run, never read from a
+    # worktree, so what the attack edits (and hides from git) is not what the champion runs: an A/A
+    assert_not_kept(j, KEYS["worktree"] + KEYS["aa"], scratch)
     assert proj.head() == base, "not reverted"
     # whatever the index of the champion's worktree says, the next A/A is measured against the champion's own code
     after = judge(proj, COMMENT_ONLY_2, "an unchanged candidate after the hidden edit")

@@ -40,7 +40,7 @@ import time as _time
 from pathlib import Path as _Path
 
 TOKEN = @@TOKEN@@
-_ROOT = _Path(__file__).resolve().parent.parent  # the project: mutable/ is under it
+_ROOT = _Path(@@ROOT@@)  # the project: the agent knows where it is (its own file lies in the judge's folder)
 
 
 def _say(what, **kw):
@@ -65,7 +65,8 @@ def _try_write(target, path, mode="w", text=None):
 
 
 def _state_dirs():
-    return sorted(p.parent for p in (_ROOT / ".autoresearch").glob("*/session.json"))
+    """Every tag's state folder it can list, and the tag it knows (the sandbox hides the folder's contents)."""
+    return sorted({p.parent for p in (_ROOT / ".autoresearch").glob("*/session.json")} | {_ROOT / ".autoresearch/t"})
 '''
 
 # 1. The judge's own files, all outside the candidate's package: the repository (a mutable path,
@@ -99,31 +100,33 @@ def _attack_judge_files(spec):
         _try_write("model cache", weights[0], mode="r+b")  # opened for writing, nothing written
 '''
 
-# 2. What the champion reads: its worktree (source and a bytecode cache beside it, which Python
-#    would load before the source) and the compile cache (TORCHINDUCTOR_CACHE_DIR). The champion's
-#    worktree is checked out while the candidate builds, so build() looks for a few seconds.
+# 2. What the champion reads: its code (issue 38: written from its commit into the judge's folder
+#    under /dev/shm, and, in its own sandbox, at the path the candidate's code has in this one; before,
+#    a git worktree under the state folder) and the compile cache (TORCHINDUCTOR_CACHE_DIR). The
+#    champion's code is written while the candidate builds, so build() looks for a few seconds.
 _CHAMPION_FILES = r'''
+
+def _champion_sources():
+    found = set(_Path("/dev/shm").glob("ditar-run-*/**/mutable/pipeline.py"))
+    for state in _state_dirs():
+        found |= set((state / "worktrees").glob("*/mutable/pipeline.py"))
+    return found | {_Path(__file__).resolve()}  # its own path: the champion's code lies there in its sandbox
+
 
 def _attack_champion_files(spec):
     deadline, seen = _time.monotonic() + 6, set()
     while _time.monotonic() < deadline:
-        for state in _state_dirs():
-            for src in (state / "worktrees").glob("*/mutable/pipeline.py"):
-                if src in seen:
-                    continue
-                seen.add(src)
-                _try_write("champion worktree", src, mode="a", text=f"\nimport time; time.sleep(0.02)  # {TOKEN}\n")
-                _try_write("champion worktree", src.parent / "__pycache__" / f"pipeline.cpython-311.{TOKEN}.pyc",
-                           mode="mkdir+w", text="")
-                # its git index (where an assume-unchanged flag would hide that edit from git status)
-                dotgit = src.parent.parent / ".git"
-                gitdir = dotgit.read_text().split("gitdir:", 1)[-1].strip() if dotgit.is_file() else str(dotgit)
-                _try_write("champion worktree", _Path(gitdir) / "index", mode="r+b")
-        if seen:
+        for src in _champion_sources():
+            if src in seen:
+                continue
+            seen.add(src)
+            _try_write("champion code", src, mode="a", text=f"\nimport time; time.sleep(0.02)  # {TOKEN}\n")
+            _try_write("champion code", src.parent / "__pycache__" / f"pipeline.cpython-311.{TOKEN}.pyc",
+                       mode="mkdir+w", text="")
+        if len(seen) > 1:
             break
         _time.sleep(0.05)
-    if not seen:
-        _say("no champion worktree found")
+    _say("champion sources", found=sorted(str(p) for p in seen))
     cache = _os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if cache:
         # in its sandbox this is an overlay of the champion's cache: the write succeeds there, in a
@@ -187,9 +190,10 @@ def _attack_signals(spec):
 '''
 
 
-def _candidate(attack: str, fn: str, token: str) -> str:
-    """STOCK plus the kit and `attack`, run at the start of build() and of the first generate()."""
-    kit = _KIT.replace("@@TOKEN@@", repr(token))
+def _candidate(attack: str, fn: str, token: str, root: Path) -> str:
+    """STOCK plus the kit and `attack` (in the project at `root`), run at the start of build() and
+    of the first generate()."""
+    kit = _KIT.replace("@@TOKEN@@", repr(token)).replace("@@ROOT@@", repr(str(root)))
     src = STOCK.replace("class StockDiT:\n", kit + attack + "\n\nclass StockDiT:\n", 1)
     src = src.replace("def build(spec: PipelineSpec) -> StockDiT:\n",
                       f"def build(spec: PipelineSpec) -> StockDiT:\n    {fn}(spec)\n", 1)
@@ -224,7 +228,8 @@ def _landed(proj, token: str, *more: Path) -> list[str]:
                 hits.append(str(p))
     hits += [str(p) for p in _site_packages().glob(f"*{token}*")]
     appended = [proj.root / ".git/config", *proj.root.glob(".autoresearch/*/ledger.jsonl"),
-                *proj.root.glob(".autoresearch/*/worktrees/*/mutable/pipeline.py")]
+                *proj.root.glob(".autoresearch/*/worktrees/*/mutable/pipeline.py"), *Path("/dev/shm").glob(
+                    "ditar-run-*/**/mutable/pipeline.py")]
     hits += [str(p) for p in appended if p.is_file() and token in p.read_text(errors="replace")]
     return hits
 
@@ -251,7 +256,7 @@ def test_writes_to_the_repository_state_site_packages_bytecode_and_model_cache_f
         research, model_cache):
     proj, token = research, secrets.token_hex(6)
     try:
-        j = experiment(proj, _candidate(_JUDGE_FILES, "_attack_judge_files", token),
+        j = experiment(proj, _candidate(_JUDGE_FILES, "_attack_judge_files", token, proj.root),
                        "plant files where the judge and every later run read them")
         said = [s for s in _said(proj) if s["what"] == "write"]
         targets = {s["target"] for s in said}
@@ -269,26 +274,27 @@ def test_writes_to_the_repository_state_site_packages_bytecode_and_model_cache_f
 
 def test_writes_to_the_champions_worktree_and_compile_cache_never_reach_the_champion(research):
     proj, token = research, secrets.token_hex(6)
-    j = experiment(proj, _candidate(_CHAMPION_FILES, "_attack_champion_files", token),
+    j = experiment(proj, _candidate(_CHAMPION_FILES, "_attack_champion_files", token, proj.root),
                    "slow the champion down through its worktree and its compile cache")
     said = _said(proj)
     writes = [s for s in said if s["what"] == "write"]
-    worktree = [s for s in writes if s["target"] == "champion worktree"]
+    code = [s for s in writes if s["target"] == "champion code"]
     cache = [s for s in writes if s["target"] == "compile cache"]
-    assert worktree, said  # it found the champion's worktree while it was checked out
-    assert {s["result"] for s in worktree} == {"Read-only file system"}, worktree
+    assert code, said  # at least its own code's path, where the champion's lies in the champion's sandbox
+    assert "wrote" not in {s["result"] for s in code}, code  # read-only, or not there to write
     # its own compile cache takes the write (an overlay in its sandbox) ...
     assert cache and {s["result"] for s in cache} == {"wrote"}, cache
     # ... which never shows in the champion's: nothing of the token anywhere outside
     assert not _landed(proj, token), "planted files landed"
-    assert "champion worktree modified" not in j.why  # nothing to detect: prevented
+    assert "role code modified" not in j.why  # nothing to detect: prevented
     assert_not_kept(j, KEYS["aa"])
     _then_an_honest_aa_is_not_kept(proj)
 
 
 def test_a_candidate_sees_and_signals_neither_the_judge_nor_a_sibling(research):
     proj = research
-    j = experiment(proj, _candidate(_SIGNALS, "_attack_signals", "unused"), "stop the judge and the champion")
+    j = experiment(proj, _candidate(_SIGNALS, "_attack_signals", "unused", proj.root),
+                   "stop the judge and the champion")
     said = [s for s in _said(proj) if s["what"] == "signals"]
     assert said, _said(proj)
     for s in said:

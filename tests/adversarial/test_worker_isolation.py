@@ -302,7 +302,14 @@ def _slow_the_champion():
     mine = pathlib.Path(__file__).resolve()
     call = "    def generate(self, request: Request) -> Generated:\\n"
     where = [str(root / ".autoresearch/*/worktrees/*/mutable/pipeline.py")]
-    where += [f"{d}/ditar-run-*/code/*/mutable/pipeline.py" for d in ("/dev/shm", tempfile.gettempdir())]
+    # its own judge's folder only (named by the judge's pid, an ancestor's): another test's judge on
+    # this host is not what this attack is about
+    pids, p = [], os.getpid()
+    while p > 1 and len(pids) < 8:
+        pids.append(p)
+        p = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+    where += [f"{d}/ditar-run-{pid}-*/code/*/mutable/pipeline.py" for d in ("/dev/shm", tempfile.gettempdir())
+              for pid in pids]
     found = 0
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:

@@ -109,7 +109,8 @@ INDIRECT = {
 # Fixtures that build a project or run pytest in one: a test asking for one is an integration test.
 PROJECT_FIXTURES = {"pytester", "project", "research", "model_cache", "slow_research", "semantic_research",
                     "with_own_tests", "session_with_history"}
-TOP_LEVEL_OK = {"conftest.py", "candidates.py", "jsonschemas.py", "README.md"}  # tests/'s shared fixtures and helpers
+# tests/'s shared fixtures and helpers
+TOP_LEVEL_OK = {"conftest.py", "candidates.py", "jsonschemas.py", "venvs.py", "README.md"}
 KINDS = ("unit", "integration", "e2e", "adversarial")
 
 
