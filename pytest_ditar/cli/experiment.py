@@ -58,7 +58,7 @@ class Experiment(Command):
         root, refusal = _bound_check(cfg, args.tag)
         code = Exit.BOUND_REACHED  # a person bounded the session (`dit-ar init --max-experiments/--until`)
         if not refusal:
-            refusal, code = _hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
+            refusal, code = _space_refusal(cfg) or _hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
         if refusal:
             line = f"DITAR REFUSED: {refusal}"
             print(_document(line, code, cfg, args.tag) if args.json else line)
@@ -181,6 +181,15 @@ def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | No
     except (DitarError, OSError, ValueError):  # no tag or baseline, a damaged one: the gate says which
         return None
     return stamps.before_pytest(stamped) if isinstance(stamped, dict) else None
+
+
+def _space_refusal(path: Path) -> str | None:
+    """A disk too full for the run's record, before git or pytest writes a byte (store.space)."""
+    from pytest_ditar.config.project import load_config
+    from pytest_ditar.store.space import shortage
+
+    cfg = load_config(path)
+    return shortage(cfg.root, cfg.state_path)
 
 
 def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:

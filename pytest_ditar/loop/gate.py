@@ -34,6 +34,7 @@ from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.testlog import TestLog
+from pytest_ditar.store import space
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import MANIFEST
@@ -144,6 +145,11 @@ class Gate:
 
     def _before_tests(self) -> bool:
         """The refusal chain (loop.preflight), then what a gated run starts with (`_go`)."""
+        records = self.opts.gate_demanded or not (self.opts.try_only or self.opts.guard is not None)
+        full = space.shortage(self.root, self.sess.state_dir) if records else None
+        if full:  # before git writes its index or the run its folder: a run that may record needs the room
+            self.refusal = full
+            return False
         pre = Preflight(self.sess, self.opts, self.ledger, full=self.full_collection(),
                         items=len(self.items_collected))
         stop = pre.run()

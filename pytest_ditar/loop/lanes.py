@@ -175,25 +175,29 @@ def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[
                   strict: bool = False) -> LaneOutcome:
     """What the user pays is the sum of calls (core.meantime). A win, or a guard lane within
     tolerance, whose summed time is shown slower beyond the guard tolerance is neither; nor is an
-    objective lane too noisy to decide by its median: its loss is decided. A lane that wins by its
-    median (the objective lane FASTER, a guard lane whose median is shown faster) must also show
+    objective lane too noisy to decide by its median (one not faster by it has the loss named). A
+    lane that wins by its median (the objective lane FASTER, a guard lane whose median is shown faster) must also show
     its total within the tolerance: else the objective lane is NOT_FASTER and a guard lane
     REGRESSED. Where the candidate's slowest round alone makes the difference (a host's stall, or
     a slow share the rounds hit once), the objective lane is UNSTABLE (not judged: it runs once
     more) and a guard lane of a gated run stays as it was; `strict` (--ditar-guard) fails it."""
-    if oc.verdict not in (stats.FASTER, stats.OK, stats.UNSTABLE):
+    if oc.verdict not in (stats.FASTER, stats.OK, stats.UNSTABLE, stats.NOT_FASTER):
         return oc
     tolerance = perf_cfg.guard_tolerance
     loss = meantime.mean_loss(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot)
     if loss is not None:
         if oc.verdict == stats.OK:
             return replace(oc, verdict=stats.REGRESSED, reason=f"{loss}; {oc.reason}")
-        by_median = "faster by its median call" if oc.verdict == stats.FASTER else "undecided by its median call"
+        by_median = {stats.FASTER: "faster by its median call", stats.NOT_FASTER: "not faster by its median call"
+                     }.get(oc.verdict, "undecided by its median call")
         return replace(oc, verdict=stats.NOT_FASTER, reason=f"{by_median}, but {loss}; {oc.reason}")
     wins = oc.verdict == stats.FASTER or (oc.verdict == stats.OK and (oc.ci_low or 0.0) > 1.0)
-    unproven = meantime.total_unproven(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot) if wins else None
+    named = wins or oc.verdict == stats.NOT_FASTER  # a median that undersells a slow share: the share named
+    unproven = meantime.total_unproven(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot) if named else None
     if unproven is None:
         return oc
+    if oc.verdict == stats.NOT_FASTER:
+        return replace(oc, reason=f"not faster by its median call, and {unproven}; {oc.reason}")
     slowest = max(range(len(samples)), key=samples.__getitem__)
     rest = [i for i in range(len(samples)) if i != slowest]
     single = meantime.total_unproven([champion_samples[i] for i in rest], [samples[i] for i in rest], tolerance,

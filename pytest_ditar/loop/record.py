@@ -29,6 +29,7 @@ from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.store import space
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
@@ -104,8 +105,9 @@ def finish(gate: RunFacts, decision: Decision) -> Outcome:
     try:
         rec = act(gate, decision, moved)
     except OSError as exc:  # not even the ledger row could be written
-        return Outcome(Exit.REFUSED,
-                       refusal=f"could not record the run: {oserror_line(exc)}: nothing recorded, nothing reverted",
+        said = (space.full_refusal(exc, "recording the run") if space.is_full(exc)
+                else f"could not record the run: {oserror_line(exc)}: nothing recorded, nothing reverted")
+        return Outcome(Exit.REFUSED, refusal=said,
                        notes=unrecorded(gate, "ended without a verdict"))
     notes = list(rec.notes)
     paths = TagPaths(gate.sess.state_dir)
@@ -336,12 +338,14 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
     revert the rest.
 
     The ledger row is the record: a file error before it makes the run a CRASH with that reason;
-    one at the ledger itself propagates (OSError), with nothing recorded. The backup follows the row
+    one at the ledger itself, or too little room on the disk for the record (store.space), propagates
+    (OSError), with nothing recorded. The backup follows the row
     at once, before anything else (the revert included): a kill -9 between them leaves a run the next
     one rolls back and judges again; one after them, a recorded run whose revert it finishes.
     `moved`: how git changed during the run (git_moved), which decides how the revert puts the
     branch back."""
     s = gate.sess
+    space.ensure_room(gate.root, s.state_dir)  # a disk filled during the run: refused before a byte is written
     run_dir = s.run_dir()
     cls = gate.meta.cls if gate.meta else ""
     d, key = _judgment(gate, d)

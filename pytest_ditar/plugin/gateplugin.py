@@ -17,6 +17,7 @@ from pytest_ditar.loop.gate import Gate
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.plugin import artifacts, fixtures, keys, xdist
+from pytest_ditar.store.space import is_full
 
 # the short names the suites and `-m quality` use, registered in a ditar run only (a project's own
 # `perf` marker elsewhere stays its own); each is the same marker as its namespaced one
@@ -191,13 +192,17 @@ class GatePlugin:
         try:
             return (yield)
         except Exception as exc:
-            if self.finished:  # decided or refused before it: the error is that plugin's to report
+            full = is_full(exc)  # a full disk met by another writer too (pytest's junitxml into the run's folder)
+            if self.finished and not (full and self.gate.final_line()):
+                raise  # decided or refused before it: the error is that plugin's to report
+            if not self.finished:
+                self.failure = (f"{_hook_owner(exc, 'pytest_sessionfinish')} raised {type(exc).__name__}: {exc}",
+                                traceback.format_exc())
+                self.sessionfinish(session, exitstatus)
+            if not (self.gate.verdict or (full and self.gate.final_line())):
                 raise
-            self.failure = (f"{_hook_owner(exc, 'pytest_sessionfinish')} raised {type(exc).__name__}: {exc}",
-                            traceback.format_exc())
-            self.sessionfinish(session, exitstatus)
-            if not self.gate.verdict:
-                raise
+            if full:  # the run says so in its last line already; the writer's loss is a note
+                self.notes.append(f"ditar: {_hook_owner(exc, 'pytest_sessionfinish')} wrote nothing: {exc}")
             return None
         except BaseException:
             self.interrupted = True
@@ -305,6 +310,8 @@ class GatePlugin:
                 tw.line(line)
         final = self.gate.final_line()
         if final:
+            if getattr(tw, "width_of_current_line", 0):  # pytest's progress line left open by an error
+                tw.line()
             tw.line(final)
 
     def close(self) -> None:

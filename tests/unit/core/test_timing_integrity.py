@@ -261,3 +261,28 @@ def test_a_champion_that_sandbags_in_its_role_is_not_excused_by_a_loaded_hosts_p
     for host_now in (0.002, 0.004):  # a quiet host, and one the probes read as 2x slower
         out = outcome(host_now)
         assert out.verdict == "UNSTABLE" and "champion drift" in out.reason, (host_now, out.reason)
+
+
+def test_a_lane_not_faster_by_its_median_names_its_total_time():
+    """The adversarial tail (a fifth of calls at 10x): the median undecided at the plan's last look,
+    the run DISCARDED without a word of the candidate's total time, 1.4x the champion's. A total
+    shown slower, or not shown within tolerance, is named; the verdict stays NOT_FASTER."""
+    from pytest_ditar.config.project import PerfConfig
+    from pytest_ditar.loop.lanes import _mean_checked
+
+    rng = np.random.default_rng(3)
+    champ = list(0.050 * (1 + 0.05 * rng.standard_normal(60)))
+    undecided = LaneOutcome("latency_b1", True, "NOT_FASTER", 1.86, 1.74, 1.88, "not faster beyond 1+1.0%")
+
+    def tail(share: int, times: float) -> list[float]:
+        return [0.025 * (times if i % share == 0 else 1) * (1 + 0.05 * r)
+                for i, r in enumerate(rng.standard_normal(60))]
+
+    shown = _mean_checked(undecided, champ, tail(2, 10), PerfConfig())  # half the calls at 10x: shown slower
+    assert shown.verdict == "NOT_FASTER" and shown.reason.startswith(
+        "not faster by its median call, but its mean call is slower: total time"), shown.reason
+    unproven = _mean_checked(undecided, champ, tail(5, 10), PerfConfig())  # a fifth: not shown within 5%
+    assert unproven.verdict == "NOT_FASTER" and unproven.reason.startswith(
+        "not faster by its median call, and its total time is not shown within 5.0%: total time"), unproven.reason
+    honest = [0.025 * (1 + 0.05 * r) for r in rng.standard_normal(60)]
+    assert _mean_checked(undecided, champ, honest, PerfConfig()) == undecided  # nothing to name
