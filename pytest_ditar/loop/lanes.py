@@ -37,9 +37,12 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
 
 
 def guard_plan_for(lane: Any, perf: Any, tolerance: float) -> Sequential:
-    """A guard lane's plan (every lane of `--ditar-guard`): the same looks and budget, grown until
-    a slowdown beyond `tolerance` is shown or ruled out (core.guard)."""
-    return replace(plan_for(lane, perf), guard=tolerance, tail=None)
+    """A guard lane's plan (every lane of `--ditar-guard`): the suite's rounds first, the same budget,
+    grown until a slowdown beyond `tolerance` is shown or ruled out (core.guard). Its first look
+    is not sized for a tail: a guard lane's median win must show its total only to pass as a win
+    (loop.lanes._mean_checked), and a loss it cannot show passes as unresolved."""
+    the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
+    return replace(plan_for(lane, perf), plan=the_plan, guard=tolerance, tail=None)
 
 
 def _trimmed_mean(xs: list[float], cut: float = 0.1) -> float:

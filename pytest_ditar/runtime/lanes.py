@@ -214,7 +214,10 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     look decides, the plan ends or the budget is spent (core.sequential)."""
     stream = stream or new_stream(suite)
     warm = lane_request(suite, lane)
-    rounds = repeats or lane.repeats
+    # a sequential lane's first look is its plan's (the objective lane's comes after the rounds that
+    # hit a 10% slow share: loop.lanes.plan_for), never fewer rounds than that look is tested at
+    rounds = repeats or (max(lane.repeats, sequential.plan.looks[0]) if sequential is not None and champion is not None
+                         else lane.repeats)
     if champion is None or champion is candidate:
         twin = None
     workers = [w for w in (candidate, champion, twin) if w is not None]

@@ -137,9 +137,11 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
+    hidden = []
     for path in spec.masks:  # the repository's git, mutable paths and state: nothing of another role
         if os.path.isdir(path) and not os.path.islink(path):
             args += ["--tmpfs", path]
+            hidden.append(path)
         elif os.path.lexists(path):
             args += ["--ro-bind", "/dev/null", path]
     for node in spec.devices:
@@ -156,6 +158,8 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
                 else ["--bind", f"{kept}/upper", at]
         else:
             args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
+    for path in hidden:  # read-only once every bind below it is in place: nothing to write there either
+        args += ["--remount-ro", path]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
 
 

@@ -273,8 +273,7 @@ def test_25_index_flags_cannot_hide_an_edit_of_the_champions_worktree(research_u
     # whatever the index of the champion's worktree says, the next A/A is measured against the champion's own code
     after = judge(proj, COMMENT_ONLY_2, "an unchanged candidate after the hidden edit")
     assert_not_kept(after, KEYS["aa"] + KEYS["worktree"], scratch)
-    for f in proj.root.glob(".autoresearch/t/worktrees/*/mutable/pipeline.py"):
-        assert MARK not in f.read_text(), f"{f} is still the slowed copy"
+    # (the edited worktree file may stay as the attack left it: no role reads a worktree now)
 
 
 def _plant(proj, scratch: Path, what: str) -> str:

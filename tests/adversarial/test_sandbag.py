@@ -78,8 +78,11 @@ def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_gua
     proj = make_project(pytester, mutable_source=_loaded_while(marker, REDUNDANT))
     second = _judged_twice(proj, _loaded_while(marker, sandbag(bomb)), _loaded_while(marker, STOCK), bomb,
                            marker.unlink)
-    assert "against a champion slowed in this run" in second.reason and \
-        re.search(r"guard lane throughput_b8: .*champion drift", second.reason), second.show()
+    # caught on the guard lane (its drift taken off the win), or on the objective lane's own: a
+    # champion up to 2x as slow as kept or more is not the champion that was kept (issue 38)
+    assert ("against a champion slowed in this run" in second.reason
+            and re.search(r"guard lane throughput_b8: .*champion drift", second.reason)) \
+        or ("champion drift" in second.reason and "not the champion that was kept" in second.reason), second.show()
 
 
 def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache, tmp_path):

@@ -262,8 +262,8 @@ def test_writes_to_the_repository_state_site_packages_bytecode_and_model_cache_f
         targets = {s["target"] for s in said}
         assert {"repository", "state", "site-packages", "bytecode", "model cache"} <= targets, said
         wrote = [s for s in said if s["result"] == "wrote"]
-        assert not wrote, wrote  # every write refused inside the worker ...
-        assert {s["result"] for s in said} == {"Read-only file system"}, said
+        assert not wrote, wrote  # every write refused inside the worker (a hidden folder is read-only too) ...
+        assert {s["result"] for s in said} <= {"Read-only file system", "No such file or directory"}, said
         # ... and nothing landed, seen from outside (the .git/config append included)
         assert not _landed(proj, token, model_cache), "planted files landed"
         assert_not_kept(j, KEYS["aa"])
