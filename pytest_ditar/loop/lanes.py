@@ -199,8 +199,10 @@ def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[
     unproven = meantime.total_unproven(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot) if named else None
     if unproven is None:
         return oc
-    if oc.verdict == stats.NOT_FASTER:
-        return replace(oc, reason=f"not faster by its median call, and {unproven}; {oc.reason}")
+    if oc.verdict == stats.NOT_FASTER:  # named where the total itself reads slower, not for an A/A's noise
+        found = meantime.total_ratio(champion_samples, samples, n_boot=perf_cfg.n_boot)
+        slower = found is not None and found[0] < 1.0 - tolerance
+        return replace(oc, reason=f"not faster by its median call, and {unproven}; {oc.reason}") if slower else oc
     slowest = max(range(len(samples)), key=samples.__getitem__)
     rest = [i for i in range(len(samples)) if i != slowest]
     single = meantime.total_unproven([champion_samples[i] for i in rest], [samples[i] for i in rest], tolerance,

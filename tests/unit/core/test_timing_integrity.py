@@ -286,3 +286,6 @@ def test_a_lane_not_faster_by_its_median_names_its_total_time():
         "not faster by its median call, and its total time is not shown within 5.0%: total time"), unproven.reason
     honest = [0.025 * (1 + 0.05 * r) for r in rng.standard_normal(60)]
     assert _mean_checked(undecided, champ, honest, PerfConfig()) == undecided  # nothing to name
+    same = LaneOutcome("latency_b1", True, "NOT_FASTER", 1.0, 0.98, 1.06, "not faster beyond 1+1.0%")
+    noisy = [0.050 * (1 + 0.2 * r) for r in rng.standard_normal(60)]  # an A/A's spread: unproven, not slower
+    assert _mean_checked(same, champ, noisy, PerfConfig()) == same
