@@ -45,9 +45,8 @@ def judge(tmp_path: Path) -> Judge:
     return Judge(python, site, copy / "pytest_ditar", tmp_path / "cache")
 
 
-@pytest.fixture
-def own_pluggy(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
-    shutil.copytree(Path(pluggy.__file__).parent, judge.site / "pluggy", ignore=shutil.ignore_patterns("__pycache__"))
+def _stamped(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
+    """A project whose baseline stamped `judge`'s environment as it is now."""
     base = make_project(pytester)
     proj = OwnProject(base.root, base.pytester)
     proj.judge = judge
@@ -55,6 +54,17 @@ def own_pluggy(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
         res = proj.ditar(*step)
         assert res.returncode == 0, res.stdout + res.stderr
     return proj
+
+
+@pytest.fixture
+def own_pluggy(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
+    shutil.copytree(Path(pluggy.__file__).parent, judge.site / "pluggy", ignore=shutil.ignore_patterns("__pycache__"))
+    return _stamped(pytester, judge)
+
+
+@pytest.fixture
+def stamped(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
+    return _stamped(pytester, judge)
 
 
 def test_a_third_party_module_edited_between_runs_is_refused_naming_it(own_pluggy: OwnProject):
@@ -85,17 +95,6 @@ def _every_lane_wins(**kw):
     return _decide(**kw)
 gate.decide = _every_lane_wins
 """
-
-
-@pytest.fixture
-def stamped(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
-    base = make_project(pytester)
-    proj = OwnProject(base.root, base.pytester)
-    proj.judge = judge
-    for step in (("init", "--tag", "t"), ("baseline",)):
-        res = proj.ditar(*step)
-        assert res.returncode == 0, res.stdout + res.stderr
-    return proj
 
 
 def test_a_pytest_plugin_installed_after_the_baseline_is_refused_naming_it(stamped: OwnProject):
