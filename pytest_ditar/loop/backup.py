@@ -106,7 +106,7 @@ def watch(root: Path, paths: TagPaths, head: str | None = None) -> Watch:
     for `head` by this process, and take its digest."""
     pid = os.getpid()
     msg = (f"ditar {paths.tag}: run in flight for {head}\n\n"
-           f"{_TRAILER} {INFLIGHT} {head or '0' * 40} pid={pid} start={_started(pid) or '-'}\n")
+           f"{_TRAILER} {INFLIGHT} {head or '0' * 40} pid={pid} start={proctree.started(pid) or '-'}\n")
     try:
         commit = save(root, paths, msg, always=True)
     except (DitarError, OSError):
@@ -127,22 +127,12 @@ def marker(root: Path, paths: TagPaths) -> Marker | None:
     return Marker(commit, m.group(1), m.group(2), int(m.group(3)) if m.group(3) else None, m.group(4) or "", subject)
 
 
-def _started(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, from /proc); None when it is gone or a
-    zombie."""
-    try:
-        rest = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if rest[0] in ("Z", "X") else rest[19]
-
-
 def _alive(pid: int | None, start: str) -> bool:
     """Whether the judge that wrote an in-flight marker still runs."""
     if pid is None or pid == os.getpid():  # this process: an earlier session of it has ended
         return False
     if Path("/proc/self/stat").is_file() and start != "-":
-        return _started(pid) == start
+        return proctree.started(pid) == start
     return proctree.pid_exists(pid)
 
 

@@ -69,10 +69,25 @@ def sweep(where: str | None = None) -> list[str]:
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
             m = _NAME.match(name)
-            if m and not proctree.pid_exists(int(m.group(1))):
+            if m and _gone(int(m.group(1)), os.path.join(folder, name)):
                 shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
                 gone.append(name)
     return gone
+
+
+def _gone(pid: int, path: str) -> bool:
+    """The judge that made `path` has ended: no such process, a zombie (killed, not yet reaped), or
+    a later process that was given its pid."""
+    if not proctree.pid_exists(pid):
+        return True
+    if not os.path.isdir("/proc"):  # nothing more to ask: it lives
+        return False
+    if proctree.started(pid) is None:
+        return True
+    try:
+        return bool(proctree.started_after(pid, os.stat(path).st_mtime))
+    except OSError:  # swept by another judge meanwhile
+        return False
 
 
 def remove() -> None:

@@ -53,6 +53,30 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
+def started(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, from /proc), which tells it from a later
+    process given the same pid; None when it is gone or a zombie (a killed judge not yet reaped),
+    or where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            rest = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if rest[0] in ("Z", "X") else rest[19]
+
+
+def started_after(pid: int, when: float) -> bool | None:
+    """Whether the live process `pid` started after the epoch time `when` (so is not the one that
+    ran then); None where /proc cannot tell (no /proc, or the process is gone or a zombie)."""
+    ticks = started(pid)
+    try:
+        with open("/proc/stat") as fh:
+            boot = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return None if ticks is None else boot + int(ticks) / os.sysconf("SC_CLK_TCK") > when + 1.0
+
+
 @dataclass
 class Table:
     """pid -> (state, ppid, process group, session) of every process, at one moment."""
