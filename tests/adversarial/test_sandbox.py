@@ -190,6 +190,35 @@ def _attack_signals(spec):
 '''
 
 
+# 4. The kernel's ways to reach another process or the host from inside: trace a process (ptrace),
+#    read or write another's memory (process_vm_*), count another's events (perf_event_open), load
+#    a program into the kernel (bpf), fault handling that stalls the kernel at will (userfaultfd),
+#    the kernel's keyrings (keyctl, add_key), an io_uring that runs work off the filter's sight, and
+#    new namespaces of its own (unshare). Each is tried with the raw syscall: the number, the errno.
+_SYSCALLS = r'''
+
+def _attack_syscalls(spec):
+    import ctypes as _ct
+    import platform as _pf
+    libc = _ct.CDLL(None, use_errno=True)
+    nrs = {"x86_64": {"ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "perf_event_open": 298,
+                      "bpf": 321, "userfaultfd": 323, "keyctl": 250, "add_key": 248, "io_uring_setup": 425,
+                      "unshare": 272},
+           "aarch64": {"ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "perf_event_open": 241,
+                       "bpf": 280, "userfaultfd": 282, "keyctl": 219, "add_key": 217, "io_uring_setup": 425,
+                       "unshare": 97}}[_pf.machine()]
+    args = {"ptrace": (16, _os.getppid(), 0, 0),  # PTRACE_ATTACH to its keeper
+            "process_vm_readv": (_os.getppid(), 0, 0, 0, 0, 0), "process_vm_writev": (_os.getppid(), 0, 0, 0, 0, 0),
+            "perf_event_open": (0, -1, 0, -1, 0), "bpf": (0, 0, 0), "userfaultfd": (0,), "keyctl": (0, -3, 0),
+            "add_key": (0, 0, 0, 0, 0), "io_uring_setup": (1, 0), "unshare": (0x10000000,)}  # CLONE_NEWUSER
+    for name, nr in nrs.items():
+        _ct.set_errno(0)
+        rc = libc.syscall(nr, *args[name])
+        err = _ct.get_errno()
+        _say("syscall", name=name, rc=rc, result="allowed" if rc >= 0 else _os.strerror(err))
+'''
+
+
 def _candidate(attack: str, fn: str, token: str, root: Path) -> str:
     """STOCK plus the kit and `attack` (in the project at `root`), run at the start of build() and
     of the first generate()."""
@@ -307,3 +336,16 @@ def test_a_candidate_sees_and_signals_neither_the_judge_nor_a_sibling(research):
     assert j.status in ("DISCARD", "CRASH"), j.show()  # decided: the judge was never stopped for good
     assert_not_kept(j, KEYS["aa"])
     _then_an_honest_aa_is_not_kept(proj)
+
+
+def test_a_worker_cannot_trace_read_memory_count_events_load_bpf_or_make_namespaces(research):
+    """Issue 39: the sandbox's seccomp filter (runtime.seccomp). Each call is refused with EPERM in
+    every worker, whatever it would have reached; the run stays an A/A, never a KEEP."""
+    proj = research
+    j = experiment(proj, _candidate(_SYSCALLS, "_attack_syscalls", "unused", proj.root), "trace the judge")
+    said = [s for s in _said(proj) if s["what"] == "syscall"]
+    names = {s["name"] for s in said}
+    assert {"ptrace", "process_vm_readv", "perf_event_open", "bpf", "userfaultfd", "keyctl", "io_uring_setup",
+            "unshare"} <= names, said
+    assert {s["result"] for s in said} == {"Operation not permitted"}, said
+    assert_not_kept(j, KEYS["aa"])
