@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from pytest_ditar.core.vocabulary import CLASSES, ERROR_KINDS, LANE_VERDICTS, NOT_THE_KEPT_BUILD, STATUSES, Status
+from pytest_ditar.core.vocabulary import CLASSES, ERROR_KINDS, LANE_VERDICTS, NOT_KEPT_BUILD, STATUSES, Status
 
 __all__ = [
     "CLASS_ORDER",
@@ -74,7 +74,8 @@ class LaneOutcome:
     reason: str = ""
     peak_vram_gib: float | None = None
     # why a lane is what it is, where a rule reads it (rules read this, never the reason's words):
-    # "drift" (the champion shown slower than its kept samples in this run)
+    # "drift" (the champion shown slower than its kept samples in this run), NOT_KEPT_BUILD (a guard
+    # lane's champion so much slower than kept that it is not the champion that was kept)
     cause: str | None = None
     drift: float | None = None  # the champion's slowing taken off a win (its in-run over kept median, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
@@ -183,14 +184,15 @@ def drift_voids_win(lanes: Sequence[LaneOutcome]) -> LaneOutcome | None:
     slow = float(worst.drift or 1.0)
     bar = 1.0 + (objective.threshold or 0.0)
     low = objective.ci_low / slow
-    if low > bar and slow < NOT_THE_KEPT_BUILD:
+    kept = not any(lane.cause == NOT_KEPT_BUILD for lane in drifted)
+    if low > bar and kept:
         note = (f"guard lane {worst.name}'s champion drift up to {slow:.2f}x taken off: lower bound {low:.3f}x "
                 "still clears")
         return replace(objective, reason=f"{objective.reason}; {note}")
     won = f"{_speed_text(objective)} against a champion slowed in this run"
     why = "; ".join(f"guard lane {lane.name}: {lane.reason}" for lane in drifted)
     said = (f"lower bound {low:.3f}x with its drift of up to {slow:.2f}x taken off, bar {bar:.3f}x"
-            if slow < NOT_THE_KEPT_BUILD else f"{slow:.2f}x as slow as kept: not the champion that was kept")
+            if kept else f"{slow:.2f}x as slow as kept: not the champion that was kept")
     return replace(objective, verdict="UNSTABLE", cause="drift", reason=f"{won} ({said}): {why}")
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from pytest_ditar.core import effect, guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
-from pytest_ditar.core.vocabulary import NOT_THE_KEPT_BUILD
+from pytest_ditar.core.vocabulary import NOT_KEPT_BUILD, NOT_THE_KEPT_BUILD, NOT_THE_KEPT_BUILD_CPU
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
@@ -103,6 +103,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         if slowed:
             return outcome("UNSTABLE", slowed)
     drift, host = None, 1.0
+    cap = NOT_THE_KEPT_BUILD_CPU if cpu else NOT_THE_KEPT_BUILD
     if source == "interleaved" and stored_samples:
         tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
         # A guard lane's drift is judged against the host's own speed then and now (a busier host
@@ -126,7 +127,8 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
             comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
         oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak,
                          threshold=min_effect)
-        oc = _drift_checked(_mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run), drift, host)
+        oc = _drift_checked(_mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run), drift, host,
+                            cap)
         return LaneResult(m, oc, source, min_effect, comparison=comparison)
     if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
         oc = _guard_outcome(m, [guard.Look(**lk) for lk in m.looks], perf_cfg.guard_tolerance, source, peak,
@@ -146,16 +148,18 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         comparison = asdict(c)
     if paired:
         oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run)
-    return LaneResult(m, _drift_checked(replace(oc, threshold=min_effect), drift, host), source, min_effect,
+    return LaneResult(m, _drift_checked(replace(oc, threshold=min_effect), drift, host, cap), source, min_effect,
                       comparison=comparison)
 
 
-def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float) -> LaneOutcome:
+def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float,
+                   cap: float = NOT_THE_KEPT_BUILD) -> LaneOutcome:
     """A lane whose champion ran slower than its kept samples carries that drift (core.decision
     takes every lane's off the objective win). The objective lane's own: a candidate that slowed
     the champion (or a champion that sandbags in its role, twin included) gains exactly that much,
     so its win stands only where it clears the bar with the drift's upper bound taken off its lower
-    bound and that bound is under NOT_THE_KEPT_BUILD, else it is UNSTABLE (cause "drift": not
+    bound and that bound is under `cap` (NOT_THE_KEPT_BUILD, on a CPU lane NOT_THE_KEPT_BUILD_CPU), else
+    it is UNSTABLE (cause "drift": not
     judged, run once more). Any other verdict stands, the
     drift named: a loss or a guard lane's in-run comparison is no less true for it."""
     if drift is None:
@@ -163,15 +167,15 @@ def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float) -> 
     why = drift.reason(host)
     off = drift.taken_off
     low = (oc.ci_low or 0.0) / off
-    if oc.objective and oc.verdict == stats.FASTER and (low <= 1.0 + (oc.threshold or 0.0)
-                                                         or off >= NOT_THE_KEPT_BUILD):
+    if oc.objective and oc.verdict == stats.FASTER and (low <= 1.0 + (oc.threshold or 0.0) or off >= cap):
         said = (f"the win's lower bound over its upper bound {off:.2f}x, {low:.3f}x, does not clear the bar"
-                if off < NOT_THE_KEPT_BUILD else
+                if off < cap else
                 f"a champion up to {off:.2f}x as slow as kept is not the champion that was kept")
         return replace(oc, verdict=stats.UNSTABLE, cause="drift", drift=off, reason=f"{why}; {said} ({oc.reason})")
     note = (f"champion drift up to {off:.2f}x taken off: lower bound {low:.3f}x still clears the bar; {why}"
             if oc.objective and oc.verdict == stats.FASTER else why)
-    return replace(oc, drift=off, reason=f"{oc.reason}; {note}")
+    cause = NOT_KEPT_BUILD if not oc.objective and off >= cap else oc.cause
+    return replace(oc, drift=off, cause=cause, reason=f"{oc.reason}; {note}")
 
 
 def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any, *,

@@ -289,3 +289,26 @@ def test_a_lane_not_faster_by_its_median_names_its_total_time():
     same = LaneOutcome("latency_b1", True, "NOT_FASTER", 1.0, 0.98, 1.06, "not faster beyond 1+1.0%")
     noisy = [0.050 * (1 + 0.2 * r) for r in rng.standard_normal(60)]  # an A/A's spread: unproven, not slower
     assert _mean_checked(same, champ, noisy, PerfConfig()) == same
+
+
+def test_a_guard_lanes_champion_far_slower_than_kept_is_named_not_the_kept_build():
+    """At half its kept speed (a third on a CPU lane, whose host swings more) a guard lane's champion
+    is not the champion that was kept: the lane carries the cause core.decision reads. A designed
+    1.5x drift read 2.2x beside a CPU hog: on a CPU lane that is a drift, not another build."""
+    from pytest_ditar.config.project import PerfConfig
+    from pytest_ditar.loop.lanes import judge
+    from pytest_ditar.runtime.lanes import LaneMeasurement
+
+    rng = np.random.default_rng(11)
+    noise = lambda: 1 + 0.01 * rng.standard_normal(20)  # noqa: E731
+    stored = list(0.050 * noise())
+
+    def guard(slowed: float, cpu: bool):
+        champ, cand = list(0.050 * slowed * noise()), list(0.050 * noise())
+        m = LaneMeasurement("throughput_b8", cand, [], champion_samples=champ)
+        return judge(m, champ, objective=False, source="interleaved", noise=None, perf_cfg=PerfConfig(),
+                     stored_samples=stored, cpu=cpu).outcome
+
+    assert guard(2.3, cpu=False).cause == "not_kept_build"
+    assert guard(2.3, cpu=True).cause is None and guard(2.3, cpu=True).drift > 2.0
+    assert guard(3.5, cpu=True).cause == "not_kept_build"
