@@ -12,7 +12,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from pytest_ditar.core.vocabulary import CLASSES, ERROR_KINDS, LANE_VERDICTS, NOT_KEPT_BUILD, STATUSES, Status
+from pytest_ditar.core import vocabulary as v
+from pytest_ditar.core.vocabulary import (
+    CLASSES,
+    ERROR_KINDS,
+    LANE_CAUSES,
+    LANE_VERDICTS,
+    NOT_KEPT_BUILD,
+    STATUSES,
+    Status,
+)
 
 __all__ = [
     "CLASS_ORDER",
@@ -74,8 +83,7 @@ class LaneOutcome:
     reason: str = ""
     peak_vram_gib: float | None = None
     # why a lane is what it is, where a rule reads it (rules read this, never the reason's words):
-    # "drift" (the champion shown slower than its kept samples in this run), NOT_KEPT_BUILD (a guard
-    # lane's champion so much slower than kept that it is not the champion that was kept)
+    # one of core.vocabulary.LANE_CAUSES (drift, not_kept_build, interference, shared_device)
     cause: str | None = None
     drift: float | None = None  # the champion's slowing taken off a win (its in-run over kept median, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
@@ -86,6 +94,8 @@ class LaneOutcome:
                 f"lane {self.name!r}: unknown verdict {self.verdict!r}; "
                 f"valid: {', '.join(LANE_VERDICTS)}"
             )
+        if self.cause is not None and self.cause not in LANE_CAUSES:
+            raise ValueError(f"lane {self.name!r}: unknown cause {self.cause!r}; valid: {', '.join(LANE_CAUSES)}")
 
 
 @dataclass(frozen=True)
@@ -136,6 +146,24 @@ class Decision:
     unmeasured: tuple[str, ...] = ()  # a KEEP's guard lanes that could not be measured (UNSTABLE, MISSING)
     judged: bool = True  # False: the gate could not judge the change itself (core.rerun.judged)
     rerun_of: int | None = None  # the run that first tried this change on this champion, unjudged
+    # what each reason is, beside `reasons` (core.vocabulary.OBJECTION_CAUSES): rules read these
+    causes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.causes and len(self.causes) != len(self.reasons):
+            raise ValueError(f"decision: {len(self.causes)} causes for {len(self.reasons)} reasons")
+        unknown = [c for c in self.causes if c not in v.OBJECTION_CAUSES]
+        if unknown:
+            raise ValueError(f"decision: unknown cause {unknown[0]!r}; valid: {', '.join(v.OBJECTION_CAUSES)}")
+
+    @classmethod
+    def crash(cls, reason: str, cause: str, also: Sequence[tuple[str, str]] = ()) -> Decision:
+        """A CRASH for `reason` of `cause`, then (reason, cause) pairs `also` found."""
+        return cls("CRASH", reason, (reason, *(r for r, _ in also)), causes=(cause, *(c for _, c in also)))
+
+    def objections(self) -> tuple[tuple[str, str], ...]:
+        """(reason, cause) of every objection: none for a KEEP."""
+        return () if self.status == "KEEP" else tuple(zip(self.reasons, self.causes, strict=True))
 
 
 def validate_class(name: str) -> str:
@@ -193,7 +221,7 @@ def drift_voids_win(lanes: Sequence[LaneOutcome]) -> LaneOutcome | None:
     why = "; ".join(f"guard lane {lane.name}: {lane.reason}" for lane in drifted)
     said = (f"lower bound {low:.3f}x with its drift of up to {slow:.2f}x taken off, bar {bar:.3f}x"
             if kept else f"{slow:.2f}x as slow as kept: not the champion that was kept")
-    return replace(objective, verdict="UNSTABLE", cause="drift", reason=f"{won} ({said}): {why}")
+    return replace(objective, verdict="UNSTABLE", cause=v.DRIFT, reason=f"{won} ({said}): {why}")
 
 
 def decide(
@@ -208,70 +236,63 @@ def decide(
     """Apply the gate rules in order. Status comes from the first category that objects
     (errors -> CRASH, everything else -> DISCARD); every objection is collected so the ledger
     shows the full picture, not just the first failure."""
-    crash: list[str] = [e.describe() for e in errors]
-    discard: list[str] = []
+    crash: list[tuple[str, str]] = [(e.describe(), v.CANDIDATE_ERROR) for e in errors]
+    discard: list[tuple[str, str]] = []
 
-    discard += [_with_reason(f"guard {g.name}", g.reason or "failed") for g in guards if not g.ok]
+    discard += [(_with_reason(f"guard {g.name}", g.reason or "failed"), v.GUARD) for g in guards if not g.ok]
 
     if quality is None or quality.total < expected_items:
         got = 0 if quality is None else quality.total
-        discard.append(f"incomplete quality run: {got}/{expected_items} items")
+        discard.append((f"incomplete quality run: {got}/{expected_items} items", v.QUALITY))
     if quality is not None:
         # Checked even on an incomplete run: a failure among the items that ran is still news.
         if quality.passed < quality.total:
             failed = quality.total - quality.passed
             first = quality.failures[0] if quality.failures else ""
-            discard.append(_with_reason(f"quality {failed}/{quality.total} failed", first))
+            discard.append((_with_reason(f"quality {failed}/{quality.total} failed", first), v.QUALITY))
         if not quality.class_claim_ok:
-            discard.append(f"class claim: {quality.class_claim_reason or 'not allowed'}")
-        discard += list(quality.holdout_failures)
+            discard.append((f"class claim: {quality.class_claim_reason or 'not allowed'}", v.CLASS_CLAIM))
+        discard += [(h, v.HOLDOUT) for h in quality.holdout_failures]
 
     objective = next((lane for lane in lanes if lane.objective), None)
     if objective is None:
-        discard.append("no objective lane ran")
+        discard.append(("no objective lane ran", v.OBJECTIVE_MISSING))
     elif objective.verdict == "MISSING":
-        discard.append(_with_reason(f"objective lane {objective.name} missing", objective.reason))
+        discard.append((_with_reason(f"objective lane {objective.name} missing", objective.reason),
+                        v.OBJECTIVE_MISSING))
     elif objective.verdict == "REJECTED":
-        discard.append(f"lane {objective.name} rejected: {objective.reason}")
+        discard.append((f"lane {objective.name} rejected: {objective.reason}", v.OBJECTIVE_REJECTED))
     elif objective.verdict == "UNSTABLE":
-        discard.append(
-            f"lane {objective.name} unstable: {objective.reason or _speed_text(objective)}"
-        )
+        discard.append((f"lane {objective.name} unstable: {objective.reason or _speed_text(objective)}",
+                        v.OBJECTIVE_UNSTABLE))
     elif objective.verdict != "FASTER":
-        discard.append(
-            _with_reason(
-                f"lane {objective.name} not faster than champion: {_speed_text(objective)}",
-                objective.reason,
-            )
-        )
+        discard.append((_with_reason(f"lane {objective.name} not faster than champion: {_speed_text(objective)}",
+                                     objective.reason), v.NOT_FASTER))
 
-    discard += [
-        _with_reason(f"guard lane {lane.name} regressed", lane.reason)
-        for lane in lanes
-        if not lane.objective and lane.verdict == "REGRESSED"
-    ]
-    discard += [f"guard lane {lane.name} rejected: {lane.reason}" for lane in lanes
-                if not lane.objective and lane.verdict == "REJECTED"]
+    guard_lanes = [lane for lane in lanes if not lane.objective]
+    discard += [(_with_reason(f"guard lane {lane.name} regressed", lane.reason), v.GUARD_LANE)
+                for lane in guard_lanes if lane.verdict == "REGRESSED"]
+    discard += [(f"guard lane {lane.name} rejected: {lane.reason}", v.GUARD_LANE)
+                for lane in guard_lanes if lane.verdict == "REJECTED"]
     # Work that outlives the candidate's timed calls voids a guard lane too: left as "unstable" it
     # would hide a regression there behind a champion it slowed (core.interference).
-    discard += [f"guard lane {lane.name} unstable: {lane.reason}" for lane in lanes
-                if not lane.objective and lane.verdict == "UNSTABLE" and (lane.reason or "").startswith("interference")]
+    discard += [(f"guard lane {lane.name} unstable: {lane.reason}", v.GUARD_LANE) for lane in guard_lanes
+                if lane.verdict == "UNSTABLE" and lane.cause == v.INTERFERENCE]
 
     if vram_budget_gib is not None:
         for lane in lanes:
             peak = lane.peak_vram_gib
             # A non-finite peak cannot prove it fits, so it fails closed.
             if peak is not None and not (math.isfinite(peak) and peak <= vram_budget_gib):
-                discard.append(
-                    f"peak VRAM {_fmt(peak, 2)} GiB > budget {vram_budget_gib:.2f} GiB "
-                    f"(lane {lane.name})"
-                )
+                discard.append((f"peak VRAM {_fmt(peak, 2)} GiB > budget {vram_budget_gib:.2f} GiB "
+                                f"(lane {lane.name})", v.VRAM))
 
-    reasons = tuple(crash + discard)
+    found = crash + discard
+    reasons, causes = tuple(r for r, _ in found), tuple(c for _, c in found)
     if crash:
-        return Decision("CRASH", reasons[0], reasons)
+        return Decision("CRASH", reasons[0], reasons, causes=causes)
     if discard:
-        return Decision("DISCARD", reasons[0], reasons)
+        return Decision("DISCARD", reasons[0], reasons, causes=causes)
     assert objective is not None  # no objection implies a FASTER objective lane
     keep = f"lane {objective.name} faster: {_speed_text(objective)}"
     # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not
@@ -281,11 +302,12 @@ def decide(
     unmeasured = [lane for lane in lanes if not lane.objective and lane.verdict in UNMEASURED]
     notes = tuple(_with_reason(f"guard lane {lane.name} not measured ({lane.verdict})", lane.reason)
                   for lane in unmeasured)
-    return Decision("KEEP", keep, (keep, *notes), tuple(lane.name for lane in unmeasured))
+    return Decision("KEEP", keep, (keep, *notes), tuple(lane.name for lane in unmeasured),
+                    causes=(v.FASTER, *(v.UNMEASURED for _ in notes)))
 
 
 # Guard-lane verdicts that measured nothing: on a KEEP, the lane is named (verdict_line `unmeasured=`).
-# (An UNSTABLE guard lane whose reason is interference is a DISCARD before this; see decide.)
+# (An UNSTABLE guard lane whose cause is interference is a DISCARD before this; see decide.)
 UNMEASURED: tuple[str, ...] = ("UNSTABLE", "MISSING")
 
 

@@ -17,6 +17,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pytest_ditar.core.vocabulary import INTERNAL, OBJECTIVE_UNSTABLE
+
 KEY_CHARS = 16  # of the sha256: enough to tell a ledger's changes apart, short in a TSV cell
 
 
@@ -33,14 +35,14 @@ def patch_key(patch: str) -> str:
     return hashlib.sha256(body.encode("utf-8", "surrogateescape")).hexdigest()[:KEY_CHARS]
 
 
-def judged(status: str, reasons: Iterable[str], objective_unstable: bool) -> bool:
-    """Whether a recorded run judged its change: False for a DISCARD whose every objection is its
-    UNSTABLE objective lane, and for a CRASH of the judge itself."""
-    reasons = list(reasons)
+def judged(status: str, causes: Iterable[str]) -> bool:
+    """Whether a run judged its change, from what its objections are (Decision.causes): False for a
+    DISCARD whose every objection is its UNSTABLE objective lane, and for a CRASH of the judge itself."""
+    causes = list(causes)
     if status == "CRASH":
-        return not (reasons and all(str(r).startswith("internal:") for r in reasons))
-    if status == "DISCARD" and objective_unstable:
-        return not all(str(r).startswith("lane ") and " unstable: " in str(r) for r in reasons)
+        return not (causes and all(c == INTERNAL for c in causes))
+    if status == "DISCARD":
+        return not (causes and all(c == OBJECTIVE_UNSTABLE for c in causes))
     return True
 
 

@@ -114,6 +114,14 @@ class PhaseClock:
         WARMUP)."""
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
+    def timed(self, seconds: float) -> None:
+        """Device-synchronized inference a lane timed (its rounds and warm-ups, every side)."""
+        self.timed_s += seconds
+
+    def imported(self, imports_s: float, zygote: str) -> None:
+        """How long the workers' zygote took to import torch and diffusers, and its state."""
+        self.imports_s, self.zygote = imports_s, zygote
+
     def built(self, worker: str, seconds: float | None, detail: dict[str, float] | None = None) -> None:
         """A worker's build() took `seconds` (its own report; None: not built). One worker builds
         once, and waiting for it again notes the same figure, so the larger one is kept."""

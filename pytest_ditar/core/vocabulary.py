@@ -25,6 +25,34 @@ NOT_THE_KEPT_BUILD = 2.0
 NOT_THE_KEPT_BUILD_CPU = 3.0
 NOT_KEPT_BUILD = "not_kept_build"
 
+# Why a lane is what it is (LaneOutcome.cause), where a rule reads it; rules read these, never a reason's words.
+DRIFT = "drift"  # the champion ran slower in this run than its kept samples
+INTERFERENCE = "interference"  # work that outlived the candidate's timed calls slowed the reference
+SHARED_DEVICE = "shared_device"  # another process used the GPU during the lane (hardware.exclusivity)
+LANE_CAUSES: tuple[str, ...] = (DRIFT, NOT_KEPT_BUILD, INTERFERENCE, SHARED_DEVICE)
+
+# What each objection of a decision is (Decision.causes, beside Decision.reasons): core.rerun and the
+# next-step line read these. INTERNAL: the judge failed, not the candidate; OBJECTIVE_UNSTABLE: the
+# objective lane could not be measured (the host, another process), not the idea.
+INTERNAL = "internal"
+CANDIDATE_ERROR = "candidate_error"  # the candidate raised, ran out of memory or time, or gave non-finite output
+TAMPERED = "tampered"  # the run moved git, its config or hooks, or the state directory
+GUARD = "guard"
+QUALITY = "quality"
+CLASS_CLAIM = "class_claim"
+HOLDOUT = "holdout"
+OBJECTIVE_MISSING = "objective_missing"
+OBJECTIVE_REJECTED = "objective_rejected"
+OBJECTIVE_UNSTABLE = "objective_unstable"
+NOT_FASTER = "not_faster"
+GUARD_LANE = "guard_lane"  # a guard lane regressed, was rejected, or was slowed by interference
+VRAM = "vram"
+FASTER = "faster"  # a KEEP's own reason
+UNMEASURED = "unmeasured"  # a KEEP's note: a guard lane that measured nothing
+OBJECTION_CAUSES: tuple[str, ...] = (INTERNAL, CANDIDATE_ERROR, TAMPERED, GUARD, QUALITY, CLASS_CLAIM, HOLDOUT,
+                                     OBJECTIVE_MISSING, OBJECTIVE_REJECTED, OBJECTIVE_UNSTABLE, NOT_FASTER,
+                                     GUARD_LANE, VRAM, FASTER, UNMEASURED)
+
 TRAILER = "Ditar-Class:"  # the commit-message trailer that carries an experiment's class
 DEFAULT_CONFIG = "config/autoresearch.json"  # relative to the project root
 

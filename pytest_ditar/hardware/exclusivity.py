@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 # (pid, used bytes or None) for every process NVML sees on GPU `index`
@@ -195,16 +195,6 @@ def combine(reports: list[ExclusivityReport]) -> ExclusivityReport:
     """One report for a lane on several GPUs (a group lane: one watch per rank's GPU): the first
     GPU that was shared or could not be checked, else the first GPU's."""
     return next((r for r in reports if not r.ok), reports[0])
-
-
-def apply(result: Any, report: ExclusivityReport) -> Any:
-    """Turn a lane result UNSTABLE when its GPU was shared; note the check either way."""
-    result.comparison = {**(result.comparison or {}), "exclusivity": report.message()}
-    if report.ok:
-        return result
-    result.outcome = replace(result.outcome, verdict="UNSTABLE", speedup=result.outcome.speedup,
-                             reason=report.message())
-    return result
 
 
 def doctor_row(ok: str, warn: str, fail: str, cuda_devices: int | None = None,

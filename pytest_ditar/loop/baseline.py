@@ -101,7 +101,7 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
     files = {"lanes.json": json.dumps(lanes, indent=1).encode(), **(extra_files or {})}
     path = write_snapshot(sess.baseline_dir, outs, meta, extra_files=files, force=force)
     _anchor_in_ledger(sess, path)
-    sess.keep_compiled = True  # the baseline's code is the first champion: its compilations are its cache's
+    sess.keep_compilations()  # the baseline's code is the first champion: its compilations are its cache's
     warmstart.hand_over(TagPaths(sess.state_dir))  # the first gated run forks from this run's zygote
     _back_up(sess)
     sess.outputs.update({o.item_id: o for o in outs})

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import load_snapshot, write_snapshot
@@ -84,19 +86,18 @@ def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
                           extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)
 
 
-def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
-    """FLOPs per call come from the baseline count (an exact change does the same work); a lane
-    faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices' worth)."""
+def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
+    """`res` with its FLOPs per call, from the baseline count (an exact change does the same work); a
+    lane faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices' worth)."""
     from pytest_ditar.hardware.profiles import get_profile
     from pytest_ditar.hardware.roofline import host_roofline_check, roofline_check
 
     stored = baseline_lanes(sess).get(lane.name) or {}
     flops = stored.get("flops")
     if not flops or not res.measurement.samples:
-        return
+        return res
     med = statistics.median(res.measurement.samples)
-    res.flops = flops
-    res.achieved_tflops = flops / med / 1e12
+    res = replace(res, flops=flops, achieved_tflops=flops / med / 1e12)
     device = sess.resolved_device()
     per_device = flops / max(1, getattr(lane, "gpus", 1))  # at best, the ranks split the work evenly
     if device.startswith("cuda"):
@@ -112,3 +113,4 @@ def attach_flops(sess: DitarSession, lane: Any, res: Any) -> None:
         problem = None
     if problem:
         sess.errors.append(CandidateError("exception", f"lane {lane.name}: {problem}"))
+    return res

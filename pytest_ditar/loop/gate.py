@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterable, cast
 from pytest_ditar.core.decision import (
     Decision,
     GuardResult,
-    LaneOutcome,
     QualityOutcome,
     RunError,
     cumulative_class,
@@ -60,6 +59,7 @@ class Gate:
         self.decision: Decision | None = None
         self.verdict: str | None = None
         self.refusal: str | None = None
+        self.refused_class = False  # the refusal is the class gate's: nothing to fix, only a class to choose
         self.head: str | None = None  # the commit judged
         self.try_outcome: tryout.TryOutcome | None = None  # `dit-ar try`'s, once it ends
         self.parent: str | None = None  # its parent, the champion: where a revert puts the branch
@@ -77,7 +77,7 @@ class Gate:
         if opts.guard is not None:  # a guard writes nothing under the state dir (its roles' code is the judge's)
             import tempfile
 
-            sess.beside_champion = True  # paired rounds even where the tree is the champion's commit
+            sess.time_beside_champion()  # paired rounds even where the tree is the champion's commit
             sess.use_run_dir(Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))  # failure images, kept for the user
 
     # ---- header ---------------------------------------------------------------------------
@@ -168,7 +168,7 @@ class Gate:
         """Every check passed: the run is gated. The guards that judge (a DISCARD, not a refusal)
         run now; then the watches, the memory cap and the workers' builds."""
         s, meta = self.sess, cast(ExperimentMeta, self.meta)
-        s.cls = cumulative_class([*self._kept_classes(), meta.cls])
+        s.judge_as(cumulative_class([*self._kept_classes(), meta.cls]))
         self.guards += guards.check_guards(self.root, mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
                                            recorded_hashes=base.manifest.get("fixed_paths", {}),
                                            baseline_commit=self.baseline_commit)
@@ -219,11 +219,12 @@ class Gate:
         except ValueError as exc:
             self.refusal = str(exc)
             return False
-        self.sess.cls = cumulative_class([*self._kept_classes(), *claimed])
+        self.sess.judge_as(cumulative_class([*self._kept_classes(), *claimed]))
         if self.items_collected:  # a smoke check: the class gate of a gated run, same words
             from pytest_ditar.config.semantic import class_refusal
 
             self.refusal = class_refusal(self.sess.cfg, self.sess.cls)
+            self.refused_class = self.refusal is not None
         return self.refusal is None
 
     def _kept_classes(self) -> list[str]:
@@ -239,7 +240,7 @@ class Gate:
     def bind_memory_budget(self) -> None:
         """Workers built from now on cap their allocator at the target's memory: a candidate that
         only fits on a bigger card raises OOM (a CRASH) instead of passing."""
-        self.sess.memory_budget_gib = self.vram_budget_gib()
+        self.sess.cap_memory(self.vram_budget_gib())
 
     def vram_budget_gib(self) -> float | None:
         if self.sess.cfg.vram_budget_gib:
@@ -260,7 +261,7 @@ class Gate:
         """An xdist worker takes the controller's go-ahead: its (cumulative) class judges every item,
         its run dir takes the logs, and a gated run caps the memory of the workers built here."""
         if cls:
-            self.sess.cls = cls
+            self.sess.judge_as(cls)
         if run_dir:
             self.sess.use_run_dir(Path(run_dir))
         if gated:
@@ -367,11 +368,8 @@ class Gate:
         lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
         voided = drift_voids_win(lanes)
         if voided is not None:  # the lane's record says so too: the summary, the re-run rule, the champion's store
-            s.lanes[voided.name].outcome = voided
+            s.void_lane(voided)
             lanes = [voided if ln.objective else ln for ln in lanes]
-        if not any(ln.objective for ln in lanes):
-            lanes.append(LaneOutcome(s.cfg.objective_lane, True, "MISSING", None, None, None,
-                                     "objective lane did not run"))
         return decide(guards=self.guards, quality=quality, lanes=lanes, errors=errors,
                       vram_budget_gib=self.vram_budget_gib(), expected_items=len(s.suite.corpus))
 

@@ -119,8 +119,8 @@ def start_reference(sess: Any, commit: str) -> None:
     """Draw the holdout's items and start their baseline outputs now (loop.startup, once the builds
     are sent); `run` takes them from `sess.holdout_reference`."""
     if sess.cfg.holdout.count and sess.holdout_reference is None:
-        sess.holdout_reference = Reference(sess, commit, sess.build_at_commit(commit, "holdout", start_only=True,
-                                                                                  role="holdout"))
+        build = sess.build_at_commit(commit, "holdout", start_only=True, role="holdout")
+        sess.hold_reference(Reference(sess, commit, build))
 
 
 def settle(sess: Any) -> None:

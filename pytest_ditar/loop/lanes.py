@@ -18,7 +18,15 @@ from typing import Any, Callable
 from pytest_ditar.core import effect, guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
-from pytest_ditar.core.vocabulary import NOT_KEPT_BUILD, NOT_THE_KEPT_BUILD, NOT_THE_KEPT_BUILD_CPU
+from pytest_ditar.core.vocabulary import (
+    DRIFT,
+    INTERFERENCE,
+    NOT_KEPT_BUILD,
+    NOT_THE_KEPT_BUILD,
+    NOT_THE_KEPT_BUILD_CPU,
+    SHARED_DEVICE,
+)
+from pytest_ditar.hardware import exclusivity
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
@@ -68,13 +76,30 @@ def host_ratio(now: list[float], stored: list[float]) -> float:
 def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
           noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
           sequential: Sequential | None = None, cpu: bool = False, stored_host_s: list[float] | None = None,
-          guard_run: bool = False) -> LaneResult:
-    """Turn samples into a lane verdict. A failed audit or a caching candidate voids the timing
-    (REJECTED); an interleaved champion that disagrees with its own stored samples, or a reference
-    slowed by the untimed side's work, makes the lane UNSTABLE. A lane grown by `sequential` is
-    decided by its looks (core.sequential), a guard lane grown by its own by theirs (core.guard;
-    `guard_run`: `--ditar-guard`'s, failing only a slowdown shown); other lanes by core.stats
-    against the baseline's A/A floor."""
+          guard_run: bool = False, device: exclusivity.ExclusivityReport | None = None) -> LaneResult:
+    """Turn a lane's evidence into its verdict: the one place a lane's outcome is made. A failed
+    audit or a caching candidate voids the timing (REJECTED); an interleaved champion that disagrees
+    with its own stored samples, a reference slowed by the untimed side's work, or a GPU another
+    process used (`device`, the lane's exclusivity watch) makes the lane UNSTABLE, its `cause` said.
+    A lane grown by `sequential` is decided by its looks (core.sequential), a guard lane grown by its
+    own by theirs (core.guard; `guard_run`: `--ditar-guard`'s, failing only a slowdown shown); other
+    lanes by core.stats against the baseline's A/A floor."""
+    res = _judge(m, champion_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
+                 stored_samples=stored_samples, sequential=sequential, cpu=cpu, stored_host_s=stored_host_s,
+                 guard_run=guard_run)
+    if device is None:
+        return res
+    comparison = {**res.comparison, "exclusivity": device.message()}
+    if device.ok:
+        return replace(res, comparison=comparison)
+    shared = replace(res.outcome, verdict=stats.UNSTABLE, reason=device.message(), cause=SHARED_DEVICE)
+    return replace(res, outcome=shared, comparison=comparison)
+
+
+def _judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
+           noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None,
+           sequential: Sequential | None, cpu: bool, stored_host_s: list[float] | None,
+           guard_run: bool) -> LaneResult:
     paired = source == "interleaved" and len(champion_samples) == len(m.samples)
     grown = paired and sequential is not None and bool(m.looks)
     # core.effect: the one threshold rule, dit-ar compare's too (a sequential plan's is perf.min_speedup)
@@ -83,8 +108,8 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
                                   noise_k=perf_cfg.noise_k)
     peak = m.peak_reserved_gib
 
-    def outcome(verdict: str, reason: str) -> LaneResult:
-        return LaneResult(m, LaneOutcome(m.lane, objective, verdict, None, None, None, reason, peak),
+    def outcome(verdict: str, reason: str, cause: str | None = None) -> LaneResult:
+        return LaneResult(m, LaneOutcome(m.lane, objective, verdict, None, None, None, reason, peak, cause=cause),
                           source, min_effect)
 
     if m.audit_failure:
@@ -98,10 +123,10 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
     if source == "interleaved":
         busy = m.foreign()
         if len(busy) >= interference.REPEATED:
-            return outcome("UNSTABLE", interference.describe(busy, m.pids))
+            return outcome("UNSTABLE", interference.describe(busy, m.pids), INTERFERENCE)
         slowed = interference.slowed_after_candidate(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
         if slowed:
-            return outcome("UNSTABLE", slowed)
+            return outcome("UNSTABLE", slowed, INTERFERENCE)
     drift, host = None, 1.0
     cap = NOT_THE_KEPT_BUILD_CPU if cpu else NOT_THE_KEPT_BUILD
     if source == "interleaved" and stored_samples:
@@ -171,7 +196,7 @@ def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float,
         said = (f"the win's lower bound over its upper bound {off:.2f}x, {low:.3f}x, does not clear the bar"
                 if off < cap else
                 f"a champion up to {off:.2f}x as slow as kept is not the champion that was kept")
-        return replace(oc, verdict=stats.UNSTABLE, cause="drift", drift=off, reason=f"{why}; {said} ({oc.reason})")
+        return replace(oc, verdict=stats.UNSTABLE, cause=DRIFT, drift=off, reason=f"{why}; {said} ({oc.reason})")
     note = (f"champion drift up to {off:.2f}x taken off: lower bound {low:.3f}x still clears the bar; {why}"
             if oc.objective and oc.verdict == stats.FASTER else why)
     cause = NOT_KEPT_BUILD if not oc.objective and off >= cap else oc.cause
@@ -293,7 +318,7 @@ class LaneRunner:
         said = str(exc).replace("candidate raised", "its code raised", 1)  # the reference's code, not the candidate's
         err = ReferenceFailure(f"{who} {what} in its role: {said if isinstance(exc, CandidateError) else repr(exc)}")
         if self.sess.reference_error is None:
-            self.sess.reference_error = str(err)
+            self.sess.refuse_reference(str(err))
         return err
 
     def twin(self, ranks: int = 1) -> Any:
@@ -313,7 +338,6 @@ class LaneRunner:
         return self._stream
 
     def run(self, lane: Any, benchmark: Any = None, progress: Callable[[int], None] | None = None) -> LaneResult:
-        from pytest_ditar.hardware import exclusivity
         from pytest_ditar.loop import champion, holdout
 
         sess = self.sess
@@ -350,7 +374,7 @@ class LaneRunner:
             if exc not in sess.errors:
                 sess.errors.append(exc)
             raise
-        sess.clock.timed_s += m.timed_s
+        sess.clock.timed(m.timed_s)
         stored = champion.stored_lanes(sess).get(lane.name, {})
         stored_samples = list(stored.get("samples", []))
         if champ is not None:
@@ -358,24 +382,22 @@ class LaneRunner:
         else:
             source, champ_samples = "stored", stored_samples
         noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
+        # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
                     stored_samples=stored_samples, sequential=sequential if objective else None,
                     cpu=sess.resolved_device() == "cpu", stored_host_s=list(stored.get("host_s", [])),
-                    guard_run=tolerance is not None)
-        champion.attach_flops(sess, lane, res)
+                    guard_run=tolerance is not None, device=exclusivity.combine([wt.report for wt in watch]))
+        res = champion.with_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
-        # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID
-        res = exclusivity.apply(res, exclusivity.combine([wt.report for wt in watch]))
         if benchmark is not None and not getattr(benchmark, "disabled", False):
             benchmark.extra_info.update(verdict_story(res, champ_samples))  # benchmark.json tells the verdict's story
-        sess.lanes[lane.name] = res
+        sess.put_lane(res)
         return res
 
     def _measure(self, lane: Any, cand: Any, champ: Any, twin: Any, sequential: Sequential | None, benchmark: Any,
                  progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, list[Any]]:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
-        from pytest_ditar.hardware import exclusivity
         from pytest_ditar.runtime import proctree, zygote
         from pytest_ditar.runtime.group import rank_device
 

@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.core.vocabulary import INTERNAL
 from pytest_ditar.loop import phases
 from pytest_ditar.loop.bound import bound_refusal
 
@@ -26,7 +27,7 @@ def next_step(gate: Gate) -> str | None:
     if gate.gated and gate.decision is not None:
         return PREFIX + _after_verdict(gate, gate.decision)
     if gate.refusal:
-        if gate.refusal.startswith("class '"):  # the class gate: nothing to fix, only to choose
+        if gate.refused_class:  # the class gate: nothing to fix, only to choose
             return PREFIX + ("nothing was judged; pick a class this session can judge (`dit-ar doctor` lists them) "
                              "or stop")
         return PREFIX + "nothing was judged or recorded; fix what the DITAR REFUSED line names, then run it again"
@@ -46,7 +47,7 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
         said = (f" (guard lane {', '.join(unmeasured)} not measured: its reason in {run}/summary.json)"
                 if unmeasured else "")
         return f"{head} is the champion{said}; commit the next hypothesis on top of it (program.md section 2, step 1)"
-    if d.status == "CRASH" and any(str(r).startswith("internal:") for r in getattr(d, "reasons", ()) or ()):
+    if d.status == "CRASH" and INTERNAL in d.causes:
         # the judge failed, not the candidate: nothing in the patch to fix
         return (f"{left}; the judge itself failed (an 'internal:' reason, log in {run}): report it, then run "
                 "the same hypothesis again")

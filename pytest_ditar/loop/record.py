@@ -25,7 +25,7 @@ from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import Decision, GuardResult, verdict_line
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
-from pytest_ditar.core.vocabulary import SCHEMA_VERSION
+from pytest_ditar.core.vocabulary import INTERNAL, SCHEMA_VERSION, TAMPERED
 from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
@@ -100,8 +100,7 @@ def finish(gate: RunFacts, decision: Decision) -> Outcome:
     # the repository's git config or hooks written during the run: code that git would run (loop.gitpins)
     why = moved or gitpins.changed_during(gate.root, gate.git_watch)
     if why:
-        objections = decision.reasons if decision.status != "KEEP" else ()  # a KEEP's are not objections
-        decision = Decision("CRASH", why, (why, *objections))
+        decision = Decision.crash(why, TAMPERED, decision.objections())  # a KEEP's reasons are no objections
     try:
         rec = act(gate, decision, moved)
     except OSError as exc:  # not even the ledger row could be written
@@ -135,7 +134,7 @@ def internal(gate: RunFacts, what: str, trace: str | None) -> Outcome | None:
     if not gate.gated or gate.verdict or gate.refusal or gate.opts.phase == phases.QUALITY:
         return None
     log = _internal_log(gate, what, trace)
-    d = _crash(f"internal: {what} ({log})")
+    d = Decision.crash(f"internal: {what} ({log})", INTERNAL)
     try:
         return finish(gate, d)
     except Exception:  # noqa: BLE001 - the full record failed as well: the bare one below
@@ -181,7 +180,7 @@ def _bare_record(gate: RunFacts, d: Decision) -> Recorded:
         "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
         "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off),
-        "sandbox": s.cfg.sandbox, "judged": int(rerun.judged(d.status, d.reasons, False))})
+        "sandbox": s.cfg.sandbox, "judged": int(rerun.judged(d.status, d.causes))})
     moved = None
     with contextlib.suppress(Exception):  # where the branch went, for the revert; the full record may have failed here
         moved = git_moved(gate)
@@ -230,7 +229,7 @@ def damaged(gate: RunFacts, harm: str, exitstatus: int) -> Outcome:
     if exitstatus == Exit.INTERRUPTED:
         return Outcome(exitstatus, refusal=f"interrupted: {reason}; no verdict recorded, nothing reverted",
                        notes=unrecorded(gate, "ended without a verdict"))
-    return finish(gate, _crash(reason))
+    return finish(gate, Decision.crash(reason, TAMPERED))
 
 
 def git_moved(gate: RunFacts) -> str | None:
@@ -299,10 +298,6 @@ def finish_revert(root: Path, rows: list[dict[str, Any]], st: gitops.RepoState,
     return None, f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1]['status']}"
 
 
-def _crash(reason: str) -> Decision:
-    return Decision("CRASH", reason, (reason,))
-
-
 def oserror_line(exc: OSError) -> str:
     """One line for a file error: "Is a directory: /path" (the target, not a temp file's name)."""
     where = exc.filename2 or exc.filename
@@ -353,10 +348,10 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
         if d.status == "KEEP":
             champion.store(s, cast(str, gate.head), cls)  # a judged run: its commit
-            s.keep_compiled = True  # its compilations join the champion's cache once its workers end
+            s.keep_compilations()  # its compilations join the champion's cache once its workers end
         warmstart.hand_over(TagPaths(s.state_dir))  # backed up with the row: the next run's zygote
     except OSError as exc:
-        d = _crash(f"could not record the run: {oserror_line(exc)}")
+        d = Decision.crash(f"could not record the run: {oserror_line(exc)}", INTERNAL)
         with contextlib.suppress(OSError):
             write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
     obj = s.lanes.get(s.cfg.objective_lane)
@@ -384,12 +379,10 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
 
 def _judgment(gate: RunFacts, d: Decision) -> tuple[Decision, str]:
     """`d` with whether it judged the change and the run it re-runs (core.rerun), and the change's key."""
-    s = gate.sess
-    oc = getattr(s.lanes.get(s.cfg.objective_lane), "outcome", None)
     parent = gate.parent or gitops.state(gate.root).parent
     key = rerun.patch_key(gitops.diff_patch(gate.root, parent, gate.head)) if parent and gate.head else ""
     rows = gate.ledger.rows()
-    return replace(d, judged=rerun.judged(d.status, d.reasons, getattr(oc, "verdict", None) == "UNSTABLE"),
+    return replace(d, judged=rerun.judged(d.status, d.causes),
                    rerun_of=rerun.rerun_of(rows, key, parent or "")), key
 
 

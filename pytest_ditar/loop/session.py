@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,9 +91,55 @@ class DitarSession:
         """Log into a run directory another process made (the xdist controller's, phase 1's)."""
         self._run_dir = Path(path)
 
+    # ---- what the run settles, set through these methods (no other module writes a session) ----
+    def judge_as(self, cls: str) -> None:
+        """The class this run is judged under (a gated run's cumulative one)."""
+        self.cls = cls
+
+    def time_beside_champion(self) -> None:
+        """Paired rounds against the champion's build even where the tree is its commit (a guard)."""
+        self.beside_champion = True
+
+    def cap_memory(self, gib: float | None) -> None:
+        """Workers built from now on cap their allocator at `gib` (a gated run's target memory)."""
+        self.memory_budget_gib = gib
+
+    def keep_compilations(self) -> None:
+        """The candidate is now the champion (a KEEP, a baseline): close() adds what it compiled to the
+        tag's compile cache."""
+        self.keep_compiled = True
+
+    def hold_reference(self, reference: Any) -> None:
+        """The baseline's fresh outputs for the holdout, made early (loop.holdout.Reference)."""
+        self.holdout_reference = reference
+
+    def refuse_reference(self, why: str) -> None:
+        """A reference (the champion, its twin) could not be built or timed: the run is refused naming it."""
+        self.reference_error = why
+
+    def put_lane(self, res: LaneResult) -> None:
+        """A lane's judged result (loop.lanes.judge made it)."""
+        self.lanes[res.outcome.name] = res
+
+    def void_lane(self, outcome: Any) -> None:
+        """The objective lane's win voided where the champion drifted (core.decision.drift_voids_win):
+        its record says so too (the summary, the re-run rule, the champion's store)."""
+        self.lanes[outcome.name] = replace(self.lanes[outcome.name], outcome=outcome)
+
+    def semantic_cache(self) -> SessionScores | None:
+        """The semantic evaluators and their score cache, built on first use, where this run's class
+        needs them and they are configured; else None."""
+        from pytest_ditar.runtime import semantic
+
+        if not semantic.wanted(self):
+            return None
+        if self._semantic is None:
+            self._semantic = semantic.SessionScores(semantic.Evaluators.load(self.cfg, self.resolved_device()))
+        return self._semantic
+
     def absorb(self, payload: dict[str, Any]) -> None:
         """Fold in what another process produced (an xdist worker's shard, phase 1's record)."""
-        shards.merge(self, [payload])
+        self.quality, self.outputs, self.errors = shards.merged(self, [payload])
         if payload.get("clock"):
             self.clock.absorb(payload["clock"])  # the run's time line covers every worker
 
@@ -257,7 +303,7 @@ class DitarSession:
         (`ranks` > 1: its group for a multi-GPU lane)."""
         if ranks > 1 or (self.candidate is None and self.candidate_error is None):
             w = self.worker(self.candidate_code(), "candidate", ranks)
-            w.memory_budget_gib = self.memory_budget_gib
+            w.cap_memory(self.memory_budget_gib)
             w.request_build()
 
     def get_candidate(self, ranks: int = 1) -> CandidateWorker:
@@ -265,7 +311,7 @@ class DitarSession:
         `ranks` > 1: the candidate's group for a multi-GPU lane (its own build, once per session)."""
         if ranks > 1:
             w = self.worker(self.candidate_code(), "candidate", ranks)
-            w.memory_budget_gib = self.memory_budget_gib
+            w.cap_memory(self.memory_budget_gib)
             with self.clock.span("build.candidate"):
                 w.built(self.cfg.build_timeout_s)
             self.clock.built(w.name, w.build_s, w.build_detail)
@@ -275,14 +321,13 @@ class DitarSession:
         if self.candidate is None:
             try:
                 w = self.worker(self.candidate_code(), "candidate")
-                w.memory_budget_gib = self.memory_budget_gib
+                w.cap_memory(self.memory_budget_gib)
                 with self.clock.span("build.candidate"):
                     self.candidate = w.built(self.cfg.build_timeout_s)
                 self.clock.built(w.name, w.build_s, w.build_detail)
                 from pytest_ditar.runtime import zygote
 
-                self.clock.imports_s = float(zygote.imports_s() or 0.0)  # most of a CPU build's wait
-                self.clock.zygote = zygote.state()
+                self.clock.imported(float(zygote.imports_s() or 0.0), zygote.state())  # most of a CPU build's wait
             except CandidateError as exc:
                 self.candidate_error = exc
                 self.errors.append(exc)
@@ -336,16 +381,7 @@ class DitarSession:
                     self.compiled_note = f"ditar: compile cache: the kept candidate's compilations not added ({exc})"
             self.compiled_note = done.note(cache) or self.compiled_note
         for w, _folder in writes:
-            self._drop_compile_writes(w)
-
-    @staticmethod
-    def _drop_compile_writes(w: CandidateWorker) -> None:
-        """Delete what a worker's read-only compile cache took in (runtime.compiled), once it has ended."""
-        if w.compile_writes is not None:
-            from pytest_ditar.runtime import compiled
-
-            compiled.remove(w.compile_writes)
-            w.compile_writes = None
+            w.drop_compile_writes()
 
     def output_for(self, item: CorpusItem) -> ItemOutput:
         """Generate the fixed batch that holds `item` (once), then serve it from the cache."""
@@ -410,7 +446,7 @@ class DitarSession:
                            ranks: int = 1) -> CandidateWorker:
         with self.clock.span(phase):  # writing the code and the wait count to the phase that needed it
             w = self.worker(self.commit_code(commit), name, ranks)
-            w.memory_budget_gib = self.memory_budget_gib
+            w.cap_memory(self.memory_budget_gib)
             if start_only:
                 w.request_build()
                 return w
@@ -428,7 +464,7 @@ class DitarSession:
                 del self._workers[key]
                 self._retired.append(w)
                 w.close()
-                self._drop_compile_writes(w)  # a retired worker is never the one kept
+                w.drop_compile_writes()  # a retired worker is never the one kept
 
     def check_worktrees(self) -> CandidateError | None:
         """A CRASH error, recorded once in `errors`, when a file of the code written for a role this

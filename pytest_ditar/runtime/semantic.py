@@ -248,7 +248,7 @@ def session_scores(sess: Any, item: Any, cand: Any, base: Any) -> dict[str, floa
     ev = evaluators_for(sess)
     if ev is None:
         return None
-    cache: SessionScores = sess._semantic
+    cache: SessionScores = sess.semantic_cache()
     snap = sess.baseline()
     if not cache.baseline_clip:
         corpus = list(sess.suite.corpus)
@@ -293,10 +293,5 @@ def pair_scores(ev: Evaluators, items: Sequence[Any], cand_images: Sequence[np.n
 
 def evaluators_for(sess: Any) -> Evaluators | None:
     """The session's evaluators (built on first use) when its class needs them, else None."""
-    if not wanted(sess):
-        return None
-    cache: SessionScores | None = getattr(sess, "_semantic", None)
-    if cache is None:
-        cache = SessionScores(Evaluators.load(sess.cfg, sess.resolved_device()))
-        sess._semantic = cache
-    return cache.evaluators
+    cache: SessionScores | None = sess.semantic_cache()
+    return None if cache is None else cache.evaluators

@@ -250,6 +250,18 @@ class CandidateWorker:
         self._drain("hello", timeout_s)
         return self.info
 
+    def cap_memory(self, gib: float | None) -> None:
+        """The allocator cap of builds sent from now on (a gated run's target memory; None: none)."""
+        self.memory_budget_gib = gib
+
+    def drop_compile_writes(self) -> None:
+        """Delete what a read-only compile cache took in (runtime.compiled), once the worker has ended."""
+        if self.compile_writes is not None:
+            from pytest_ditar.runtime import compiled  # worker start-up: the judge's side only, once at the end
+
+            compiled.remove(self.compile_writes)
+            self.compile_writes = None
+
     def request_build(self) -> None:
         """Send the build without waiting, so several workers build at the same time."""
         self.start()

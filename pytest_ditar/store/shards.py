@@ -69,9 +69,11 @@ def load(payload: dict[str, Any]) -> tuple[list[ContractResult], list[CandidateE
     return results, errors, outs
 
 
-def merge(sess: Any, payloads: Iterable[dict[str, Any]]) -> None:
-    """Fold shards into `sess` in corpus order, so the merged session reads like a serial one
-    (the decision's first reason does not depend on which worker finished first)."""
+def merged(sess: Any, payloads: Iterable[dict[str, Any]]
+           ) -> tuple[dict[str, ContractResult], dict[str, ItemOutput], list[CandidateError]]:
+    """`sess`'s quality results, outputs and errors with the shards' folded in, in corpus order, so
+    the merged session reads like a serial one (the decision's first reason does not depend on which
+    worker finished first)."""
     order = {it.id: n for n, it in enumerate(sess.suite.corpus)}
     results, errors, outs = list(sess.quality.values()), list(sess.errors), list(sess.outputs.values())
     for p in payloads:
@@ -80,8 +82,8 @@ def merge(sess: Any, payloads: Iterable[dict[str, Any]]) -> None:
         errors += e
         outs += o
     big = len(order) + 1
-    sess.quality = {r.item_id: r for r in sorted(results, key=lambda r: order.get(r.item_id, big))}
-    sess.outputs = {o.item_id: o for o in sorted(outs, key=lambda o: order.get(o.item_id, big))}
+    quality = {r.item_id: r for r in sorted(results, key=lambda r: order.get(r.item_id, big))}
+    outputs = {o.item_id: o for o in sorted(outs, key=lambda o: order.get(o.item_id, big))}
     # errors without an item (a build failure) come first, as they would in a serial run
-    sess.errors = sorted(errors, key=lambda e: -1 if e.item is None else order.get(e.item, big))
+    return quality, outputs, sorted(errors, key=lambda e: -1 if e.item is None else order.get(e.item, big))
 

@@ -364,7 +364,8 @@ def test_a_guard_lanes_champion_drift_voids_a_win_it_could_explain():
     assert voided.reason.endswith(f"guard lane throughput_b8: {DRIFT_WHY}")
     d = run(lanes=[voided, lanes[1]])
     assert d.status == "DISCARD" and d.reason.startswith("lane latency_b1 unstable: ") and "champion drift" in d.reason
-    assert rerun.judged(d.status, d.reasons, objective_unstable=True) is False  # run once more, not a judgment
+    assert d.causes[0] == "objective_unstable"
+    assert rerun.judged(d.status, d.causes) is False  # run once more, not a judgment
 
 
 def test_a_big_win_beside_a_small_drift_stands_with_the_drift_named():

@@ -1,6 +1,16 @@
 """core.rerun: one judgment per change on a champion, one more run for a change the gate could not
 judge. Pure functions over format-patch text and ledger rows."""
 from pytest_ditar.core import rerun
+from pytest_ditar.core.decision import LaneOutcome, QualityOutcome, RunError, decide
+from pytest_ditar.core.vocabulary import (
+    CANDIDATE_ERROR,
+    FASTER,
+    GUARD_LANE,
+    INTERNAL,
+    NOT_FASTER,
+    OBJECTIVE_UNSTABLE,
+    QUALITY,
+)
 
 DIFF = ("diff --git a/mutable/pipeline.py b/mutable/pipeline.py\nindex 1111111..2222222 100644\n"
         "--- a/mutable/pipeline.py\n+++ b/mutable/pipeline.py\n@@ -1 +1 @@\n-a\n+b\n")
@@ -20,13 +30,26 @@ def test_a_change_is_its_diff_not_its_message_date_or_git():
 
 
 def test_only_an_unstable_objective_lane_or_a_judge_crash_leaves_a_change_unjudged():
-    unstable = "lane latency_b1 unstable: champion drift: 1.30x slower than its stored samples"
-    assert not rerun.judged("DISCARD", [unstable], objective_unstable=True)
-    assert rerun.judged("DISCARD", [unstable, "quality 2/6 failed: psnr 20.1 < 38"], objective_unstable=True)
-    assert rerun.judged("DISCARD", ["lane latency_b1 not faster than champion: 0.99x"], objective_unstable=False)
-    assert not rerun.judged("CRASH", ["internal: the judge failed (traceback in x)"], objective_unstable=False)
-    assert rerun.judged("CRASH", ["candidate raised: NameError: x"], objective_unstable=False)
-    assert rerun.judged("KEEP", ["lane latency_b1 faster: 1.2x"], objective_unstable=False)
+    """Read from the objections' causes, never their words: a reason that merely reads like an
+    unstable lane or an internal error judges the change all the same."""
+    assert not rerun.judged("DISCARD", [OBJECTIVE_UNSTABLE])
+    assert rerun.judged("DISCARD", [OBJECTIVE_UNSTABLE, QUALITY])
+    assert rerun.judged("DISCARD", [NOT_FASTER])
+    assert rerun.judged("DISCARD", [GUARD_LANE])  # a guard lane slowed by interference: a judgment
+    assert not rerun.judged("CRASH", [INTERNAL])
+    assert rerun.judged("CRASH", [INTERNAL, CANDIDATE_ERROR])
+    assert rerun.judged("CRASH", [CANDIDATE_ERROR])
+    assert rerun.judged("KEEP", [FASTER])
+    assert rerun.judged("DISCARD", []) and rerun.judged("CRASH", [])  # nothing said: a judgment
+
+
+def test_a_candidate_whose_exception_reads_like_the_judge_is_still_judged():
+    """A candidate that raises "internal: ..." (or an unstable lane's words) must not earn a re-run."""
+    d = decide(guards=(), quality=QualityOutcome(1, 1), lanes=[LaneOutcome("latency_b1", True, "FASTER", 2.0, 1.9,
+                                                                           2.1)],
+               errors=[RunError("exception", "internal: the judge failed (traceback in x)")],
+               vram_budget_gib=None, expected_items=1)
+    assert d.status == "CRASH" and d.causes == (CANDIDATE_ERROR,) and rerun.judged(d.status, d.causes)
 
 
 def test_a_judged_change_is_refused_and_an_unjudged_one_runs_once_more_linked():

@@ -5,10 +5,19 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.config.project import PerfConfig
+from pytest_ditar.core.vocabulary import SHARED_DEVICE
 from pytest_ditar.hardware import exclusivity
+from pytest_ditar.loop.lanes import judge
 from pytest_ditar.runtime import proctree
+from pytest_ditar.runtime.lanes import LaneMeasurement
 
+
+def _judged(device=None):
+    """A lane 2x faster than its champion (stored samples), judged with `device` its exclusivity watch's report."""
+    champion = [0.1 * (1 + 0.001 * i) for i in range(12)]
+    m = LaneMeasurement("latency_b1", [x / 2 for x in champion], [])
+    return judge(m, champion, objective=True, source="stored", noise=None, perf_cfg=PerfConfig(), device=device)
 
 def names(pid):
     return {1234: "python"}.get(pid, "?")
@@ -45,14 +54,13 @@ def test_watch_catches_a_process_that_arrives_during_the_lane():
 
 
 def test_shared_gpu_turns_a_faster_lane_unstable():
-    oc = LaneOutcome("latency_b1", True, "FASTER", 1.5, 1.4, 1.6, "faster")
-    res = SimpleNamespace(outcome=oc, comparison={})
+    assert _judged().outcome.verdict == "FASTER"
     bad = exclusivity.ExclusivityReport(0, True, [exclusivity.Offender(1234, "python", None)])
-    out = exclusivity.apply(res, bad)
+    out = _judged(bad)
     assert out.outcome.verdict == "UNSTABLE" and "pid 1234 (python)" in out.outcome.reason
-    good = SimpleNamespace(outcome=oc, comparison={})
-    assert exclusivity.apply(good, exclusivity.ExclusivityReport(None, False, note="no NVML")).outcome.verdict \
-        == "FASTER"
+    assert out.outcome.cause == SHARED_DEVICE  # what core.decision reads, never the words
+    good = _judged(exclusivity.ExclusivityReport(None, False, note="no NVML"))
+    assert good.outcome.verdict == "FASTER" and good.outcome.cause is None
     assert good.comparison["exclusivity"] == "exclusivity not checked (no NVML)"
 
 
@@ -62,9 +70,7 @@ def test_a_group_lane_is_unstable_when_any_of_its_gpus_is_shared():
     reports = [exclusivity.check(f"cuda:{g}", lambda i: procs[i], allowed={os.getpid()}, namer=names) for g in (0, 1)]
     combined = exclusivity.combine(reports)
     assert not combined.ok and combined.message().startswith("GPU 1 shared with pid 1234 (python")
-    oc = LaneOutcome("split_b1", True, "FASTER", 1.5, 1.4, 1.6, "faster")
-    out = exclusivity.apply(SimpleNamespace(outcome=oc, comparison={}), combined)
-    assert out.outcome.verdict == "UNSTABLE"
+    assert _judged(combined).outcome.verdict == "UNSTABLE"
     procs[1].pop()
     clean = [exclusivity.check(f"cuda:{g}", lambda i: procs[i], allowed={os.getpid()}) for g in (0, 1)]
     assert exclusivity.combine(clean).ok

@@ -8,12 +8,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ditar.core.decision import LaneOutcome, QualityOutcome, decide
+from pytest_ditar.config.project import PerfConfig
+from pytest_ditar.core.decision import QualityOutcome, decide
 from pytest_ditar.hardware import exclusivity
+from pytest_ditar.loop.lanes import judge
+from pytest_ditar.runtime.lanes import LaneMeasurement
 
 
-def _faster():
-    return SimpleNamespace(outcome=LaneOutcome("latency_b1", True, "FASTER", 1.5, 1.4, 1.6, "faster"), comparison={})
+def _judged(device=None):
+    """A lane 2x faster than its champion (stored samples), judged with `device` its exclusivity watch's report."""
+    champion = [0.1 * (1 + 0.001 * i) for i in range(12)]
+    m = LaneMeasurement("latency_b1", [x / 2 for x in champion], [])
+    return judge(m, champion, objective=True, source="stored", noise=None, perf_cfg=PerfConfig(), device=device)
 
 
 def test_a_cuda_lane_without_pynvml_is_unstable_and_the_gate_discards_it(monkeypatch):
@@ -22,7 +28,7 @@ def test_a_cuda_lane_without_pynvml_is_unstable_and_the_gate_discards_it(monkeyp
     assert not report.checked and not report.ok
     assert report.message().startswith("GPU exclusivity cannot be checked: NVML unavailable (pynvml not importable: ")
     assert report.message().endswith("; pip install nvidia-ml-py)")
-    lane = exclusivity.apply(_faster(), report)
+    lane = _judged(report)
     assert lane.outcome.verdict == "UNSTABLE" and lane.outcome.reason == report.message()
     d = decide(guards=[], quality=QualityOutcome(6, 6, ()), lanes=[lane.outcome], errors=[], vram_budget_gib=None,
                expected_items=6)
@@ -38,7 +44,7 @@ def test_nvml_that_fails_to_start_or_to_answer_is_unstable_too(monkeypatch):
         pass
     assert watch.report.message() == ("GPU exclusivity cannot be checked: NVML unavailable (nvmlInit failed: "
                                       "RuntimeError: Driver Not Loaded)")
-    assert exclusivity.apply(_faster(), watch.report).outcome.verdict == "UNSTABLE"
+    assert _judged(watch.report).outcome.verdict == "UNSTABLE"
 
     def lister(gpu):
         raise OSError("query failed")
@@ -47,7 +53,7 @@ def test_nvml_that_fails_to_start_or_to_answer_is_unstable_too(monkeypatch):
     assert not report.ok and report.message() == "GPU exclusivity cannot be checked: NVML query failed: query failed"
     # a CPU lane has no GPU to share: not checked, and fine
     assert exclusivity.check("cpu").ok \
-        and exclusivity.apply(_faster(), exclusivity.check("cpu")).outcome.verdict == "FASTER"
+        and _judged(exclusivity.check("cpu")).outcome.verdict == "FASTER"
 
 
 @pytest.mark.parametrize("cuda,status", [(2, "FAIL"), (0, "warn")])

@@ -1,11 +1,12 @@
-"""The roofline of a lane of N ranks: N devices' worth of FLOP/s (loop.champion.attach_flops).
+"""The roofline of a lane of N ranks: N devices' worth of FLOP/s (loop.champion.with_flops).
 
 A split that divides one pipeline's work (the baseline's count) over two ranks legitimately runs
 faster than one device could compute it; only beyond both devices is the timer not measuring the
 work, a CRASH."""
 from types import SimpleNamespace
 
-from pytest_ditar.loop.champion import attach_flops
+from pytest_ditar.loop.champion import with_flops
+from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult
 
 HOST = 1e10  # the host's measured FLOP/s (one worker's thread), stored at the baseline
 
@@ -14,8 +15,9 @@ def _run(gpus: int, seconds: float) -> list:
     lanes = {"split_b1": {"flops": 1e9, "host_flops": HOST}}
     sess = SimpleNamespace(baseline=lambda: SimpleNamespace(read_json=lambda name: lanes), errors=[],
                            resolved_device=lambda: "cpu")
-    res = SimpleNamespace(measurement=SimpleNamespace(samples=[seconds] * 5), flops=None, achieved_tflops=None)
-    attach_flops(sess, SimpleNamespace(name="split_b1", gpus=gpus), res)
+    res = LaneResult(LaneMeasurement("split_b1", [seconds] * 5, []), None, "none", 0.0)
+    out = with_flops(sess, SimpleNamespace(name="split_b1", gpus=gpus), res)
+    assert out.flops == 1e9 and res.flops is None  # a new result; the one given is left as it was
     return sess.errors
 
 
