@@ -51,9 +51,9 @@ def validate(doc: Any, kind: str) -> None:
 
 def kind_of(path: Path) -> str | None:
     """Which schema a file the package wrote answers to: a run's summary.json, a --ditar-json
-    document (the tests name theirs *.verdict.json); None for anything else."""
+    document (the tests name theirs *.verdict.json) and a run's verdict.json; None for anything else."""
     if path.name == "summary.json" and path.parent.parent.name == "runs":
         return "summary"
-    if path.name.endswith(".verdict.json"):
+    if path.name.endswith(".verdict.json") or (path.name == "verdict.json" and path.parent.parent.name == "runs"):
         return "verdict"
     return None

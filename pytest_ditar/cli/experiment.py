@@ -6,12 +6,16 @@ plain `pytest` at the root would make.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.core.verdict_json import record
 from pytest_ditar.core.vocabulary import CLASSES
 from pytest_ditar.loop.options import Exit
 
@@ -60,8 +64,7 @@ class Experiment(Command):
         if not refusal:
             refusal, code = _space_refusal(cfg) or _hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
         if refusal:
-            line = f"DITAR REFUSED: {refusal}"
-            print(_document(line, code, cfg, args.tag) if args.json else line)
+            print(_dumps(record(None, code, refusal=refusal)) if args.json else f"DITAR REFUSED: {refusal}")
             return code
         from pytest_ditar.vcs.repo import judge_env
 
@@ -78,14 +81,18 @@ class Experiment(Command):
                   file=sys.stderr)
         tee = _Tee(quiet=args.quiet, to_stderr=args.json) if args.json or args.quiet else None
         call = tee.call if tee else subprocess.call
-        if args.workers:
-            from pytest_ditar.loop.phases import run_two_phase
+        with tempfile.TemporaryDirectory(prefix="ditar-experiment-") as tmp:
+            doc = Path(tmp) / "verdict.json"
+            if args.json:  # the gate writes its outcome there itself (--ditar-json): nothing reads its line back
+                cmd.append(f"--ditar-json={doc}")
+            if args.workers:
+                from pytest_ditar.loop.phases import run_two_phase
 
-            rc = run_two_phase(cmd, args.workers, root, call=call)
-        else:
-            rc = call(cmd, cwd=root)
-        if tee and args.json:
-            print(_document(tee.last, rc, cfg, args.tag))
+                rc = run_two_phase(cmd, args.workers, root, call=call)
+            else:
+                rc = call(cmd, cwd=root)
+            if tee and args.json:
+                print(_dumps(_document(doc, rc, tee.last)))
         return rc
 
 
@@ -114,23 +121,19 @@ class _Tee:
             return proc.wait()
 
 
-def _document(line: str | None, rc: int, cfg: Path, tag: str | None) -> str:
-    """The --json document: the verdict line's fields and, for a decided run, its summary.json's."""
-    import json
+def _document(path: Path, rc: int, last: str | None) -> dict[str, Any]:
+    """The --json document: the one the gate wrote (`path`, its --ditar-json), with the process's exit
+    status; where it wrote none (pytest failed before the gate decided or refused), the run's last
+    DITAR line and no verdict."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return record(None, int(rc), line=last)
+    return {**doc, "exit_status": int(rc)}
 
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.core.verdict_json import parse_line, record
-    from pytest_ditar.loop.tags import resolve_tag
-    from pytest_ditar.store.paths import TagPaths
 
-    commit = parse_line(line or "").get("commit")
-    summary, run_dir = None, None
-    if commit:
-        conf = load_config(cfg)
-        newest = TagPaths.of(conf.root, conf.state_dir, resolve_tag(conf, tag)).newest_run(commit)
-        if newest is not None:
-            summary, run_dir = json.loads((newest / "summary.json").read_text()), str(newest)
-    return json.dumps(record(line, int(rc), summary, run_dir), indent=1)
+def _dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=1)
 
 
 def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str) -> list[str]:

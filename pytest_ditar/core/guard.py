@@ -147,6 +147,12 @@ def failing_lanes(lanes: Iterable[LaneOutcome], expected_lanes: Iterable[str], t
     return out
 
 
+def unresolved(lanes: Iterable[LaneOutcome], tolerance: float) -> list[str]:
+    """The measured lanes a guard could not settle either way: passed because noise proves nothing."""
+    return [oc.name for oc in lanes if oc.speedup is not None and oc.ci_low is not None
+            and oc.ci_high is not None and not settled(oc.speedup, oc.ci_low, oc.ci_high, tolerance)]
+
+
 def line(fails: Sequence[str], lanes: Iterable[LaneOutcome], tolerance: float) -> str:
     """The guard's last line: `DITAR GUARD: PASS ...` or `DITAR GUARD: FAIL: <first reason>`. A PASS
     names the lanes it could not settle (`unresolved=...`): passed because noise proves nothing."""
@@ -155,7 +161,6 @@ def line(fails: Sequence[str], lanes: Iterable[LaneOutcome], tolerance: float) -
     if fails:
         more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
         return f"DITAR GUARD: FAIL: {fails[0]}{more}"
-    open_ = [oc.name for oc in measured if oc.speedup is not None and oc.ci_low is not None
-             and oc.ci_high is not None and not settled(oc.speedup, oc.ci_low, oc.ci_high, tolerance)]
+    open_ = unresolved(measured, tolerance)
     said = f" unresolved={','.join(open_)}" if open_ else ""
     return f"DITAR GUARD: PASS {speeds} tolerance={tolerance:.0%}{said}".rstrip()

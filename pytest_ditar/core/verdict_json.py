@@ -2,17 +2,20 @@
 `--ditar-json=PATH` of a gated run (`record`, kind "gate") or of `pytest --ditar-guard`
 (`guard_record`, kind "guard").
 
-Made from what the run itself wrote, never from a second judgment: the verdict line (the last
-line of every gated run, core.decision.verdict_line) and, for a decided run, its summary.json;
-a guard's, from its lanes' outcomes and its failures. docs/verdict-json.md documents it, and
+Made from the run's own outcome, never from a second judgment: a decided run's `Verdict` (its
+decision and the fields its verdict line shows) and its lanes as summary.json holds them; a
+guard's, from its lanes' outcomes and its failures. `parse_line` is for scripts that hold only a
+printed line; the package itself never reads a line back. docs/verdict-json.md documents it, and
 pytest_ditar/schemas/verdict.schema.json is its JSON Schema; `schema_version` is core.vocabulary's.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 
 # key=value tokens after the status; a reason is quoted with \" and \\ escaped
@@ -59,33 +62,64 @@ def _number(text: str) -> float | None:
         return None
 
 
-def record(line: str | None, exit_status: int, summary: Mapping[str, Any] | None = None,
-           run_dir: str | None = None, errors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
-    """The run's JSON document: the verdict line's fields, the summary's reasons and lanes, the exit
-    status; `errors`: the candidate's failures ({kind, message, where}) where the caller has them."""
-    fields = parse_line(line or "")
+@dataclass(frozen=True)
+class Verdict:
+    """A decided run's outcome as one value: the decision and the fields its verdict line shows. The
+    line, verdict.json, `--ditar-json`, `dit-ar experiment --json` and summary.md are rendered from it;
+    nothing reads the line back."""
+
+    decision: Decision
+    lane: str | None
+    speedup: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    quality_pass: int | None = None
+    quality_total: int | None = None
+    cls: str | None = None
+    commit: str | None = None
+    off_target: bool = False
+    sandbox_off: bool = False
+
+    def line(self) -> str:
+        return verdict_line(self.decision, lane=self.lane, speedup=self.speedup, ci_low=self.ci_low,
+                            ci_high=self.ci_high, quality_pass=self.quality_pass, quality_total=self.quality_total,
+                            cls=self.cls, commit=self.commit, off_target=self.off_target, sandbox_off=self.sandbox_off)
+
+
+def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, Mapping[str, Any]] | None = None,
+           run_dir: str | None = None, refusal: str | None = None, line: str | None = None,
+           errors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """The run's JSON document (kind "gate"): a decided run's from its `verdict` (`lanes`: name -> a
+    LaneResult's dict, as summary.json holds them), a refusal's from its reason, and otherwise (the
+    run ended before it decided) the last line it printed, if any; `errors`: the candidate's failures
+    ({kind, message, where}) where the caller has them."""
+    d = verdict.decision if verdict is not None else None
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "kind": "gate",
-        "verdict": fields.get("status"),  # None: the run ended before it decided (pytest's own error)
+        # None: the run ended before it decided (pytest's own error)
+        "verdict": d.status if d is not None else "REFUSED" if refusal is not None else None,
         "exit_status": exit_status,
-        "line": line,
-        "commit": fields.get("commit"),
-        "lane": fields.get("lane"),
-        "speedup": fields.get("speedup"),
-        "ci95": fields.get("ci95"),
-        "quality": fields.get("quality"),
-        "class": fields.get("class"),
-        "reason": fields.get("reason", ""),
-        "unmeasured": fields.get("unmeasured", []),
-        "off_target": bool(fields.get("off_target", False)),
-        "run_dir": run_dir,
+        "line": verdict.line() if verdict is not None else f"DITAR REFUSED: {refusal}" if refusal is not None
+        else line,
+        "commit": verdict.commit if verdict is not None else None,
+        "lane": verdict.lane if verdict is not None else None,
+        "speedup": verdict.speedup if verdict is not None else None,
+        "ci95": [verdict.ci_low, verdict.ci_high] if verdict is not None else None,
+        "quality": ({"passed": verdict.quality_pass, "total": verdict.quality_total}
+                    if verdict is not None and verdict.quality_pass is not None and verdict.quality_total is not None
+                    else None),
+        "class": verdict.cls if verdict is not None else None,
+        "reason": refusal if refusal is not None else d.reason if d is not None and d.status != "KEEP" else "",
+        "unmeasured": list(d.unmeasured) if d is not None and d.status == "KEEP" else [],
+        "off_target": bool(verdict.off_target) if verdict is not None else False,
+        "run_dir": run_dir if d is not None else None,
     }
-    if summary:
-        doc["reasons"] = list(summary.get("reasons", []))
-        doc["judged"] = summary.get("judged")
-        doc["rerun_of"] = summary.get("rerun_of")
-        doc["lanes"] = {name: _lane(data) for name, data in (summary.get("lanes") or {}).items()}
+    if d is not None:
+        doc["reasons"] = list(d.reasons)
+        doc["judged"] = d.judged
+        doc["rerun_of"] = d.rerun_of
+        doc["lanes"] = {name: _lane(data) for name, data in (lanes or {}).items()}
     if errors:
         doc["errors"] = [dict(e) for e in errors]
     return doc
@@ -94,22 +128,21 @@ def record(line: str | None, exit_status: int, summary: Mapping[str, Any] | None
 def guard_record(line: str | None, exit_status: int, *, tolerance: float, failures: Sequence[str],
                  failing: Sequence[str], lanes: Mapping[str, Mapping[str, Any]], objective: str,
                  errors: Sequence[Mapping[str, Any]] = (), run_dir: str | None = None,
-                 refusal: str | None = None) -> dict[str, Any]:
+                 refusal: str | None = None, unresolved: Sequence[str] = ()) -> dict[str, Any]:
     """`pytest --ditar-guard`'s document. `lanes`: name -> a LaneResult's dict (as summary.json
     holds it); `failing`: the lanes the guard fails on. Its headline lane (`lane`, `speedup`,
     `ci95`) is the first failing lane, else the objective lane."""
     shown = {name: _lane(data) for name, data in lanes.items()}
     head = next((n for n in failing if n in shown), objective)
     lane = shown.get(head) or {}
-    passed = line is not None and line.startswith("DITAR GUARD: PASS")
+    passed = line is not None and not failures  # core.guard.line: a PASS where nothing failed
     verdict = "REFUSED" if refusal is not None else None if line is None else "PASS" if passed else "FAIL"
-    unresolved = line.partition(" unresolved=")[2].split(",") if passed and line and " unresolved=" in line else []
     return {"schema_version": SCHEMA_VERSION, "kind": "guard", "verdict": verdict, "exit_status": exit_status,
             "line": line if refusal is None else f"DITAR REFUSED: {refusal}", "lane": head if lane else None,
             "speedup": lane.get("speedup"), "ci95": lane.get("ci95", [None, None]), "tolerance": tolerance,
             "reason": refusal if refusal is not None else (failures[0] if failures else ""),
             "failures": list(failures), "failing_lanes": [n for n in failing],
-            "unresolved": [u for u in unresolved if u], "lanes": shown,
+            "unresolved": list(unresolved) if passed else [], "lanes": shown,
             "errors": [dict(e) for e in errors], "run_dir": run_dir}
 
 

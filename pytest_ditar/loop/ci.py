@@ -11,7 +11,6 @@ reason is escaped (core.ci).
 """
 from __future__ import annotations
 
-import json
 import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.core import ci, guard, verdict_json
+from pytest_ditar.loop import record
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 
@@ -44,16 +44,13 @@ def document(gate: Any, exit_status: int) -> dict[str, Any]:
             failing=guard.failing_lanes(outcomes, expected, tol) if gate.guard_line else [],
             lanes={k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
             objective=s.cfg.objective_lane, errors=_errors(gate), refusal=gate.refusal,
+            unresolved=guard.unresolved(outcomes, tol),
             run_dir=str(s.run_dir()) if gate.guard_line else None)
-    line = gate.final_line()
-    summary, run_dir = None, None
-    if gate.gated and gate.verdict:
-        d = s.run_dir()
-        try:
-            summary, run_dir = json.loads((d / "summary.json").read_text()), str(d)
-        except (OSError, ValueError):
-            run_dir = str(d)
-    return verdict_json.record(line, exit_status, summary, run_dir, errors=_errors(gate) if gate.gated else ())
+    errors = _errors(gate) if gate.gated else ()
+    if gate.result is not None:
+        return verdict_json.record(gate.result, exit_status, lanes=record.lanes_of(s), run_dir=str(s.run_dir()),
+                                   errors=errors)
+    return verdict_json.record(None, exit_status, refusal=gate.refusal, line=gate.final_line(), errors=errors)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from pytest_ditar.core.decision import (
 )
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics, margins
+from pytest_ditar.core.verdict_json import Verdict
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES
 from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, startup, tryout
 from pytest_ditar.loop.options import Exit, RunOptions
@@ -58,6 +59,7 @@ class Gate:
         self.meta: ExperimentMeta | None = None
         self.decision: Decision | None = None
         self.verdict: str | None = None
+        self.result: Verdict | None = None  # the recorded outcome as a value: the verdict line is rendered from it
         self.refusal: str | None = None
         self.refused_class = False  # the refusal is the class gate's: nothing to fix, only a class to choose
         self.head: str | None = None  # the commit judged
@@ -318,8 +320,8 @@ class Gate:
 
     def keep(self, outcome: record.Outcome) -> int:
         """What the record did, kept: the verdict line and decision, or the refusal; its summary lines."""
-        if outcome.decision is not None:
-            self.decision, self.verdict = outcome.decision, outcome.verdict
+        if outcome.value is not None:
+            self.result, self.decision, self.verdict = outcome.value, outcome.decision, outcome.verdict
         if outcome.refusal is not None:
             self.refusal = outcome.refusal
         self._note(outcome.notes)

@@ -15,16 +15,17 @@ notes): the gate keeps it, so no function outside the gate writes the gate."""
 from __future__ import annotations
 
 import contextlib
-import json
+import statistics
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from pytest_ditar.core import rerun
-from pytest_ditar.core.decision import Decision, GuardResult, verdict_line
+from pytest_ditar.core import rerun, verdict_json
+from pytest_ditar.core.decision import Decision, GuardResult
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.core.verdict_json import Verdict
 from pytest_ditar.core.vocabulary import INTERNAL, SCHEMA_VERSION, TAMPERED
 from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
@@ -35,6 +36,7 @@ from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
+VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one document (core.verdict_json.record)
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
 
 
@@ -79,17 +81,27 @@ class Outcome:
     decided, its verdict line and the decision recorded; where it was not, why (the refusal);
     and the summary lines it adds."""
     exit: int
-    verdict: str | None = None
-    decision: Decision | None = None
+    value: Verdict | None = None
     refusal: str | None = None
     notes: tuple[str, ...] = ()
 
+    @property
+    def verdict(self) -> str | None:
+        return self.value.line() if self.value is not None else None
+
+    @property
+    def decision(self) -> Decision | None:
+        return self.value.decision if self.value is not None else None
+
 
 class Recorded(NamedTuple):
-    verdict: str  # the greppable DITAR VERDICT line
+    value: Verdict  # what was recorded: the decision (or a CRASH when it could not be stored) and its line's fields
     notes: tuple[str, ...]  # summary lines: what happened to the commit
-    decision: Decision  # what was recorded: the decision, or a CRASH when it could not be stored
     backup: str | None = None  # the backup commit that marks the run as recorded (None: not written)
+
+    @property
+    def decision(self) -> Decision:
+        return self.value.decision
 
 
 def finish(gate: RunFacts, decision: Decision) -> Outcome:
@@ -118,7 +130,7 @@ def finish(gate: RunFacts, decision: Decision) -> Outcome:
         notes.append(note)
     if gate.opts.phase == phases.DECIDE:
         notes += filter(None, [_after_row("phase record", lambda: phases.consume(gate.sess))])
-    return Outcome(Exit.of_verdict(rec.decision.status), rec.verdict, rec.decision, notes=tuple(notes))
+    return Outcome(Exit.of_verdict(rec.decision.status), rec.value, notes=tuple(notes))
 
 
 def internal(gate: RunFacts, what: str, trace: str | None) -> Outcome | None:
@@ -148,7 +160,7 @@ def internal(gate: RunFacts, what: str, trace: str | None) -> Outcome | None:
         with contextlib.suppress(Exception):
             notes = unrecorded(gate, "ended without a verdict")
         return Outcome(Exit.REFUSED, refusal=refusal, notes=notes)
-    return Outcome(Exit.CRASH, rec.verdict, rec.decision, notes=rec.notes)
+    return Outcome(Exit.CRASH, rec.value, notes=rec.notes)
 
 
 def _internal_log(gate: RunFacts, what: str, trace: str | None) -> str:
@@ -173,19 +185,19 @@ def _bare_record(gate: RunFacts, d: Decision) -> Recorded:
         device = s.resolved_device()
     except Exception:  # noqa: BLE001
         device = str(s.device)
-    verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=None, ci_low=None, ci_high=None, quality_pass=None,
-                           quality_total=None, cls=s.cls, commit=(gate.head or "")[:7], off_target=off,
-                           sandbox_off=not s.cfg.sandboxed)
+    d = replace(d, judged=rerun.judged(d.status, d.causes))
+    verdict = Verdict(d, s.cfg.objective_lane, cls=s.cls, commit=(gate.head or "")[:7], off_target=off,
+                      sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
         "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off),
-        "sandbox": s.cfg.sandbox, "judged": int(rerun.judged(d.status, d.causes))})
+        "sandbox": s.cfg.sandbox, "judged": int(d.judged)})
     moved = None
     with contextlib.suppress(Exception):  # where the branch went, for the revert; the full record may have failed here
         moved = git_moved(gate)
-    settled, mark = _settle_recorded(gate, d, s.run_dir(), verdict, moved)
-    return Recorded(verdict, tuple(notes + settled), d, mark)
+    settled, mark = _settle_recorded(gate, verdict, s.run_dir(), moved)
+    return Recorded(verdict, tuple(notes + settled), mark)
 
 
 def _append_row(gate: RunFacts, row: dict[str, Any]) -> list[str]:
@@ -312,7 +324,7 @@ def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
             "guards": [g.__dict__ for g in gate.guards],
             "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
                         for k, r in s.quality.items()},
-            "lanes": {k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
+            "lanes": lanes_of(s),
             "timings": s.clock.as_dict(),
             "request_secret": s.request_secret,  # what keyed the run's timed requests
             "champion": gate.champion_commit,  # what the lanes were timed against (dit-ar compare pairs on it)
@@ -360,10 +372,10 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
     peak = max([lr.outcome.peak_vram_gib for lr in s.lanes.values()
                 if getattr(lr, "outcome", None) and lr.outcome.peak_vram_gib is not None], default=None)
     off = off_target(s)
-    verdict = verdict_line(d, lane=s.cfg.objective_lane, speedup=oc.speedup if oc else None,
-                           ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
-                           quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
-                           off_target=off, sandbox_off=not s.cfg.sandboxed)
+    verdict = Verdict(d, s.cfg.objective_lane, speedup=oc.speedup if oc else None,
+                      ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
+                      quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
+                      off_target=off, sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent or gitops.state(gate.root).parent, "class": cls,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
@@ -373,8 +385,8 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off),
         "sandbox": s.cfg.sandbox, "patch": key, "judged": int(d.judged), "rerun_of": d.rerun_of,
     })
-    settled, mark = _settle_recorded(gate, d, run_dir, verdict, moved)
-    return Recorded(verdict, tuple(notes + settled), d, mark)
+    settled, mark = _settle_recorded(gate, verdict, run_dir, moved)
+    return Recorded(verdict, tuple(notes + settled), mark)
 
 
 def _judgment(gate: RunFacts, d: Decision) -> tuple[Decision, str]:
@@ -386,36 +398,40 @@ def _judgment(gate: RunFacts, d: Decision) -> tuple[Decision, str]:
                    rerun_of=rerun.rerun_of(rows, key, parent or "")), key
 
 
-def _markdown(gate: RunFacts, run_dir: Path, verdict: str) -> str:
-    """summary.md: the verdict and the lanes with throughput units, from the summary.json just written."""
-    import statistics
-
-    from pytest_ditar.core import verdict_json
-
-    summary = json.loads((run_dir / "summary.json").read_text())
+def _markdown(gate: RunFacts, verdict: Verdict, run_dir: Path) -> str:
+    """summary.md: the verdict and the lanes with throughput units."""
     suite = gate.sess.suite
     shapes = {ln.name: (ln.batch, ln.steps or suite.pipeline.steps) for ln in suite.lanes}
-    medians = {k: statistics.median(v["measurement"]["samples"]) for k, v in (summary.get("lanes") or {}).items()
-               if (v.get("measurement") or {}).get("samples")}
-    return verdict_json.markdown(verdict_json.record(verdict, 0, summary, str(run_dir)), shapes, medians)
+    medians = {k: statistics.median(lr.measurement.samples) for k, lr in gate.sess.lanes.items()
+               if lr.measurement.samples}
+    return verdict_json.markdown(verdict_json.record(verdict, 0, lanes=lanes_of(gate.sess), run_dir=str(run_dir)),
+                                 shapes, medians)
 
 
-def _settle_recorded(gate: RunFacts, d: Decision, run_dir: Path, verdict: str,
+def lanes_of(sess: DitarSession) -> dict[str, dict[str, Any]]:
+    """The run's lanes as summary.json and the verdict document hold them."""
+    return {k: v.to_dict() for k, v in sess.lanes.items()}
+
+
+def _settle_recorded(gate: RunFacts, verdict: Verdict, run_dir: Path,
                      moved: str | None) -> tuple[list[str], str | None]:
-    """After the ledger row: its backup, verdict.txt, and the revert of anything but a KEEP. Each
-    step's failure is a note; none may leave a recorded run unreverted. Returns the notes and the
-    backup commit that marks the run as recorded (None where it was not written)."""
+    """After the ledger row: its backup, verdict.txt and verdict.json, and the revert of anything but
+    a KEEP. Each step's failure is a note; none may leave a recorded run unreverted. Returns the
+    notes and the backup commit that marks the run as recorded (None where it was not written)."""
+    d = verdict.decision
     try:
         mark, note = _back_up_record(gate, d)
     except Exception as exc:  # noqa: BLE001 - after the row: a note, as _after_row words it
         mark, note = None, f"ditar: backup failed after the ledger row: {type(exc).__name__}: {exc}"
     notes = [note]
     try:
-        write_text_atomic(run_dir / "verdict.txt", verdict + "\n")
-    except OSError as exc:  # recorded in the ledger already: a lost copy of the line is a note
-        notes.append(f"ditar: verdict.txt not written: {oserror_line(exc)}")
+        write_text_atomic(run_dir / "verdict.txt", verdict.line() + "\n")
+        doc = verdict_json.record(verdict, Exit.of_verdict(d.status), lanes=lanes_of(gate.sess), run_dir=str(run_dir))
+        write_json_atomic(run_dir / VERDICT_JSON, doc, indent=1, default=str)
+    except OSError as exc:  # recorded in the ledger already: a lost copy of the outcome is a note
+        notes.append(f"ditar: verdict.txt or {VERDICT_JSON} not written: {oserror_line(exc)}")
     try:
-        write_text_atomic(run_dir / "summary.md", _markdown(gate, run_dir, verdict))
+        write_text_atomic(run_dir / "summary.md", _markdown(gate, verdict, run_dir))
     except Exception as exc:  # noqa: BLE001 - a convenience for CI; never in the way of the revert below
         notes.append(f"ditar: summary.md not written: {type(exc).__name__}: {exc}")
     if d.status != "KEEP":

@@ -1,6 +1,8 @@
 """`dit-ar experiment --json` (issue 28): stdout is one JSON document that agrees with the run's
 summary.json and its verdict line (which go to stderr with the rest of pytest's output), for a
-KEEP, a DISCARD and a refusal; a script reads the verdict without parsing pytest's output."""
+KEEP, a DISCARD and a refusal; a script reads the verdict without parsing pytest's output. Issue 40:
+the document is the run's own verdict.json and its ledger row, field for field, all made from one
+value (core.verdict_json.Verdict), none read back from the printed line."""
 import json
 import statistics
 
@@ -16,6 +18,19 @@ def _run(proj, cls: str, subject: str):
         validate(doc, "verdict")  # against the shipped schema (pytest_ditar/schemas/verdict.schema.json)
     line = next((ln for ln in reversed(res.stderr.splitlines()) if ln.startswith("DITAR ")), "")
     return res, doc, line
+
+
+def _same_as_the_record(proj, doc) -> None:
+    """The --json document is verdict.json, and each field the ledger row holds too is the row's."""
+    assert json.loads((proj.root / doc["run_dir"] / "verdict.json").read_text()) == doc
+    row = {k: None if v == "" else v for k, v in proj.ledger()[-1].items()}  # the ledger writes a None as ""
+    assert row["commit"].startswith(doc["commit"]) and len(doc["commit"]) == 7
+    assert (row["status"], row["lane"], row["metric"], [row["ci_low"], row["ci_high"]]) == \
+        (doc["verdict"], doc["lane"], doc["speedup"], doc["ci95"])
+    kept = (row["cumulative_class"], bool(int(row["judged"])), row["rerun_of"], bool(int(row["off_target"])))
+    assert kept == (doc["class"], doc["judged"], doc["rerun_of"], doc["off_target"])
+    assert doc["quality"] == {"passed": row["quality_pass"], "total": row["quality_total"]}
+    assert doc["reason"] == ("" if doc["verdict"] == "KEEP" else row["reason"]) and doc["reasons"][0] == row["reason"]
 
 
 def test_experiment_json_matches_the_summary_and_the_verdict_line(pytester, model_cache, tmp_path_factory):
@@ -39,11 +54,13 @@ def test_experiment_json_matches_the_summary_and_the_verdict_line(pytester, mode
     median = statistics.median(summary["lanes"][doc["lane"]]["measurement"]["samples"])
     assert md.startswith(f"**KEEP** `{sha[:7]}` class exact") and f"| {doc['lane']} | FASTER | " in md, md
     assert f"| {median:.4f} | {1 / median:.2f} | " in md, (md, median)  # latency_b1: batch 1
+    _same_as_the_record(proj, doc)
 
     proj.commit_candidate(ALTERS, "exact", "Lower guidance")
     res, doc, line = _run(proj, "exact", "Lower guidance")
     assert doc["verdict"] == "DISCARD" and doc["exit_status"] == res.returncode == 1 and doc["reason"], doc
     assert doc["reason"] in line and doc["reasons"][0] == doc["reason"], (doc, line)
+    _same_as_the_record(proj, doc)
 
     proj.write("mutable/pipeline.py", STOCK + "\n# an edit left uncommitted\n")
     res, doc, _ = _run(proj, "exact", "Dirty tree")

@@ -4,8 +4,8 @@ against the shipped schema (tests/jsonschemas.py)."""
 import pytest
 
 from pytest_ditar.core import ci
-from pytest_ditar.core.decision import Decision, verdict_line
-from pytest_ditar.core.verdict_json import guard_record, record
+from pytest_ditar.core.decision import Decision
+from pytest_ditar.core.verdict_json import Verdict, guard_record, record
 
 from jsonschemas import available, problems
 
@@ -35,21 +35,20 @@ def test_a_reason_cannot_end_its_annotation_or_start_a_command_of_its_own():
 
 
 def test_a_crash_is_annotated_at_the_candidates_line_and_a_discard_with_each_regressed_lane():
-    crash = _valid(record(verdict_line(Decision("CRASH", "candidate raised: x", ()), **LINE), 10,
+    crash = _valid(record(Verdict(Decision("CRASH", "candidate raised: x", ()), **LINE), 10,
                           errors=[{"kind": "exception", "message": "x", "where": "mutable/pipeline.py:57 in generate",
                                    "item": None}]))
     assert ci.annotation_lines(crash) == ["::error file=mutable/pipeline.py,line=57,title=ditar CRASH::exception: x"]
-    line = verdict_line(Decision("DISCARD", "guard lane throughput_b8 regressed", ()), **LINE)
-    summary = {"reasons": ["guard lane throughput_b8 regressed"], "judged": True, "rerun_of": None,
-               "lanes": {"throughput_b8": LANE}}
-    discard = _valid(record(line, 1, summary, "/runs/1"))
+    reason = "guard lane throughput_b8 regressed"
+    discard = _valid(record(Verdict(Decision("DISCARD", reason, (reason,)), **LINE), 1,
+                            lanes={"throughput_b8": LANE}, run_dir="/runs/1"))
     got = ci.annotation_lines(discard)
     assert got[0] == "::error title=ditar DISCARD::guard lane throughput_b8 regressed"
     assert got[1] == "::error title=ditar lane throughput_b8 REGRESSED::lane throughput_b8: 0.700x slower beyond 5%25"
     assert ci.outputs(discard) == {"verdict": "DISCARD", "lane": "latency_b1", "speedup": "0.81", "ci_low": "0.75",
                                    "ci_high": "0.9", "exit_status": "1", "kind": "gate",
                                    "reason": "guard lane throughput_b8 regressed"}
-    keep = _valid(record(verdict_line(Decision("KEEP", "", (), unmeasured=("throughput_b8",)), **LINE), 0))
+    keep = _valid(record(Verdict(Decision("KEEP", "", (), unmeasured=("throughput_b8",)), **LINE), 0))
     assert ci.annotation_lines(keep) == ["::warning title=ditar KEEP%3A unmeasured::guard lane throughput_b8 could "
                                          "not be measured"]
     assert ci.gate_markdown(keep, "**KEEP** table\n").startswith("### pytest-ditar gate\n\n**KEEP** table\n")
@@ -68,7 +67,7 @@ def test_a_guard_fail_names_its_lane_and_a_pass_warns_of_what_it_left_unresolved
     ok_lane = {**LANE, "outcome": {**LANE["outcome"], "verdict": "OK", "speedup": 0.97, "reason": "unresolved"}}
     passed = _valid(guard_record("DITAR GUARD: PASS throughput_b8=0.970x tolerance=5% unresolved=throughput_b8", 0,
                                  tolerance=0.05, failures=[], failing=[], lanes={"throughput_b8": ok_lane},
-                                 objective="latency_b1"))
+                                 objective="latency_b1", unresolved=["throughput_b8"]))
     assert passed["verdict"] == "PASS" and passed["unresolved"] == ["throughput_b8"] and passed["lane"] is None
     assert ci.annotation_lines(passed) == ["::warning title=ditar guard%3A lane throughput_b8 unresolved::lane "
                                            "throughput_b8: unresolved"]
@@ -82,7 +81,7 @@ def test_a_guard_fail_names_its_lane_and_a_pass_warns_of_what_it_left_unresolved
 def test_a_document_off_its_schema_is_caught():
     if not available():
         pytest.skip("jsonschema not installed (the test extra)")
-    doc = record("DITAR VERDICT: KEEP lane=l speedup=1.2x ci95=[1.1,1.3] quality=6/6 class=exact commit=abc1234", 0)
+    doc = record(Verdict(Decision("KEEP", "faster", ("faster",)), "l", 1.2, 1.1, 1.3, 6, 6, "exact", "abc1234"), 0)
     assert problems(doc, "verdict") == []
     assert problems({**doc, "verdict": "MAYBE"}, "verdict")
     assert problems({**doc, "surprise": 1}, "verdict")
@@ -90,6 +89,6 @@ def test_a_document_off_its_schema_is_caught():
 
 
 def test_a_refused_gated_runs_document_validates():
-    doc = _valid(record("DITAR REFUSED: guard clean_tree: uncommitted changes", 4))
+    doc = _valid(record(None, 4, refusal="guard clean_tree: uncommitted changes"))
     assert doc["verdict"] == "REFUSED" and doc["ci95"] is None and ci.outputs(doc)["ci_low"] == ""
     assert ci.annotation_lines(doc) == ["::error title=ditar REFUSED::guard clean_tree: uncommitted changes"]

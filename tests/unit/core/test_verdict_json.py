@@ -1,10 +1,10 @@
-"""`dit-ar experiment --json`'s document is read back from the verdict line the gate prints
-(core.verdict_json): every field of core.decision.verdict_line survives the round trip, a quoted
-reason with quotes, backslashes and newlines included."""
+"""A run's outcome as one value (core.verdict_json.Verdict): the verdict line, the JSON document and
+summary.md rendered from it. `parse_line`, for scripts holding only a printed line, reads every
+field of the line back, a quoted reason with quotes, backslashes and newlines included."""
 import pytest
 
 from pytest_ditar.core.decision import Decision, verdict_line
-from pytest_ditar.core.verdict_json import markdown, parse_line, record
+from pytest_ditar.core.verdict_json import Verdict, markdown, parse_line, record
 
 LINE = dict(lane="latency_b1", speedup=1.183, ci_low=1.171, ci_high=1.195, quality_pass=32, quality_total=32,
             cls="exact", commit="abc1234", off_target=False)
@@ -33,27 +33,31 @@ def test_a_refusal_and_a_run_that_never_decided():
         "status": "REFUSED", "reason": "the working tree has uncommitted changes"}
     doc = record(None, 3)
     assert doc["verdict"] is None and doc["exit_status"] == 3 and doc["schema_version"] == 1
+    refused = record(None, 4, refusal="the working tree has uncommitted changes")
+    assert refused["verdict"] == "REFUSED"
+    assert refused["line"] == "DITAR REFUSED: the working tree has uncommitted changes"
+    assert refused["reason"] == "the working tree has uncommitted changes" and "lanes" not in refused
 
 
-def test_the_document_takes_reasons_and_lanes_from_the_summary():
-    line = verdict_line(Decision("KEEP", "", ()), **LINE)
-    summary = {"reasons": ["faster"], "judged": True, "rerun_of": None,
-               "lanes": {"latency_b1": {"outcome": {"verdict": "FASTER", "objective": True, "speedup": 1.183,
-                                                    "ci_low": 1.171, "ci_high": 1.195, "reason": ""},
-                                        "measurement": {"samples": [0.1] * 24}, "champion_source": "interleaved"}}}
-    doc = record(line, 0, summary, "/s/runs/x")
-    assert doc["verdict"] == "KEEP" and doc["speedup"] == 1.183 and doc["reasons"] == ["faster"]
+def test_the_document_is_the_verdicts_fields_and_its_line_rendered_from_them():
+    v = Verdict(Decision("KEEP", "faster", ("faster",)), **{**LINE, "speedup": 1.18349})
+    lanes = {"latency_b1": {"outcome": {"verdict": "FASTER", "objective": True, "speedup": 1.183,
+                                        "ci_low": 1.171, "ci_high": 1.195, "reason": ""},
+                            "measurement": {"samples": [0.1] * 24}, "champion_source": "interleaved"}}
+    doc = record(v, 0, lanes=lanes, run_dir="/s/runs/x")
+    assert doc["verdict"] == "KEEP" and doc["speedup"] == 1.18349 and doc["reasons"] == ["faster"]
+    assert doc["line"] == v.line() == verdict_line(v.decision, **{**LINE, "speedup": 1.18349})
+    assert doc["reason"] == "" and doc["judged"] is True and doc["run_dir"] == "/s/runs/x"
     assert doc["lanes"]["latency_b1"] == {"verdict": "FASTER", "objective": True, "speedup": 1.183,
                                           "ci95": [1.171, 1.195], "reason": "", "rounds": 24,
                                           "champion_source": "interleaved"}
 
 
 def test_the_markdown_summary_gives_throughput_units_beside_seconds():
-    line = verdict_line(Decision("DISCARD", "not faster", ("not faster",)), **LINE)
-    summary = {"reasons": ["not faster"], "lanes": {
-        "throughput_b8": {"outcome": {"verdict": "NOT_FASTER", "speedup": 1.004, "ci_low": 0.99, "ci_high": 1.02},
-                          "measurement": {"samples": [0.5] * 10}}}}
-    md = markdown(record(line, 1, summary), {"throughput_b8": (8, 25)}, {"throughput_b8": 0.5})
+    v = Verdict(Decision("DISCARD", "not faster", ("not faster",)), **LINE)
+    lanes = {"throughput_b8": {"outcome": {"verdict": "NOT_FASTER", "speedup": 1.004, "ci_low": 0.99, "ci_high": 1.02},
+                               "measurement": {"samples": [0.5] * 10}}}
+    md = markdown(record(v, 1, lanes=lanes), {"throughput_b8": (8, 25)}, {"throughput_b8": 0.5})
     assert md.startswith("**DISCARD** `abc1234` class exact") and "Reason: not faster" in md
     # 8 images in 0.5 s: 16 images/s; 25 steps: 20 ms a step
     assert "| throughput_b8 | NOT_FASTER | 1.004x | [0.990, 1.020] | 0.5000 | 16.00 | 20.00 | 10 |" in md, md
