@@ -38,6 +38,9 @@ class Baseline(Command):
         print(manifest_summary(path))
         lanes = json.loads((path / "lanes.json").read_text())
         for name, lane in lanes.items():
+            if "noise" not in lane:  # a lane of another kind (loop.lanekinds): its own figure
+                print(f"  lane {name}: {lane.get('figure') or 'stored'}")
+                continue
             n = lane["noise"]
             paired = f" (paired {n['paired']['ci_half_width'] * 100:.2f}%)" if n.get("paired") else ""
             print(f"  lane {name}: median {statistics.median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "

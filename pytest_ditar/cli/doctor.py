@@ -41,6 +41,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
         rows.append(("suite", PASS,
                      f"{suite.name}: {len(suite.corpus)} items, lanes {', '.join(ln.name for ln in suite.lanes)}"))
         suite.lane(cfg.objective_lane)
+        suite.check_objective(cfg.objective_lane, cfg.path)
     except DitarError as exc:
         rows.append(("suite", FAIL, str(exc)))
         return rows

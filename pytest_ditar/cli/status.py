@@ -110,6 +110,7 @@ def _baseline(base_dir) -> dict[str, Any] | None:
     return {"commit": m.get("git_sha"), "items": len(m.get("items", {})), "device": m.get("device"),
             "created": m.get("created"), "verifies": not problems, "problems": problems[:3],
             "lanes": {k: {"median_s": statistics.median(v["samples"]), "noise_half_width": v["noise"]["ci_half_width"]}
+                      if v.get("samples") and v.get("noise") else {"figure": v.get("figure")}  # another kind
                       for k, v in lanes.items()}}
 
 

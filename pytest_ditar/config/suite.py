@@ -10,6 +10,7 @@ import yaml
 
 from pytest_ditar.config.project import build_dataclass
 from pytest_ditar.core.errors import ConfigError
+from pytest_ditar.core.vocabulary import LANE_KINDS
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Lane:
     warmup: int = 2
     steps: int | None = None
     gpus: int = 1
+    kind: str = "time"  # what the lane measures (core.vocabulary.LANE_KINDS; loop.lanekinds judges each)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,14 @@ class Suite:
             if ln.name == name:
                 return ln
         raise ConfigError(f"{self.path}: no lane named '{name}' (lanes: {', '.join(ln.name for ln in self.lanes)})")
+
+    def check_objective(self, name: str, config: Path) -> None:
+        """Refuse an objective lane (config's `objective_lane`) of another kind than time: only time
+        decides a KEEP (loop.lanekinds). A name the suite lacks is left to the gate, which names it."""
+        lane = next((ln for ln in self.lanes if ln.name == name), None)
+        if lane is not None and lane.kind != "time":
+            raise ConfigError(f"{config}: key 'objective_lane' names {lane.name}, a {lane.kind} lane of {self.path}: "
+                              "the objective lane must be a timed lane (kind time)")
 
     def steps_for(self, item: CorpusItem) -> int:
         return item.steps or self.pipeline.steps
@@ -124,6 +134,9 @@ def load_suite(suite_dir: Path) -> Suite:
     if not isinstance(raw["lanes"], list) or not raw["lanes"]:
         raise ConfigError(f"{where}: key 'lanes' must be a non-empty list")
     lanes = tuple(build_dataclass(Lane, ln, where, prefix=f"lanes[{n}].") for n, ln in enumerate(raw["lanes"]))
+    for n, ln in enumerate(lanes):
+        if ln.kind not in LANE_KINDS:
+            raise ConfigError(f"{where}: key 'lanes[{n}].kind' is {ln.kind!r}; valid: {', '.join(LANE_KINDS)}")
     canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
     return Suite(
         name=str(raw.get("name", suite_dir.name)),

@@ -87,6 +87,7 @@ class LaneOutcome:
     cause: str | None = None
     drift: float | None = None  # the champion's slowing taken off a win (its in-run over kept median, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
+    figure: str | None = None  # what a lane with no speedup measured, in words, for tables (loop.lanekinds)
 
     def __post_init__(self) -> None:
         if self.verdict not in LANE_VERDICTS:

@@ -151,7 +151,7 @@ def _lane(data: Mapping[str, Any]) -> dict[str, Any]:
     samples = (data.get("measurement") or {}).get("samples") or []
     return {"verdict": oc.get("verdict"), "objective": oc.get("objective"), "speedup": oc.get("speedup"),
             "ci95": [oc.get("ci_low"), oc.get("ci_high")], "reason": oc.get("reason", ""), "rounds": len(samples),
-            "champion_source": data.get("champion_source")}
+            "champion_source": data.get("champion_source"), "figure": oc.get("figure")}
 
 
 def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medians: Mapping[str, float]) -> str:
@@ -172,7 +172,7 @@ def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medi
         for name, lane in lanes.items():
             lo, hi = lane.get("ci95") or [None, None]
             ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "n/a"
-            speed = f"{lane['speedup']:.3f}x" if lane.get("speedup") is not None else "n/a"
+            speed = f"{lane['speedup']:.3f}x" if lane.get("speedup") is not None else lane.get("figure") or "n/a"
             med, (batch, steps) = medians.get(name), shapes.get(name, (0, 0))
             units = (f"{med:.4f} | {batch / med:.2f} | {1e3 * med / steps:.2f}" if med and batch and steps
                      else "n/a | n/a | n/a")

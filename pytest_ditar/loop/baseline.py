@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.outputs import ItemOutput
-from pytest_ditar.loop import gitpins, stamps, warmstart
+from pytest_ditar.loop import gitpins, lanekinds, stamps, warmstart
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.harness import batches, run_batch
@@ -126,6 +126,10 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     host = {"host_flops": candidate.probe_flops()} if sess.resolved_device() == "cpu" else {}
     out: dict[str, Any] = {}
     for lane in sess.suite.lanes:
+        kind = lanekinds.of(lane)
+        if kind is not None:  # a lane of another kind: what its kind keeps (loop.lanekinds)
+            out[lane.name] = kind.baseline(candidate, sess.suite, lane, timeout_s=sess.cfg.item_timeout_s)
+            continue
         # a multi-GPU lane's A/A is its group against itself, as its lanes will run; its FLOPs are
         # one pipeline's (the one-process build's), the work a split divides among the ranks
         timed = sess.get_candidate(getattr(lane, "gpus", 1))

@@ -27,6 +27,7 @@ from pytest_ditar.core.vocabulary import (
     SHARED_DEVICE,
 )
 from pytest_ditar.hardware import exclusivity
+from pytest_ditar.loop import lanekinds
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
@@ -341,6 +342,9 @@ class LaneRunner:
         from pytest_ditar.loop import champion, holdout
 
         sess = self.sess
+        kind = lanekinds.of(lane)
+        if kind is not None:  # a lane that measures something else than time: its kind measures and judges it
+            return self._run_kind(kind, lane)
         ranks = getattr(lane, "gpus", 1)  # a multi-GPU lane: one group of ranks a side (runtime.group)
         # A guard asks every lane, the objective one included, "slower beyond the tolerance?": the
         # objective lane's sequential rule asks "faster?" and stops once that is ruled out, too soon
@@ -391,6 +395,31 @@ class LaneRunner:
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         if benchmark is not None and not getattr(benchmark, "disabled", False):
             benchmark.extra_info.update(verdict_story(res, champ_samples))  # benchmark.json tells the verdict's story
+        sess.put_lane(res)
+        return res
+
+    def _run_kind(self, kind: lanekinds.LaneKind, lane: Any) -> LaneResult:
+        """A lane of another kind (loop.lanekinds): its measure against the champion's worker, its judge."""
+        from pytest_ditar.loop import holdout
+
+        sess = self.sess
+        holdout.settle(sess)  # as for a timed lane: the holdout's reference may run on the champion's worker
+        perf_cfg = sess.cfg.perf if self.guard() is None else replace(sess.cfg.perf, guard_tolerance=self.guard())
+        champ = None
+        try:
+            cand = sess.get_candidate()
+            champ = self.champion()
+            with sess.clock.span("perf.lanes"):
+                m = kind.measure(cand, sess.suite, lane, champion=champ, timeout_s=sess.cfg.item_timeout_s,
+                                 stream=self.requests())
+        except CandidateError as exc:
+            if champ is not None and getattr(champ, "error", None) is exc:
+                raise self._reference_failed("the champion", "failed while measured", exc) from exc
+            if exc not in sess.errors:
+                sess.errors.append(exc)
+            raise
+        res = kind.judge(m, perf_cfg)
+        sess.check_worktrees()
         sess.put_lane(res)
         return res
 

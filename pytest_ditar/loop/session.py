@@ -71,6 +71,7 @@ class DitarSession:
     def open(cls, config_path: str | Path, tag: str | None = None, device: str | None = None) -> "DitarSession":
         cfg = load_config(config_path)
         suite = load_suite(cfg.suite_dir)
+        suite.check_objective(cfg.objective_lane, cfg.path)
         return cls(cfg=cfg, suite=suite, tag=resolve_tag(cfg, tag), device=device or "auto")
 
     @property

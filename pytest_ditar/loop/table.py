@@ -28,7 +28,7 @@ def run_table(lanes: list[Any], quality: list[Any], decision: Any, cls: str) -> 
         med = sorted(samples)[len(samples) // 2] * 1e3 if samples else None
         ci = f"[{_f(oc.ci_low, '.3f')}, {_f(oc.ci_high, '.3f')}]" if oc.ci_low is not None else "-"
         rows.append((oc.name, "objective" if oc.objective else "guard", oc.verdict,
-                     f"{_f(oc.speedup, '.3f')}x" if oc.speedup is not None else "-", ci, _f(med, ".2f"),
+                     f"{_f(oc.speedup, '.3f')}x" if oc.speedup is not None else oc.figure or "-", ci, _f(med, ".2f"),
                      str(len(samples)), getattr(lr, "champion_source", "-"), _f(oc.peak_vram_gib, ".2f")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = ["ditar: ---- run summary " + "-" * 40]

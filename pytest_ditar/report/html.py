@@ -114,7 +114,8 @@ def _lanes_table(exps: Sequence[Experiment]) -> dict[str, Any] | None:
                 cells.append(Num("-", NO_VALUE))
                 continue
             sp = num(oc.get("speedup"))
-            text = (f"{sp:.3f}x {_bracket(oc)} " if sp is not None else "") + str(oc.get("verdict", ""))
+            shown = f"{sp:.3f}x {_bracket(oc)} " if sp is not None else f"{oc['figure']} " if oc.get("figure") else ""
+            text = shown + str(oc.get("verdict", ""))
             median = _median_ms(e, n)
             text += f" · {median:.2f} ms" if median is not None else ""
             role = "objective" if oc.get("objective") else "guard"

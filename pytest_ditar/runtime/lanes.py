@@ -105,6 +105,7 @@ class LaneMeasurement:
     probe: dict[str, Any] = field(default_factory=dict)  # the caching probe's samples (objective lane)
     looks: list[dict[str, Any]] = field(default_factory=list)  # a sequential lane's looks (core.sequential.Look)
     undecided: str | None = None  # why a sequential lane stopped without a decision (budget)
+    peaks: dict[str, list[float | None]] = field(default_factory=dict)  # a memory lane's GiB per call, by side
 
     @property
     def timed_s(self) -> float:
