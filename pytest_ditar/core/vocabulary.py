@@ -26,7 +26,7 @@ NOT_THE_KEPT_BUILD_CPU = 3.0
 NOT_KEPT_BUILD = "not_kept_build"
 
 # What a lane measures (its suite's `kind:`, loop.lanekinds): "time" is the timed lane every suite has.
-LANE_KINDS: tuple[str, ...] = ("time",)
+LANE_KINDS: tuple[str, ...] = ("time", "memory")
 
 # Why a lane is what it is (LaneOutcome.cause), where a rule reads it; rules read these, never a reason's words.
 DRIFT = "drift"  # the champion ran slower in this run than its kept samples

@@ -315,6 +315,40 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     return m
 
 
+def measure_peaks(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
+                  timeout_s: float | None = None, stream: RequestStream | None = None) -> LaneMeasurement:
+    """A memory lane's rounds: after `lane.warmup` untimed calls a side, `lane.repeats` rounds on fresh
+    requests, each side's call in an order drawn from the judge's entropy, its peak memory reset just
+    before and read just after (CandidateWorker.peak), only that side running. No clock is kept."""
+    stream = stream or new_stream(suite)
+    sides = {"candidate": candidate, **({"champion": champion} if champion not in (None, candidate) else {})}
+    workers = list(sides.values())
+    m = LaneMeasurement(lane.name, [], [])
+    t_wall = judge_clock()
+    for w in workers:
+        for _ in range(lane.warmup):
+            _timed(w, workers, lane_request(suite, lane), timeout_s, [])
+    where = "host"
+    for r in range(lane.repeats):
+        req = fresh_request(stream, suite, lane, f"peak/{r}", m.nonces)
+        m.seeds.append(list(req.seeds))
+        order = list(sides)
+        _ORDER.shuffle(order)
+        m.orders.append("".join(name[0] for name in order))
+        for name in order:
+            sides[name].peak(reset=True)
+            _timed(sides[name], workers, req, timeout_s, m.overhead_s)
+            gib, where = sides[name].peak()
+            m.peaks.setdefault(name, []).append(gib)
+    for w in workers:
+        w.resume()
+    cand = [x for x in m.peaks.get("candidate", []) if x is not None]
+    if where == "device" and cand:  # device memory is what core.decision holds to the VRAM budget
+        m.peak_reserved_gib = max(cand)
+    m.wall_s = judge_clock() - t_wall
+    return m
+
+
 def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0: float) -> None:
     """Look, and while undecided add rounds up to the next look (plus as many as were void: a
     void round is re-timed); a look the budget cannot reach is taken where the budget ends, and

@@ -411,6 +411,11 @@ class CandidateWorker:
         reply, _ = self._call("memory", 60.0, reset=reset)
         return reply.get("allocated_gib"), reply.get("reserved_gib")
 
+    def peak(self, reset: bool = False) -> tuple[float | None, str]:
+        """Peak memory since the last reset (GiB; None where unreadable) and where: "device" or "host"."""
+        reply, _ = self._call("peak", 60.0, reset=reset)
+        return reply.get("gib"), str(reply.get("where"))
+
     def steady(self, on: bool, pin_cpu: bool = False, cpu: int | None = None) -> None:
         self._call("steady", 60.0, on=on, pin_cpu=pin_cpu, **({"cpu": cpu} if cpu is not None else {}))
 

@@ -259,6 +259,26 @@ class Worker:
         return {"allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30,
                 "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30}
 
+    def op_peak(self, reset: bool) -> dict[str, Any]:
+        """This worker's peak memory since the last reset, in GiB: the device's reserved bytes on CUDA,
+        the process's resident set (VmHWM, reset through clear_refs) on the CPU; None where unreadable."""
+        if self.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            if reset:
+                torch.cuda.reset_peak_memory_stats(self.device)
+            return {"gib": torch.cuda.max_memory_reserved(self.device) / 2**30, "where": "device"}
+        try:
+            if reset:
+                with open("/proc/self/clear_refs", "w") as fh:
+                    fh.write("5")  # the resident set's high-water mark starts again from now
+            with open("/proc/self/status") as fh:
+                kib = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+        except (OSError, StopIteration, ValueError):
+            return {"gib": None, "where": "host"}
+        return {"gib": kib / 2**20, "where": "host"}
+
     def op_steady(self, on: bool, pin_cpu: bool, cpu: int | None = None) -> dict[str, Any]:
         """No garbage-collector pause inside a timed round; with pin_cpu, no migration between
         launches; with `cpu`, on that core (every worker of a CPU lane on the same one)."""
