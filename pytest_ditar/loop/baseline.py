@@ -56,7 +56,7 @@ def generate_corpus(sess: DitarSession, progress: Callable[[str], None] | None =
     return outs, candidate.memory()
 
 
-def _bar(total: int, desc: str):
+def _bar(total: int, desc: str) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), leave=False)

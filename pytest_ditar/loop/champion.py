@@ -7,7 +7,7 @@ import json
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import CandidateError
@@ -28,7 +28,7 @@ def kept_commit(ledger: Ledger) -> str | None:
 
 def baseline_commit(sess: DitarSession) -> str | None:
     try:
-        return sess.baseline().manifest.get("git_sha")
+        return cast("str | None", sess.baseline().manifest.get("git_sha"))
     except Exception:  # noqa: BLE001 - no readable baseline: no commit to name
         return None
 

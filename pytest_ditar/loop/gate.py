@@ -70,7 +70,8 @@ class Gate:
         self.champion_commit: str | None = None  # the last KEEP, else the baseline commit
         self.summary_lines: list[str] = []
         self.state_watch: backup.Watch | None = None  # the state directory as the candidate found it
-        self.git_watch: dict | None = None  # the repository's git config and hooks then (loop.gitpins)
+        # the repository's git config and hooks then (loop.gitpins)
+        self.git_watch: dict[str, dict[str, Any]] | None = None
         self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
         self.test_log = TestLog()  # tests.log's reports, each failure text once
         self.guard_line: str | None = None  # a guard's last line (DITAR GUARD: PASS/FAIL)

@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Sequence, cast
+from typing import Any, Iterable, Sequence, cast
 
 from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError
@@ -84,7 +84,8 @@ class Reference:
                                         args=(groups, sess.suite, cfg.build_timeout_s, cfg.item_timeout_s))
         self._thread.start()
 
-    def _generate(self, groups: list, suite: Any, build_timeout_s: float | None, item_timeout_s: float | None) -> None:
+    def _generate(self, groups: list[Any], suite: Any, build_timeout_s: float | None,
+                  item_timeout_s: float | None) -> None:
         t0 = time.perf_counter()
         try:
             try:
@@ -144,7 +145,7 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
 
     made = None if ref is None else {"started": ref.started, "ended": ref.ended, "seconds": round(ref.seconds, 4)}
 
-    def done(results=(), failures=(), note="") -> HoldoutReport:
+    def done(results: Iterable[Any] = (), failures: Iterable[str] = (), note: str = "") -> HoldoutReport:
         return HoldoutReport(items, tuple(results), tuple(failures), time.perf_counter() - t0, note, made)
 
     if ref is not None:
@@ -175,7 +176,7 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
     del candidate
     from pytest_ditar.runtime.semantic import Evaluators, evaluators_for, pair_scores, wanted
 
-    scores: list = [None] * len(items)
+    scores: list[Any] = [None] * len(items)
     if wanted(sess):  # only runs that score book firewall time for it, as in the quality phase
         with sess.clock.span("semantic"):
             ev = cast(Evaluators, evaluators_for(sess))  # wanted(sess): never None

@@ -19,7 +19,7 @@ import statistics
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol, cast
+from typing import Any, Callable, NamedTuple, Protocol, cast
 
 from pytest_ditar.core import rerun, verdict_json
 from pytest_ditar.core.decision import Decision, GuardResult
@@ -218,7 +218,7 @@ def _append_row(gate: RunFacts, row: dict[str, Any]) -> list[str]:
     return []
 
 
-def _after_row(step: str, fn: Any) -> str | None:
+def _after_row(step: str, fn: Callable[[], str | None]) -> str | None:
     """A step after the ledger row: the run is recorded, so a failure here is a summary line."""
     try:
         return fn()
@@ -335,7 +335,7 @@ def _fingerprint(sess: Any) -> dict[str, Any] | None:
     """The run's hardware fingerprint (the off-target check collected it already); None where no
     worker could say (a candidate that crashed its worker at start-up)."""
     try:
-        return sess.fingerprint().to_dict()
+        return cast("dict[str, Any]", sess.fingerprint().to_dict())
     except Exception:  # noqa: BLE001 - a convenience for `dit-ar compare`: the verdict stands without it
         return None
 

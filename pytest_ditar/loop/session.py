@@ -24,6 +24,7 @@ from pytest_ditar.vcs import repo as gitops
 
 if TYPE_CHECKING:
     from pytest_ditar.hardware.fingerprint import Fingerprint
+    from pytest_ditar.loop.roles import Code
     from pytest_ditar.runtime.semantic import SessionScores
     from pytest_ditar.store.snapshot import Snapshot
 
@@ -48,7 +49,7 @@ class DitarSession:
     # (candidate dir, name) -> its worker (one process each)
     _workers: dict[tuple[Path, str], CandidateWorker] = field(default_factory=dict)
     # "candidate" or a commit -> its code as written for its workers (loop.roles)
-    _code: dict[str, Any] = field(default_factory=dict)
+    _code: dict[str, Code] = field(default_factory=dict)
     _retired: list[CandidateWorker] = field(default_factory=list)  # stopped early (the twin): logs still kept
     _corpus_replayed: set[str] = field(default_factory=set)  # references that answered the corpus (corpus_through)
     beside_champion: bool = False  # a guard: the working tree is timed beside the champion's build, HEAD or not
@@ -152,7 +153,7 @@ class DitarSession:
             self.device = bound_device(self.state_dir) or pick_device(None)
         return self.device
 
-    def fingerprint(self):
+    def fingerprint(self) -> Fingerprint:
         """The device's hardware fingerprint, collected once per session.
 
         It comes from the candidate's worker (started, not yet built): the judge itself never
@@ -175,7 +176,7 @@ class DitarSession:
             self._model_dir = resolve_model_dir(self.suite)
         return self._model_dir
 
-    def baseline(self):
+    def baseline(self) -> Snapshot:
         if self._baseline is None:
             from pytest_ditar.store.snapshot import load_snapshot
 

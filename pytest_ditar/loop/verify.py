@@ -270,7 +270,7 @@ def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterat
                          else f"{res.failures[0]} ({nums}){where}"))
 
 
-def verify(sess: Any, sample: int = 3, echo=print) -> int:
+def verify(sess: Any, sample: int = 3, echo: Callable[[str], None] = print) -> int:
     """Print one line per check; 0 when all pass, 1 otherwise."""
     ok = True
     for c in checks(sess, sample, echo=echo):
