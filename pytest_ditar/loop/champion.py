@@ -80,7 +80,7 @@ def build(sess: DitarSession, champion_commit: str | None, head: str | None, sta
 
 def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
     """A kept candidate's outputs and lane results become the champion's snapshot."""
-    lanes = {k: v.to_dict() for k, v in sess.lanes.items() if hasattr(v, "to_dict")}
+    lanes = sess.lanes_dict()
     return write_snapshot(_dir(sess, commit_sha), [sess.outputs[i.id] for i in sess.suite.corpus],
                           {"kind": "champion", "git_sha": commit_sha, "class": cls},
                           extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)

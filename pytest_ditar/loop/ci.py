@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.core import ci, guard, verdict_json
-from pytest_ditar.loop import record
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 
@@ -37,18 +36,18 @@ def document(gate: Any, exit_status: int) -> dict[str, Any]:
     s = gate.sess
     if gate.opts.guard is not None:
         tol = float(gate.opts.guard)
-        outcomes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
+        outcomes = s.outcomes()
         expected = sorted(gate.lanes_collected)
         return verdict_json.guard_record(
             gate.guard_line, exit_status, tolerance=tol, failures=list(gate.guard_failures),
             failing=guard.failing_lanes(outcomes, expected, tol) if gate.guard_line else [],
-            lanes={k: v.to_dict() for k, v in s.lanes.items() if hasattr(v, "to_dict")},
+            lanes=s.lanes_dict(),
             objective=s.cfg.objective_lane, errors=_errors(gate), refusal=gate.refusal,
             unresolved=guard.unresolved(outcomes, tol),
             run_dir=str(s.run_dir()) if gate.guard_line else None)
     errors = _errors(gate) if gate.gated else ()
     if gate.result is not None:
-        return verdict_json.record(gate.result, exit_status, lanes=record.lanes_of(s), run_dir=str(s.run_dir()),
+        return verdict_json.record(gate.result, exit_status, lanes=s.lanes_dict(), run_dir=str(s.run_dir()),
                                    errors=errors)
     return verdict_json.record(None, exit_status, refusal=gate.refusal, line=gate.final_line(), errors=errors)
 

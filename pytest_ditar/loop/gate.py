@@ -336,7 +336,7 @@ class Gate:
         from pytest_ditar.core import guard
 
         s = self.sess
-        lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
+        lanes = s.outcomes()
         fails = guard.failures([(k, r.passed) for k, r in s.quality.items()], lanes, sorted(self.lanes_collected),
                                [str(e) for e in _dedupe(s.errors)], float(self.opts.guard or 0.0))
         self.guard_line = guard.line(fails, lanes, float(self.opts.guard or 0.0))
@@ -368,7 +368,7 @@ class Gate:
         quality = QualityOutcome(passed, total, failures, class_claim_ok=claim_ok, class_claim_reason=claim_reason,
                                  holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
-        lanes = [lr.outcome for lr in s.lanes.values() if getattr(lr, "outcome", None)]
+        lanes = s.outcomes()
         voided = drift_voids_win(lanes)
         if voided is not None:  # the lane's record says so too: the summary, the re-run rule, the champion's store
             s.void_lane(voided)
@@ -415,10 +415,7 @@ class Gate:
             room = margins(list(s.quality.values()), s.cfg.thresholds_for(s.cls))
             if room:  # how close the edit came to each floor of the class
                 out.append(f"ditar: margins to the '{s.cls}' floors: " + "; ".join(room))
-        for lr in s.lanes.values():
-            oc = getattr(lr, "outcome", None)
-            if oc:
-                out.append(f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}")
+        out += [f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}" for oc in s.outcomes()]
         if self.gated and self.decision is not None:
             from pytest_ditar.loop.table import run_table
 

@@ -324,7 +324,7 @@ def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
             "guards": [g.__dict__ for g in gate.guards],
             "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
                         for k, r in s.quality.items()},
-            "lanes": lanes_of(s),
+            "lanes": s.lanes_dict(),
             "timings": s.clock.as_dict(),
             "request_secret": s.request_secret,  # what keyed the run's timed requests
             "champion": gate.champion_commit,  # what the lanes were timed against (dit-ar compare pairs on it)
@@ -367,10 +367,9 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         with contextlib.suppress(OSError):
             write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
     obj = s.lanes.get(s.cfg.objective_lane)
-    oc = getattr(obj, "outcome", None)
+    oc = obj.outcome if obj is not None else None
     passed, total, _ = aggregate(list(s.quality.values()))
-    peak = max([lr.outcome.peak_vram_gib for lr in s.lanes.values()
-                if getattr(lr, "outcome", None) and lr.outcome.peak_vram_gib is not None], default=None)
+    peak = max([oc.peak_vram_gib for oc in s.outcomes() if oc.peak_vram_gib is not None], default=None)
     off = off_target(s)
     verdict = Verdict(d, s.cfg.objective_lane, speedup=oc.speedup if oc else None,
                       ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
@@ -404,13 +403,8 @@ def _markdown(gate: RunFacts, verdict: Verdict, run_dir: Path) -> str:
     shapes = {ln.name: (ln.batch, ln.steps or suite.pipeline.steps) for ln in suite.lanes}
     medians = {k: statistics.median(lr.measurement.samples) for k, lr in gate.sess.lanes.items()
                if lr.measurement.samples}
-    return verdict_json.markdown(verdict_json.record(verdict, 0, lanes=lanes_of(gate.sess), run_dir=str(run_dir)),
+    return verdict_json.markdown(verdict_json.record(verdict, 0, lanes=gate.sess.lanes_dict(), run_dir=str(run_dir)),
                                  shapes, medians)
-
-
-def lanes_of(sess: DitarSession) -> dict[str, dict[str, Any]]:
-    """The run's lanes as summary.json and the verdict document hold them."""
-    return {k: v.to_dict() for k, v in sess.lanes.items()}
 
 
 def _settle_recorded(gate: RunFacts, verdict: Verdict, run_dir: Path,
@@ -426,7 +420,8 @@ def _settle_recorded(gate: RunFacts, verdict: Verdict, run_dir: Path,
     notes = [note]
     try:
         write_text_atomic(run_dir / "verdict.txt", verdict.line() + "\n")
-        doc = verdict_json.record(verdict, Exit.of_verdict(d.status), lanes=lanes_of(gate.sess), run_dir=str(run_dir))
+        doc = verdict_json.record(verdict, Exit.of_verdict(d.status), lanes=gate.sess.lanes_dict(),
+                                  run_dir=str(run_dir))
         write_json_atomic(run_dir / VERDICT_JSON, doc, indent=1, default=str)
     except OSError as exc:  # recorded in the ledger already: a lost copy of the outcome is a note
         notes.append(f"ditar: verdict.txt or {VERDICT_JSON} not written: {oserror_line(exc)}")

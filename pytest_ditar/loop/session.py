@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
+from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ConfigError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
@@ -118,6 +119,14 @@ class DitarSession:
     def refuse_reference(self, why: str) -> None:
         """A reference (the champion, its twin) could not be built or timed: the run is refused naming it."""
         self.reference_error = why
+
+    def outcomes(self) -> list[LaneOutcome]:
+        """Every lane's outcome judged so far, in the order the lanes ran."""
+        return [lr.outcome for lr in self.lanes.values()]
+
+    def lanes_dict(self) -> dict[str, dict[str, Any]]:
+        """The run's lanes as summary.json, a champion's lanes.json and the verdict document hold them."""
+        return {k: v.to_dict() for k, v in self.lanes.items()}
 
     def put_lane(self, res: LaneResult) -> None:
         """A lane's judged result (loop.lanes.judge made it)."""

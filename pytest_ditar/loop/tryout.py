@@ -56,8 +56,7 @@ def _fmt(x: float | None) -> str:
 def outcome_of(s: DitarSession) -> TryOutcome:
     results = list(s.quality.values())
     passed, total, _ = aggregate(results) if results else (None, None, [])
-    lane = next((lr.outcome for lr in s.lanes.values()
-                 if getattr(lr, "outcome", None) and lr.outcome.objective), None)
+    lane = next((oc for oc in s.outcomes() if oc.objective), None)
     if s.errors and not results and lane is None:
         word = "CRASH"
     elif total and passed is not None and passed < total:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
+from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
 from pytest_ditar.interface import Request
@@ -134,7 +135,7 @@ class LaneMeasurement:
 class LaneResult:
     """A lane's measurement and its verdict against the champion (loop.lanes decides it)."""
     measurement: LaneMeasurement
-    outcome: Any  # decision.LaneOutcome
+    outcome: LaneOutcome
     champion_source: str  # interleaved | stored | none
     min_effect: float
     comparison: dict[str, Any] = field(default_factory=dict)

@@ -50,7 +50,7 @@ def test_the_document_is_the_verdicts_fields_and_its_line_rendered_from_them():
     assert doc["reason"] == "" and doc["judged"] is True and doc["run_dir"] == "/s/runs/x"
     assert doc["lanes"]["latency_b1"] == {"verdict": "FASTER", "objective": True, "speedup": 1.183,
                                           "ci95": [1.171, 1.195], "reason": "", "rounds": 24,
-                                          "champion_source": "interleaved"}
+                                          "champion_source": "interleaved", "figure": None}
 
 
 def test_the_markdown_summary_gives_throughput_units_beside_seconds():
