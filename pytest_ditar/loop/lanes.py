@@ -19,7 +19,12 @@ from pytest_ditar.core import effect, guard, interference, meantime, probes, seq
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
 from pytest_ditar.core.vocabulary import NOT_KEPT_BUILD, NOT_THE_KEPT_BUILD, NOT_THE_KEPT_BUILD_CPU
+from pytest_ditar.hardware import exclusivity
+from pytest_ditar.loop import champion, holdout
+from pytest_ditar.runtime import proctree, zygote
+from pytest_ditar.runtime.group import rank_device
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
+from pytest_ditar.vcs import repo as gitops
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
 INTERFERENCE_ALPHA = 0.001  # a reference slowed right after the candidate: judged at this level
@@ -272,9 +277,6 @@ class LaneRunner:
         (ReferenceFailure), never a comparison with its stored samples."""
         if ranks not in self._champion:
             self._champion[ranks] = None
-            from pytest_ditar.loop import champion
-            from pytest_ditar.vcs import repo as gitops
-
             st = gitops.state(self.sess.cfg.root)
             # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
             # where HEAD is the champion, so the champion is timed beside it
@@ -298,8 +300,6 @@ class LaneRunner:
 
     def twin(self, ranks: int = 1) -> Any:
         """The champion's second build (perf.twin), sent beside the others when the guards passed."""
-        from pytest_ditar.loop import champion
-
         if self._twin.get(ranks) is None and self.sess.cfg.perf.twin:
             commit = champion.commit(self.sess)
             if commit:
@@ -313,9 +313,6 @@ class LaneRunner:
         return self._stream
 
     def run(self, lane: Any, benchmark: Any = None, progress: Callable[[int], None] | None = None) -> LaneResult:
-        from pytest_ditar.hardware import exclusivity
-        from pytest_ditar.loop import champion, holdout
-
         sess = self.sess
         ranks = getattr(lane, "gpus", 1)  # a multi-GPU lane: one group of ranks a side (runtime.group)
         # A guard asks every lane, the objective one included, "slower beyond the tolerance?": the
@@ -375,10 +372,6 @@ class LaneRunner:
                  progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, list[Any]]:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
-        from pytest_ditar.hardware import exclusivity
-        from pytest_ditar.runtime import proctree, zygote
-        from pytest_ditar.runtime.group import rank_device
-
         sess = self.sess
         cls = self.claimed_class() or sess.cls
         device = sess.resolved_device()

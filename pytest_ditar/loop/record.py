@@ -21,11 +21,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol, cast
 
-from pytest_ditar.core import rerun
+from pytest_ditar.core import rerun, verdict_json
 from pytest_ditar.core.decision import Decision, GuardResult, verdict_line
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
+from pytest_ditar.hardware.fingerprint import on_target
+from pytest_ditar.hardware.profiles import get_profile
 from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
@@ -397,8 +399,6 @@ def _markdown(gate: RunFacts, run_dir: Path, verdict: str) -> str:
     """summary.md: the verdict and the lanes with throughput units, from the summary.json just written."""
     import statistics
 
-    from pytest_ditar.core import verdict_json
-
     summary = json.loads((run_dir / "summary.json").read_text())
     suite = gate.sess.suite
     shapes = {ln.name: (ln.batch, ln.steps or suite.pipeline.steps) for ln in suite.lanes}
@@ -460,9 +460,6 @@ def revert(gate: RunFacts, run_dir: Path, moved: str | None = None) -> str:
 
 def off_target(sess: DitarSession) -> bool:
     try:
-        from pytest_ditar.hardware.fingerprint import on_target
-        from pytest_ditar.hardware.profiles import get_profile
-
         return not on_target(sess.fingerprint(), get_profile(sess.cfg.target))
     except Exception:  # noqa: BLE001
         return True

@@ -5,7 +5,7 @@ import os
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
@@ -14,18 +14,23 @@ from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.core.vocabulary import ENV_CONFIG, ENV_CPU_THREADS, ENV_TAG
+from pytest_ditar.hardware.cachekey import device_key
+from pytest_ditar.hardware.fingerprint import Fingerprint, collect
+from pytest_ditar.loop import roles
 from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.worktrees import bound_device
+from pytest_ditar.runtime import boxdir, compiled, logs, zygote
+from pytest_ditar.runtime.group import GroupWorker
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, require_pipeline, run_batch
 from pytest_ditar.runtime.lanes import LaneResult
-from pytest_ditar.runtime.worker import CandidateWorker
+from pytest_ditar.runtime.models import resolve_model_dir
+from pytest_ditar.runtime.sandbox import check
+from pytest_ditar.runtime.semantic import SessionScores, session_scores, wanted
+from pytest_ditar.runtime.worker import CandidateWorker, worker_threads
 from pytest_ditar.store import shards
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import Snapshot, load_snapshot
 from pytest_ditar.vcs import repo as gitops
-
-if TYPE_CHECKING:
-    from pytest_ditar.hardware.fingerprint import Fingerprint
-    from pytest_ditar.runtime.semantic import SessionScores
-    from pytest_ditar.store.snapshot import Snapshot
 
 
 @dataclass
@@ -99,8 +104,6 @@ class DitarSession:
 
     def resolved_device(self) -> str:
         if self.device == "auto":
-            from pytest_ditar.loop.worktrees import bound_device
-
             # a tag bound with `dit-ar init --gpu N` runs on cuda:N (when CUDA is there)
             self.device = bound_device(self.state_dir) or pick_device(None)
         return self.device
@@ -111,9 +114,6 @@ class DitarSession:
         It comes from the candidate's worker (started, not yet built): the judge itself never
         imports torch nor opens a CUDA context, so nothing of it sits on the GPU it times."""
         if self._fingerprint is None:
-            from pytest_ditar.core.errors import ConfigError
-            from pytest_ditar.hardware.fingerprint import Fingerprint, collect
-
             try:
                 info = self.worker(self.candidate_code(), "candidate").hello()
                 self._fingerprint = Fingerprint.from_dict(info["fingerprint"])
@@ -123,15 +123,11 @@ class DitarSession:
 
     def model_dir(self) -> Path:
         if self._model_dir is None:
-            from pytest_ditar.runtime.models import resolve_model_dir
-
             self._model_dir = resolve_model_dir(self.suite)
         return self._model_dir
 
     def baseline(self):
         if self._baseline is None:
-            from pytest_ditar.store.snapshot import load_snapshot
-
             self._baseline = load_snapshot(self.baseline_dir, "baseline")
         return self._baseline
 
@@ -142,8 +138,6 @@ class DitarSession:
         (runtime.group), for a multi-GPU lane. Every role's worker is made alike (runtime.boxdir):
         nothing it can observe but its code says which role it plays; only the candidate's
         compilations are ever kept (runtime.compiled)."""
-        from pytest_ditar.runtime import boxdir
-
         if ranks > 1:
             name = f"{name}-{ranks}ranks"
         key = (Path(code).resolve(), name)
@@ -154,8 +148,6 @@ class DitarSession:
             kind: Any = CandidateWorker
             if ranks > 1:
                 from functools import partial
-
-                from pytest_ditar.runtime.group import GroupWorker
 
                 kind = partial(GroupWorker, ranks=ranks)
             w = kind(name, key[0], spec, log_path=boxdir.new("logs") / "worker.log",
@@ -171,9 +163,6 @@ class DitarSession:
         """The candidate's package as its worker imports it: HEAD's blobs of the mutable paths, or,
         where they differ from HEAD (`dit-ar try`, a guard of an edited tree), the working tree's
         regular files (loop.roles)."""
-        from pytest_ditar.loop import roles
-        from pytest_ditar.runtime import boxdir
-
         if "candidate" not in self._code:
             require_pipeline(self.cfg.candidate_path)
             st = gitops.state(self.cfg.root)
@@ -187,9 +176,6 @@ class DitarSession:
 
     def commit_code(self, commit: str) -> Path:
         """`commit`'s package as its worker imports it, written from its blobs (loop.roles)."""
-        from pytest_ditar.loop import roles
-        from pytest_ditar.runtime import boxdir
-
         if commit not in self._code:
             self._code[commit] = roles.from_commit(self.cfg.root, commit, self.cfg.mutable_paths,
                                                    self.cfg.candidate_dir, boxdir.new("code"))
@@ -207,8 +193,6 @@ class DitarSession:
     @staticmethod
     def worker_threads(device: str) -> int:
         """Each worker's torch intra-op threads on `device` (runtime.worker.worker_threads)."""
-        from pytest_ditar.runtime.worker import worker_threads
-
         try:
             return worker_threads(device, len(os.sched_getaffinity(0)), os.environ.get(ENV_CPU_THREADS))
         except ValueError as exc:
@@ -218,8 +202,6 @@ class DitarSession:
         """The judge's environment less what names the state directory, the judge's own settings or
         the moment (pytest's current test: a champion built during a test would see it), plus the
         compile cache's variables; the same for every role (runtime.boxdir)."""
-        from pytest_ditar.runtime import boxdir
-
         state = str(self.cfg.state_path.resolve())
         env = {k: v for k, v in os.environ.items()
                if state not in v and k not in (ENV_CONFIG, ENV_TAG, "OLDPWD", "PYTEST_CURRENT_TEST")}
@@ -239,8 +221,6 @@ class DitarSession:
 
     def compile_cache(self) -> Path:
         """torch.compile's cache of this tag and device stack: the champion's (loop.session.worker)."""
-        from pytest_ditar.hardware.cachekey import device_key
-
         return TagPaths(self.state_dir.resolve()).compile_cache(device_key(self.resolved_device()))
 
     def sandbox_refusal(self) -> str | None:
@@ -248,8 +228,6 @@ class DitarSession:
         None when the project owner turned the sandbox off."""
         if not self.cfg.sandboxed:
             return None
-        from pytest_ditar.runtime.sandbox import check
-
         return check()
 
     def start_candidate(self, ranks: int = 1) -> None:
@@ -279,8 +257,6 @@ class DitarSession:
                 with self.clock.span("build.candidate"):
                     self.candidate = w.built(self.cfg.build_timeout_s)
                 self.clock.built(w.name, w.build_s, w.build_detail)
-                from pytest_ditar.runtime import zygote
-
                 self.clock.imports_s = float(zygote.imports_s() or 0.0)  # most of a CPU build's wait
                 self.clock.zygote = zygote.state()
             except CandidateError as exc:
@@ -304,8 +280,6 @@ class DitarSession:
     def _keep_logs(self) -> None:
         """Each worker's log (made under a name that says nothing of its role) beside the run's, under
         the role's name; one folder per judge process: xdist workers and the decide phase share a run dir."""
-        from pytest_ditar.runtime import logs
-
         if self._run_dir is None:
             return
         who = os.environ.get("PYTEST_XDIST_WORKER") or f"judge-{os.getpid()}"
@@ -322,8 +296,6 @@ class DitarSession:
         """After its processes have ended: what a kept candidate compiled goes into the tag's compile
         cache (only names still free there), so the new champion's next build finds it; a discarded
         candidate's writes are dropped. A cache, never state: a failure is a note, not the run's."""
-        from pytest_ditar.runtime import compiled
-
         writes = [(w, w.compile_writes) for w in self._workers.values() if w.compile_writes is not None]
         kept = [(w, folder) for w, folder in writes if w.keep_compile_writes]  # a reference's are never kept
         if self.keep_compiled and kept:
@@ -342,8 +314,6 @@ class DitarSession:
     def _drop_compile_writes(w: CandidateWorker) -> None:
         """Delete what a worker's read-only compile cache took in (runtime.compiled), once it has ended."""
         if w.compile_writes is not None:
-            from pytest_ditar.runtime import compiled
-
             compiled.remove(w.compile_writes)
             w.compile_writes = None
 
@@ -385,8 +355,6 @@ class DitarSession:
     def semantic_scores(self, item: CorpusItem, cand: ItemOutput,
                         base: ItemOutput) -> dict[str, float | None] | None:
         """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
-        from pytest_ditar.runtime.semantic import session_scores, wanted
-
         if not wanted(self):
             return None
         with self.clock.span("semantic"):  # only runs that score book firewall time (loading included)
@@ -434,8 +402,6 @@ class DitarSession:
         """A CRASH error, recorded once in `errors`, when a file of the code written for a role this
         run builds changed since (read-only to every worker: only something outside the judge can);
         None while all are intact."""
-        from pytest_ditar.loop import roles
-
         for code in self._code.values():
             paths = roles.changed(code)
             if paths:
