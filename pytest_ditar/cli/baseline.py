@@ -7,6 +7,9 @@ import statistics
 
 from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.loop import warmstart
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.vcs import repo as gitops
 
 NEXT = "ditar: next: "  # as a gated run's summary ends (loop.nextstep)
 
@@ -22,9 +25,8 @@ class Baseline(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.loop import warmstart
-
         warmstart.begin(config_path(args), args.tag, records=True)  # the zygote it hands the first gated run
+        # start-up: after warmstart.begin, so that the zygote's imports overlap the loop's
         from pytest_ditar.loop.baseline import create_baseline, manifest_summary
 
         sess = open_session(args, args.device)
@@ -52,8 +54,6 @@ class Baseline(Command):
 
 def _refuse_changed_mutable(sess) -> None:
     """Every later verdict compares against this baseline, so it must be the branch's start, unedited."""
-    from pytest_ditar.vcs import repo as gitops
-
     start = _start_commit(sess)
     if not start:
         return
@@ -65,7 +65,5 @@ def _refuse_changed_mutable(sess) -> None:
 
 
 def _start_commit(sess) -> str | None:
-    from pytest_ditar.store.paths import TagPaths
-
     f = TagPaths(sess.state_dir).session_file
     return json.loads(f.read_text()).get("start_commit") if f.is_file() else None

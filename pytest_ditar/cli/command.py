@@ -1,14 +1,20 @@
 """What every `dit-ar` subcommand is, and the look-ups several of them share.
 
-Every command module is imported to build the parser, so a module imports only the standard
-library at its top; torch, numpy, git and the loop load inside `run`, for the command that needs
-them (`dit-ar search` and `dit-ar status` must start fast).
+cli.main imports a command's module only when that command runs (every one for `dit-ar --help`),
+so a command module imports what it needs at its top. Every command module imports this one:
+it stays light (the config and tag look-ups), and the session (numpy, the workers) loads inside
+`open_session`, for the commands that generate (`dit-ar search` and `dit-ar status` must start
+fast).
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 from typing import Any, ClassVar
+
+from pytest_ditar.config.project import load_config
+from pytest_ditar.config.suite import load_suite
+from pytest_ditar.loop.tags import resolve_tag
 
 
 class Command:
@@ -40,6 +46,7 @@ def config_path(args: argparse.Namespace) -> Path:
 
 def open_session(args: argparse.Namespace, device: str | None = None) -> Any:
     """The full session (suite, model settings, device): for the commands that generate."""
+    # start-up: every command module imports this one; the session (numpy, the workers) only those that generate
     from pytest_ditar.loop.session import DitarSession
 
     return DitarSession.open(config_path(args), tag=args.tag, device=device)
@@ -47,9 +54,5 @@ def open_session(args: argparse.Namespace, device: str | None = None) -> Any:
 
 def light_session(args: argparse.Namespace) -> tuple[Any, Any, str]:
     """Config, suite and tag without touching torch (status and report must be quick)."""
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.config.suite import load_suite
-    from pytest_ditar.loop.tags import resolve_tag
-
     cfg = load_config(config_path(args))
     return cfg, load_suite(cfg.suite_dir), resolve_tag(cfg, args.tag)

@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.cli.command import Command, light_session
+from pytest_ditar.core import effect, stats
+from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import lane_samples
+from pytest_ditar.vcs.repo import ref_commit
 
 HOST_KEYS = ("device_name", "driver", "cuda", "torch", "diffusers", "cpu_model", "power_limit_w")
 
@@ -66,8 +73,6 @@ class Compare(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.store.paths import TagPaths
-
         cfg, _, tag = light_session(args)
         paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
         a, b = (resolve(spec, cfg.root, paths) for spec in (args.a, args.b))
@@ -83,9 +88,6 @@ class Compare(Command):
 
 def resolve(spec: str, root: Path, paths: Any) -> Side:
     """The side `spec` names; a DitarError that says what it takes where it names nothing timed."""
-    from pytest_ditar.core.decision import champion_row
-    from pytest_ditar.store.ledger import Ledger
-
     rows = Ledger(paths.dir).rows()
     base_sha = _manifest(paths.baseline).get("git_sha")
     if spec == "baseline":
@@ -107,8 +109,6 @@ def resolve(spec: str, root: Path, paths: Any) -> Side:
         if run_dir is None:
             raise DitarError(f"compare: run {number} ({row['status']}) left no summary.json under {paths.runs}")
         return _run(spec, run_dir)
-    from pytest_ditar.vcs.repo import ref_commit
-
     sha = ref_commit(root, spec)
     if sha is None:
         raise DitarError(f"compare: {spec!r} is no run dir, run number or commit; give baseline, champion, "
@@ -132,10 +132,6 @@ def _baseline_noise(base: Path) -> dict[str, Any]:
 
 def _cited(a: Side, b: Side, paths: Any) -> Any:
     """The chained figure of the baseline (A) against a kept commit (B), up to that KEEP; else None."""
-    from pytest_ditar.core.cumulative import cite
-    from pytest_ditar.core.decision import kept_rows
-    from pytest_ditar.store.ledger import Ledger
-
     if not a.commit or a.commit != _manifest(paths.baseline).get("git_sha") or not b.commit:
         return None
     kept = kept_rows(Ledger(paths.dir).rows())
@@ -152,8 +148,6 @@ def _stored(spec: str, what: str, d: Path, commit: str | None) -> Side:
     lanes_file = d / "lanes.json"
     if not lanes_file.is_file():
         raise DitarError(f"compare: {spec}: no stored lanes at {lanes_file} (run `dit-ar baseline` first)")
-    from pytest_ditar.store.snapshot import lane_samples
-
     samples = lane_samples(json.loads(lanes_file.read_text()))
     label = f"{what} ({commit[:7]})" if commit else what
     return Side(spec, label, commit, samples, "the reference" if what == "baseline" else "passed when kept",
@@ -190,8 +184,6 @@ def host_difference(a: Side, b: Side) -> list[str]:
 
 
 def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, Any]:
-    from pytest_ditar.core import effect, stats
-
     lanes = [name for name in dict.fromkeys([*a.samples, *b.samples]) if not only or name in only]
     if only and not lanes:
         raise DitarError(f"compare: no lane {', '.join(only)} on either side (lanes: "
@@ -226,8 +218,6 @@ def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, A
 def _cited_row(row: dict[str, Any], cited: Any, bar: float) -> dict[str, Any]:
     """The objective lane of the baseline against a kept commit: the chained paired figure (what
     status and the report cite), judged at the bar each KEEP cleared; the timed-apart ratio kept beside."""
-    from pytest_ditar.core import stats
-
     lo, hi = cited.ci_low, cited.ci_high
     verdict = stats.FASTER if lo is not None and lo > 1.0 + bar else stats.NOT_FASTER
     return {**row, "speedup": cited.speedup, "ci95": [lo, hi], "p_value": None, "verdict": verdict, "threshold": bar,

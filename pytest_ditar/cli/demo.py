@@ -19,8 +19,11 @@ import time
 from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.config.project import load_config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_ZYGOTE_IDLE, TRAILER
+from pytest_ditar.runtime import zygote
+from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "demo" / "candidates"
@@ -74,17 +77,12 @@ def _terminated(signum: int, frame: object) -> None:
 
 def _retire(zygotes: list[dict]) -> None:
     """End every zygote the demo's runs kept warm: the workspace they served is gone."""
-    from pytest_ditar.runtime import zygote
-
     for rec in zygotes:
         zygote.retire(rec)
 
 
 def _note_zygote(ws: Path, zygotes: list[dict]) -> None:
     """The zygote the last gated run handed over (loop.warmstart), if any, to end with the demo."""
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.store.paths import TagPaths
-
     cfg = load_config(ws / DEFAULT_CONFIG)
     try:
         rec = json.loads(TagPaths.of(cfg.root, cfg.state_dir, TAG).zygote_file.read_text())

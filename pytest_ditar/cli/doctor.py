@@ -5,7 +5,20 @@ import argparse
 from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.cli.suite import cpu_threads, model_where
+from pytest_ditar.config.project import load_config
+from pytest_ditar.config.semantic import OWNER, availability, needed
+from pytest_ditar.config.suite import load_suite
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.hardware.exclusivity import doctor_row
+from pytest_ditar.hardware.stack import stack_rows
+from pytest_ditar.hardware.topology import collect, doctor_rows
+from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.runtime import sandbox
+from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import load_snapshot
+from pytest_ditar.vcs import repo as gitops
 
 PASS, FAIL, WARN = "pass", "FAIL", "warn"
 
@@ -28,9 +41,6 @@ class Doctor(Command):
 
 def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.config.suite import load_suite
-
     try:
         cfg = load_config(path)
         rows.append(("config", PASS, str(cfg.path)))
@@ -48,9 +58,6 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows.append(model_row(suite))
     rows += class_rows(cfg)
     rows.append(sandbox_row(cfg))
-    from pytest_ditar.loop.tags import resolve_tag
-    from pytest_ditar.vcs import repo as gitops
-
     st = gitops.state(cfg.root)
     tag = resolve_tag(cfg, tag)
     want = cfg.branch_prefix + tag
@@ -59,9 +66,6 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
                                    else f" (expected {cfg.branch_prefix}<tag>; run `dit-ar init --tag T`)")))
     rows.append(("clean tree", PASS if st.is_repo and not st.dirty_paths else FAIL,
                  "clean" if not st.dirty_paths else ", ".join(st.dirty_paths[:4])))
-    from pytest_ditar.store.paths import TagPaths
-    from pytest_ditar.store.snapshot import load_snapshot
-
     paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
     try:
         snap = load_snapshot(paths.baseline)
@@ -69,26 +73,16 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
                      f"{len(snap.item_ids)} items, commit {str(snap.manifest.get('git_sha'))[:7]}, verifies"))
     except DitarError as exc:
         rows.append(("baseline", FAIL, str(exc)))
-    from pytest_ditar.store.ledger import Ledger
-
     rep = Ledger(paths.dir).verify()
     rows.append(("ledger", PASS if rep.ok else FAIL, f"{rep.n_rows} rows" if rep.ok else "; ".join(rep.problems[:2])))
-    from pytest_ditar.hardware.stack import stack_rows
-
     rows += stack_rows(cfg.target, PASS, WARN, FAIL)
-    from pytest_ditar.hardware.exclusivity import doctor_row
-
     rows.append(doctor_row(PASS, WARN, FAIL))  # NVML: without it a CUDA lane is UNSTABLE, never unchecked
-    from pytest_ditar.hardware.topology import collect, doctor_rows
-
     rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
     return rows
 
 
 def model_row(suite) -> tuple[str, str, str]:
     """Where the workers load the model from (PipelineSpec.model_dir), and their CPU threads."""
-    from pytest_ditar.cli.suite import cpu_threads, model_where
-
     where, threads = model_where(suite), cpu_threads()
     return ("model", FAIL if where.startswith("not found") or threads.startswith("none") else PASS,
             f"{where}; a worker's torch threads: {threads}")
@@ -96,12 +90,10 @@ def model_row(suite) -> tuple[str, str, str]:
 
 def sandbox_row(cfg) -> tuple[str, str, str]:
     """The workers' sandbox (runtime.sandbox): can one be made here, and is it on?"""
-    from pytest_ditar.runtime.sandbox import availability
-
     if not cfg.sandboxed:
         return ("sandbox", WARN, 'off ("sandbox": "off" in the config): workers run unsandboxed and every verdict '
                                  "line and ledger row says sandbox=off")
-    a = availability()
+    a = sandbox.availability()
     if a.problem:
         return ("sandbox", FAIL, a.problem + " (a gated run is refused)")
     cache = "an overlay of the champion's" if a.overlay else "an empty tmpfs (this bwrap or kernel mounts no overlay)"
@@ -112,8 +104,6 @@ def sandbox_row(cfg) -> tuple[str, str, str]:
 def class_rows(cfg) -> list[tuple[str, str, str]]:
     """One row per class: can this session judge it? An unavailable class is a warn, not a FAIL: the
     session runs with the others, and only the project owner can change it (program.md section 4)."""
-    from pytest_ditar.config.semantic import OWNER, availability, needed
-
     rows = []
     for cls, why in availability(cfg):
         if why is None:

@@ -15,9 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.config.project import load_config
+from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.verdict_json import record
 from pytest_ditar.core.vocabulary import CLASSES
+from pytest_ditar.loop import hermetic, stamps
+from pytest_ditar.loop.bound import bound_refusal
+from pytest_ditar.loop.nextstep import PREFIX as NEXT
 from pytest_ditar.loop.options import Exit
+from pytest_ditar.loop.phases import run_two_phase
+from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.space import shortage
+from pytest_ditar.vcs.repo import judge_env
 
 CLASS_HELP = ("what the change is (program.md, Classes): exact = same algorithm (layout, fusion, scheduling, "
               "memory); numerical = arithmetic mode (fp16/bf16, TF32); approximate = computation changed or skipped "
@@ -66,14 +76,10 @@ class Experiment(Command):
         if refusal:
             print(_dumps(record(None, code, refusal=refusal)) if args.json else f"DITAR REFUSED: {refusal}")
             return code
-        from pytest_ditar.vcs.repo import judge_env
-
         # every git command of the gate's pytest runs no repository code, whoever starts it
         # (pytest-benchmark runs plain git while it adds its options, before any hook of ours)
         os.environ.update(judge_env(root))
-        from pytest_ditar.loop.hermetic import code_env
-
-        cleared = code_env(os.environ)
+        cleared = hermetic.code_env(os.environ)
         for name in cleared:  # Python's code-loading variables never reach the judge (nor its workers)
             os.environ.pop(name)
         if cleared:
@@ -86,8 +92,6 @@ class Experiment(Command):
             if args.json:  # the gate writes its outcome there itself (--ditar-json): nothing reads its line back
                 cmd.append(f"--ditar-json={doc}")
             if args.workers:
-                from pytest_ditar.loop.phases import run_two_phase
-
                 rc = run_two_phase(cmd, args.workers, root, call=call)
             else:
                 rc = call(cmd, cwd=root)
@@ -106,8 +110,6 @@ class _Tee:
         self.quiet, self.to_stderr = quiet, to_stderr
 
     def call(self, cmd: list[str], cwd: Path) -> int:
-        from pytest_ditar.loop.nextstep import PREFIX as NEXT
-
         out = sys.stderr if self.to_stderr else sys.stdout
         with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if self.quiet else None,
                               text=True, bufsize=1) as proc:
@@ -165,12 +167,6 @@ def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | No
     pytest starts: none of what they name has run in the judge. The gate checks them all again."""
     import json
 
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.core.errors import DitarError
-    from pytest_ditar.loop import hermetic, stamps
-    from pytest_ditar.loop.tags import resolve_tag
-    from pytest_ditar.store.paths import TagPaths
-
     cfg = load_config(path)
     suites, protected = (cfg.root / cfg.suites_dir).resolve(), (*cfg.fixed_paths, *cfg.mutable_paths)
     why = (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
@@ -188,19 +184,11 @@ def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | No
 
 def _space_refusal(path: Path) -> str | None:
     """A disk too full for the run's record, before git or pytest writes a byte (store.space)."""
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.store.space import shortage
-
     cfg = load_config(path)
     return shortage(cfg.root, cfg.state_path)
 
 
 def _bound_check(path: Path, tag: str | None) -> tuple[Path, str | None]:
     """The project root, and the refusal once the session's bound is reached (else None)."""
-    from pytest_ditar.config.project import load_config
-    from pytest_ditar.loop.bound import bound_refusal
-    from pytest_ditar.loop.tags import resolve_tag
-    from pytest_ditar.store.paths import TagPaths
-
     cfg = load_config(path)
     return cfg.root, bound_refusal(TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, tag)).dir)

@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import argparse
 
-from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.cli.command import Command, config_path, open_session
+from pytest_ditar.config.project import load_config
+from pytest_ditar.loop.ci import write_outputs
+from pytest_ditar.loop.remote import fetch_state
+from pytest_ditar.loop.verify import verify
 
 
 class FetchState(Command):
@@ -29,15 +33,9 @@ class FetchState(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.remote import fetch_state
-
         cfg = load_config(config_path(args))
         paths, ok = fetch_state(cfg, args.remote, args.tag, force=args.force)
         if ok and args.sample > 0:
-            from pytest_ditar.cli.command import open_session
-            from pytest_ditar.loop.verify import verify
-
             args.tag = paths.tag
             sess = open_session(args, args.device)
             try:
@@ -49,8 +47,6 @@ class FetchState(Command):
             return 1
         print(f"fetch-state: tag {paths.tag} verifies; next: pytest --ditar-guard --ditar-tag={paths.tag}")
         import os
-
-        from pytest_ditar.loop.ci import write_outputs
 
         write_outputs(os.environ, {"tag": paths.tag})  # GitHub Actions: the guard step reads it (action.yml)
         return 0

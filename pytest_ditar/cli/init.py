@@ -7,6 +7,13 @@ import os
 from typing import cast
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.config.project import load_config
+from pytest_ditar.loop.bound import check_bound_args, experiments_run, write_bound
+from pytest_ditar.loop.worktrees import init_worktree
+from pytest_ditar.store.atomic import write_json_atomic
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import MANIFEST
+from pytest_ditar.vcs import repo as gitops
 
 
 class Init(Command):
@@ -29,9 +36,6 @@ class Init(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.bound import check_bound_args
-
         cfg = load_config(config_path(args))
         check_bound_args(args.max_experiments, args.until)  # before anything is created
         if args.gpu is not None or args.worktree:
@@ -40,9 +44,6 @@ class Init(Command):
 
     @staticmethod
     def _worktree(cfg, args: argparse.Namespace) -> int:
-        from pytest_ditar.loop.worktrees import init_worktree
-        from pytest_ditar.store.paths import TagPaths
-
         wt = init_worktree(cfg, args.init_tag, args.gpu, args.worktree)
         gpu = f"cuda:{args.gpu}" if args.gpu is not None else "the default device"
         state = TagPaths.of(wt, cfg.state_dir, args.init_tag).dir
@@ -54,10 +55,6 @@ class Init(Command):
     @staticmethod
     def _branch(cfg, args: argparse.Namespace) -> int:
         import json
-
-        from pytest_ditar.store.atomic import write_json_atomic
-        from pytest_ditar.store.paths import TagPaths
-        from pytest_ditar.vcs import repo as gitops
 
         tag = args.init_tag
         st = gitops.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
@@ -72,8 +69,6 @@ class Init(Command):
         print(f"on {branch} (start {start[:7]}); state in {paths.dir}")
         _bound(paths.dir, args)
         cmd = f"dit-ar --config {os.path.relpath(cfg.path)}"
-        from pytest_ditar.store.snapshot import MANIFEST
-
         has_baseline = (paths.baseline / MANIFEST).is_file()
         print(f"next: {cmd} status" if has_baseline else f"next: {cmd} baseline")
         return 0
@@ -81,8 +76,6 @@ class Init(Command):
 
 def _bound(state_dir, args: argparse.Namespace) -> None:
     """Write the session's bound when one is given (re-running init on the tag replaces it)."""
-    from pytest_ditar.loop.bound import experiments_run, write_bound
-
     if args.max_experiments is None and args.until is None:
         return
     bound = write_bound(state_dir, args.max_experiments, args.until)

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.hardware.roofline import fmt_flops
+from pytest_ditar.loop.profile import logs_of, profile
 
 
 class Profile(Command):
@@ -31,9 +33,6 @@ class Profile(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         import sys
-
-        from pytest_ditar.core.errors import CandidateError
-        from pytest_ditar.loop.profile import logs_of, profile
 
         sess = open_session(args, args.device)
         try:

@@ -4,6 +4,10 @@ from __future__ import annotations
 import argparse
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.config.project import load_config
+from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.verify import recover
+from pytest_ditar.store.paths import TagPaths
 
 
 class Recover(Command):
@@ -18,10 +22,5 @@ class Recover(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.tags import resolve_tag
-        from pytest_ditar.loop.verify import recover
-        from pytest_ditar.store.paths import TagPaths
-
         cfg = load_config(config_path(args))
         return recover(cfg.root, TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, args.tag)), force=args.force)

@@ -5,6 +5,8 @@ import argparse
 
 from pytest_ditar.cli.command import Command, light_session
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.report.html import build_report
+from pytest_ditar.store.paths import TagPaths
 
 
 class Report(Command):
@@ -17,9 +19,6 @@ class Report(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.report.html import build_report
-        from pytest_ditar.store.paths import TagPaths
-
         cfg, _suite, tag = light_session(args)
         state = TagPaths.of(cfg.root, cfg.state_dir, tag).dir
         if not state.is_dir():

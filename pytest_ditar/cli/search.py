@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.config.project import load_config
 from pytest_ditar.core.vocabulary import HANDBOOK_CLASSES
 from pytest_ditar.knowledge import search as knowledge
 
@@ -34,8 +35,6 @@ class Search(Command):
         handbook = DEFAULT_HANDBOOK
         path = config_path(args)
         if path.is_file():
-            from pytest_ditar.config.project import load_config
-
             cfg = load_config(path)
             handbook = cfg.root / cfg.knowledge_dir
         return cls.search_in(args, handbook)

@@ -8,8 +8,22 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
-from pytest_ditar.core.decision import champion_row, kept_rows
+from pytest_ditar.config.project import load_config
+from pytest_ditar.config.semantic import OWNER, availability
+from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
+from pytest_ditar.core.rerun import counts, row_judged
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
+from pytest_ditar.loop.bound import experiments_run, read_bound
+from pytest_ditar.loop.tags import off_research_branch
+from pytest_ditar.loop.verify import state_checks
+from pytest_ditar.loop.worktrees import status_all
+from pytest_ditar.report.data import read_rows
+from pytest_ditar.store import tried
+from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import MANIFEST, lane_samples, load_snapshot, verify_snapshot
+from pytest_ditar.vcs import repo as gitops
 
 
 class Status(Command):
@@ -26,22 +40,11 @@ class Status(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         if args.all:
-            from pytest_ditar.config.project import load_config
-            from pytest_ditar.loop.worktrees import status_all
-
             return status_all(load_config(config_path(args)), as_json=args.json)
         return status(light_session(args), n=args.n, as_json=args.json)
 
 
 def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
-    # Imported here, not above: the snapshot module brings numpy, and every dit-ar command
-    # imports this module to build its parser.
-    from pytest_ditar.core.decision import cumulative_class
-    from pytest_ditar.loop.verify import state_checks
-    from pytest_ditar.report.data import read_rows
-    from pytest_ditar.store.ledger import Ledger
-    from pytest_ditar.store.paths import TagPaths
-
     paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
     state = paths.dir
     ledger = Ledger(state)
@@ -67,21 +70,12 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
                         "cumulative": _chained(kept),
                         "stored_vs_baseline": _stored_ratio(paths, str(champ["commit"]), cfg.objective_lane)}
                        if champ else None)
-    from pytest_ditar.config.semantic import availability
-    from pytest_ditar.loop.bound import experiments_run, read_bound
-
     out["classes"] = {c: {"available": why is None, "why": why} for c, why in availability(cfg)}
     bound = read_bound(state)
     out["bound"] = {**bound.__dict__, "now": bound.describe(experiments_run(state)),
                     "reached": bound.reached(experiments_run(state))}
-    from pytest_ditar.core.rerun import counts
-
     out["counts"] = counts(exps)  # a run that judged nothing counts as "not judged", not as its DISCARD
-    from pytest_ditar.store import tried
-
     out["tried"] = tried.rows(paths)[-n:]  # `dit-ar try`'s notes: ideas timed, judged by no gate
-    from pytest_ditar.core.rerun import row_judged
-
     out["recent"] = [{**{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
                                                "quality_pass", "quality_total", "description", "reason")},
                       "judged": row_judged(r)} for r in exps[-n:]]
@@ -91,16 +85,12 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
 def _initialised(cfg, paths) -> bool:
     """Started by `dit-ar init` (or a baseline), or backed up in git, or its branch exists: then a
     missing piece of its state is damage, not a fresh start."""
-    from pytest_ditar.vcs import repo as gitops
-
     return any(p.exists() for p in (paths.session_file, paths.ledger_jsonl, paths.baseline)) \
         or gitops.ref_commit(cfg.root, gitops.state_ref(paths.tag)) is not None \
         or gitops.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
 
 
 def _baseline(base_dir) -> dict[str, Any] | None:
-    from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
-
     if not (base_dir / MANIFEST).is_file():
         return None
     snap = load_snapshot(base_dir, verify=False)
@@ -117,8 +107,6 @@ def _baseline(base_dir) -> dict[str, Any] | None:
 def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
     """Baseline median / champion median on `lane`, from the samples each stored when it was measured
     (different runs: the host's load between them counts too). None when either is missing."""
-    from pytest_ditar.store.snapshot import lane_samples, load_snapshot
-
     try:
         base = lane_samples(load_snapshot(paths.baseline, verify=False).read_json("lanes.json"))[lane]
         stored = load_snapshot(paths.champion(commit), "champion", verify=False).read_json("lanes.json")
@@ -132,8 +120,6 @@ def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
 def _chained(kept: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The champion over the baseline: the kept rows' speedups chained (core.cumulative.cite, the
     figure `compare baseline champion` and the report give too)."""
-    from pytest_ditar.core.cumulative import cite
-
     c = cite(kept)
     if c is None:
         return None
@@ -142,8 +128,6 @@ def _chained(kept: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
-    from pytest_ditar.config.semantic import OWNER
-
     cfg, suite, tag = light
     st = collect_status(cfg, suite, tag, n)
     healthy = st["initialised"] and not st["problems"] and st["ledger"]["verifies"] \
@@ -154,8 +138,6 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     b = st["baseline"]
     print(f"tag {tag}  suite {suite.name}  objective {cfg.objective_lane}  cumulative class {st['cumulative_class']}")
     if not st["initialised"]:
-        from pytest_ditar.loop.tags import off_research_branch
-
         off = off_research_branch(cfg, tag)
         print(off or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
         return 1

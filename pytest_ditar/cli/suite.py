@@ -8,8 +8,13 @@ import argparse
 import os
 from typing import Any
 
+from pytest_ditar import interface
 from pytest_ditar.cli.command import Command, light_session
+from pytest_ditar.config.semantic import OWNER, availability
+from pytest_ditar.core.errors import ConfigError
 from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS
+from pytest_ditar.runtime.models import model_location
+from pytest_ditar.runtime.worker import BUILDS_AT_ONCE, worker_threads
 
 
 class Suite(Command):
@@ -42,9 +47,6 @@ TINY_DIFFERENT = 0.36
 
 def model_where(suite: Any) -> str:
     """The directory PipelineSpec.model_dir will name, and whether it is there yet."""
-    from pytest_ditar.core.errors import ConfigError
-    from pytest_ditar.runtime.models import model_location
-
     try:
         path = model_location(suite)
     except ConfigError as exc:
@@ -54,8 +56,6 @@ def model_where(suite: Any) -> str:
 
 def cpu_threads() -> str:
     """A worker's torch intra-op threads, as `dit-ar suite` and `doctor` say it."""
-    from pytest_ditar.runtime.worker import BUILDS_AT_ONCE, worker_threads
-
     setting = os.environ.get(ENV_CPU_THREADS)
     try:
         cpu, gpu = (worker_threads(d, len(os.sched_getaffinity(0)), setting) for d in ("cpu", "cuda"))
@@ -87,8 +87,6 @@ def describe(cfg: Any, suite: Any) -> list[str]:
     lines += [f"  {name}({', '.join(f.name for f in fields)}): {TYPES[name]}" for name, fields in _types()]
     lines += [f"    {k}: {v}" for k, v in _values(suite).items()]
     lines.append("classes   quality floors against the ORIGINAL baseline (config `thresholds`):")
-    from pytest_ditar.config.semantic import OWNER, availability
-
     for cls, why in availability(cfg):
         state = "can judge" if why is None else f"CANNOT judge here: {why}; {OWNER}"
         lines.append(f"  {cls:<12}  {_floors(cfg.thresholds_for(cls))}  [{state}]")
@@ -98,8 +96,6 @@ def describe(cfg: Any, suite: Any) -> list[str]:
 
 def _types() -> list[tuple[str, tuple]]:
     import dataclasses
-
-    from pytest_ditar import interface
 
     return [(name, dataclasses.fields(getattr(interface, name))) for name in TYPES]
 

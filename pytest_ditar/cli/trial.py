@@ -15,7 +15,9 @@ import subprocess
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, pytest_command
+from pytest_ditar.config.project import load_config
 from pytest_ditar.core.vocabulary import CLASSES
+from pytest_ditar.vcs.repo import judge_env
 
 
 class Try(Command):
@@ -40,9 +42,6 @@ class Try(Command):
         described = [f"--ditar-description={args.description}"] if args.description else []
         cmd = pytest_command(args, cfg, "--ditar-try", *described,
                              *([] if args.benchmark_tables else [BENCHMARK_QUIET]))
-        from pytest_ditar.config.project import load_config
-        from pytest_ditar.vcs.repo import judge_env
-
         root = load_config(cfg).root
         os.environ.update(judge_env(root))
         # the outcome's status (loop.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),

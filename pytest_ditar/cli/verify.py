@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.loop.verify import verify
 
 
 class Verify(Command):
@@ -18,8 +19,6 @@ class Verify(Command):
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        from pytest_ditar.loop.verify import verify
-
         sess = open_session(args, args.device)
         try:
             return verify(sess, sample=args.sample)

@@ -52,7 +52,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from pytest_ditar.core import distributions as _dist
+from pytest_ditar.core import distributions as _dist, stats
 
 CONTINUE: Final = "CONTINUE"
 FASTER: Final = "FASTER"  # a look's decision, the same word as core.stats' verdict
@@ -257,8 +257,6 @@ def verdict(sides: Mapping[str, Sequence[float]], threshold: float, looks: Seque
     too many rounds were void or its spread is over `max_cv` (too noisy to decide within its
     budget), else NOT_FASTER."""
     from dataclasses import replace
-
-    from pytest_ditar.core import stats
 
     last = looks[-1]
     champ, cand = list(sides[CHAMPION]), list(sides[CANDIDATE])

@@ -18,6 +18,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from pytest_ditar.hardware.fingerprint import nvml_handle
+
 # (pid, used bytes or None) for every process NVML sees on GPU `index`
 ProcessLister = Callable[[int], list[tuple[int, int | None]]]
 
@@ -79,9 +81,6 @@ def nvml() -> tuple[ProcessLister | None, str]:
         pynvml.nvmlInit()
     except Exception as exc:  # noqa: BLE001 - no driver, no GPU: not checkable
         return None, f"NVML unavailable (nvmlInit failed: {type(exc).__name__}: {exc})"
-
-    from pytest_ditar.hardware.fingerprint import nvml_handle
-
     def lister(index: int) -> list[tuple[int, int | None]]:
         h = nvml_handle(pynvml, index)  # CUDA's numbering, the workers', to NVML's device
         procs = []

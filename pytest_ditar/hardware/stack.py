@@ -1,6 +1,9 @@
 """The software stack and device as `dit-ar doctor` reports them (torch is imported here, not in cli)."""
 from __future__ import annotations
 
+from pytest_ditar.hardware.fingerprint import collect, target_header
+from pytest_ditar.hardware.profiles import get_profile
+
 
 def stack_rows(target: str, ok: str, warn: str, fail: str) -> list[tuple[str, str, str]]:
     """(check, status, detail) rows: torch, diffusers, the device against the target, attention backends."""
@@ -18,9 +21,6 @@ def stack_rows(target: str, ok: str, warn: str, fail: str) -> list[tuple[str, st
         rows.append(("diffusers", ok if v.startswith("0.42") else warn, v))
     except md.PackageNotFoundError:
         rows.append(("diffusers", fail, "not installed"))
-    from pytest_ditar.hardware.fingerprint import collect, target_header
-    from pytest_ditar.hardware.profiles import get_profile
-
     device = "cuda" if torch.cuda.is_available() else "cpu"
     fp = collect(device)
     profile = get_profile(target)

@@ -9,10 +9,14 @@ from typing import Any, Callable
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.core.stats import noise_floor, paired_noise_floor
 from pytest_ditar.loop import gitpins, lanekinds, stamps, warmstart
+from pytest_ditar.loop.backup import save_note
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.runtime.lanes import count_flops, measure_lane
+from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import write_snapshot
 from pytest_ditar.vcs import repo as gitops
@@ -119,9 +123,6 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     on a CPU, also the host's achievable FLOP/s, the ceiling of the CPU roofline (loop.champion)."""
     from dataclasses import asdict
 
-    from pytest_ditar.core.stats import noise_floor, paired_noise_floor
-    from pytest_ditar.runtime.lanes import count_flops, measure_lane
-
     candidate = sess.get_candidate()
     host = {"host_flops": candidate.probe_flops()} if sess.resolved_device() == "cpu" else {}
     out: dict[str, Any] = {}
@@ -144,8 +145,6 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
 
 def _back_up(sess: DitarSession) -> None:
     """The new baseline and its ledger row go to refs/ditar/<tag> (a failure is said, not fatal)."""
-    from pytest_ditar.loop.backup import save_note
-
     note = save_note(sess.cfg.root, TagPaths(sess.state_dir), f"ditar {sess.tag}: baseline")
     if note:
         print(note, file=sys.stderr)
@@ -154,8 +153,6 @@ def _back_up(sess: DitarSession) -> None:
 def _anchor_in_ledger(sess: DitarSession, path: Path) -> None:
     """Record the manifest's hash in the hash-chained ledger, so an edited manifest is caught too."""
     import hashlib
-
-    from pytest_ditar.store.ledger import Ledger
 
     digest = hashlib.sha256((path / "manifest.json").read_bytes()).hexdigest()
     m = json.loads((path / "manifest.json").read_text())

@@ -11,6 +11,8 @@ from typing import Any, cast
 
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.hardware.profiles import get_profile
+from pytest_ditar.hardware.roofline import host_roofline_check, roofline_check
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.store.ledger import Ledger
@@ -89,9 +91,6 @@ def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
 def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
     """`res` with its FLOPs per call, from the baseline count (an exact change does the same work); a
     lane faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices' worth)."""
-    from pytest_ditar.hardware.profiles import get_profile
-    from pytest_ditar.hardware.roofline import host_roofline_check, roofline_check
-
     stored = baseline_lanes(sess).get(lane.name) or {}
     flops = stored.get("flops")
     if not flops or not res.measurement.samples:

@@ -14,6 +14,8 @@ import contextlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, cast
 
+from pytest_ditar.config.semantic import class_refusal
+from pytest_ditar.core import guard, regression
 from pytest_ditar.core.decision import (
     Decision,
     GuardResult,
@@ -29,10 +31,15 @@ from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics, margins
 from pytest_ditar.core.verdict_json import Verdict
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES
-from pytest_ditar.loop import backup, champion, gitpins, guards, phases, record, startup, tryout
+from pytest_ditar.hardware.fingerprint import target_header
+from pytest_ditar.hardware.profiles import get_profile
+from pytest_ditar.loop import backup, champion, gitpins, guards, holdout, phases, record, startup, tryout
+from pytest_ditar.loop.baseline import create_baseline, manifest_summary
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
+from pytest_ditar.loop.remote import missing_state
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.loop.table import run_table
 from pytest_ditar.loop.testlog import TestLog
 from pytest_ditar.store import space
 from pytest_ditar.store.ledger import Ledger
@@ -100,9 +107,6 @@ class Gate:
         """Device, target and whether they match (also what an xdist worker reports for itself)."""
         s = self.sess
         try:
-            from pytest_ditar.hardware.fingerprint import target_header
-            from pytest_ditar.hardware.profiles import get_profile
-
             return target_header(s.fingerprint(), get_profile(s.cfg.target))
         except Exception as exc:  # noqa: BLE001 - a header must never break a run
             return f"device={s.resolved_device()} target={s.cfg.target} (fingerprint unavailable: {exc})"
@@ -124,8 +128,6 @@ class Gate:
     # ---- baseline -------------------------------------------------------------------------
     def run_baseline(self, echo: Callable[[str], None]) -> int:
         """Store the baseline instead of running tests; `echo` shows its manifest's summary."""
-        from pytest_ditar.loop.baseline import create_baseline, manifest_summary
-
         settled = backup.settle(self.root, TagPaths(self.sess.state_dir))  # a killed run's changes go first
         if settled.line:
             echo(settled.line)
@@ -204,8 +206,7 @@ class Gate:
     def _report_mode(self, st: gitops.RepoState) -> bool:
         """A partial or non-research run: results are reported, nothing is recorded or reverted."""
         if self.opts.guard is not None and not (self.sess.baseline_dir / MANIFEST).is_file():
-            from pytest_ditar.loop.remote import missing_state  # a fresh clone: name the command that brings it
-
+            # a fresh clone: name the command that brings it
             self.refusal = missing_state(self.sess.tag, self.sess.state_dir)
             return False
         if self.items_collected or self.lanes_collected:
@@ -224,8 +225,6 @@ class Gate:
             return False
         self.sess.judge_as(cumulative_class([*self._kept_classes(), *claimed]))
         if self.items_collected:  # a smoke check: the class gate of a gated run, same words
-            from pytest_ditar.config.semantic import class_refusal
-
             self.refusal = class_refusal(self.sess.cfg, self.sess.cls)
             self.refused_class = self.refusal is not None
         return self.refusal is None
@@ -235,8 +234,6 @@ class Gate:
         return [str(r["class"]) for r in kept_rows(rows)]
 
     def _class_gate(self, cls: str) -> GuardResult:
-        from pytest_ditar.config.semantic import class_refusal
-
         why = class_refusal(self.sess.cfg, cls)  # the smoke check refuses with the same words
         return GuardResult("class_gate", why is None, why or "")
 
@@ -249,8 +246,6 @@ class Gate:
         if self.sess.cfg.vram_budget_gib:
             return self.sess.cfg.vram_budget_gib
         try:
-            from pytest_ditar.hardware.profiles import get_profile
-
             return get_profile(self.sess.cfg.target).memory_gib
         except Exception:  # noqa: BLE001
             return None
@@ -333,8 +328,6 @@ class Gate:
 
     def _guard(self) -> int:
         """A guard's outcome: 0 where nothing regressed, 1 otherwise (core.guard)."""
-        from pytest_ditar.core import guard
-
         s = self.sess
         lanes = s.outcomes()
         fails = guard.failures([(k, r.passed) for k, r in s.quality.items()], lanes, sorted(self.lanes_collected),
@@ -353,9 +346,6 @@ class Gate:
                 self.guards.append(guards.feature_guard(s.candidate.dtypes(s.cfg.item_timeout_s), s.cfg.target))
             except CandidateError as exc:  # a hung or dead worker answers nothing: its error is the verdict
                 s.errors.append(exc)
-        from pytest_ditar.core import regression
-        from pytest_ditar.loop import holdout
-
         held, note = holdout.run_for_gate(self)  # fresh seeds; before `errors`: the candidate may crash on them
         if note:
             self.summary_lines.append(note)
@@ -417,8 +407,6 @@ class Gate:
                 out.append(f"ditar: margins to the '{s.cls}' floors: " + "; ".join(room))
         out += [f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}" for oc in s.outcomes()]
         if self.gated and self.decision is not None:
-            from pytest_ditar.loop.table import run_table
-
             out += run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.cls)
         if s.clock.seconds:  # any run that built or generated, a sharded quality phase included
             out.append(s.clock.line())

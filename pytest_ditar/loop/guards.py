@@ -11,6 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import GuardResult
+from pytest_ditar.hardware.profiles import check_features, get_profile
 from pytest_ditar.loop import backup
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import repo as gitops
@@ -211,8 +212,6 @@ def feature_guard(dtypes: set[str], target: str) -> GuardResult:
     """Fail the gate when the candidate holds data types the target cannot run (FP8 on sm_86).
 
     `dtypes` comes from the candidate's worker (CandidateWorker.dtypes), which walks its objects."""
-    from pytest_ditar.hardware.profiles import check_features, get_profile
-
     problems = check_features(dtypes, get_profile(target))
     return GuardResult("features", not problems, "; ".join(problems))
 

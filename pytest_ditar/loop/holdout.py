@@ -19,8 +19,10 @@ from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics
+from pytest_ditar.core.regression import _FIELDS, tolerance
 from pytest_ditar.core.requests import NUM_LABELS, SEED_RANGE
 from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.runtime.semantic import Evaluators, evaluators_for, pair_scores, wanted
 from pytest_ditar.store.atomic import write_json_atomic
 
 
@@ -174,8 +176,6 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
             sess.errors.append(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}", where=exc.where))
             return done(note="the candidate crashed on the holdout")
     del candidate
-    from pytest_ditar.runtime.semantic import Evaluators, evaluators_for, pair_scores, wanted
-
     scores: list[Any] = [None] * len(items)
     if wanted(sess):  # only runs that score book firewall time for it, as in the quality phase
         with sess.clock.span("semantic"):
@@ -201,8 +201,6 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
 
 def _item_regressions(t: Any, m: Any) -> tuple[str, ...]:
     """Zero regression's per-item rule on a fresh item (K is too small for the paired test)."""
-    from pytest_ditar.core.regression import _FIELDS, tolerance
-
     out = []
     for score in (t.required_scores if t.zero_regression else ()):
         cand_field, base_field, higher = _FIELDS[score]

@@ -27,8 +27,11 @@ from pytest_ditar.core.vocabulary import (
     SHARED_DEVICE,
 )
 from pytest_ditar.hardware import exclusivity
-from pytest_ditar.loop import lanekinds
+from pytest_ditar.loop import champion, holdout, lanekinds
+from pytest_ditar.runtime import proctree, zygote
+from pytest_ditar.runtime.group import rank_device
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
+from pytest_ditar.vcs import repo as gitops
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
 INTERFERENCE_ALPHA = 0.001  # a reference slowed right after the candidate: judged at this level
@@ -298,9 +301,6 @@ class LaneRunner:
         (ReferenceFailure), never a comparison with its stored samples."""
         if ranks not in self._champion:
             self._champion[ranks] = None
-            from pytest_ditar.loop import champion
-            from pytest_ditar.vcs import repo as gitops
-
             st = gitops.state(self.sess.cfg.root)
             # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
             # where HEAD is the champion, so the champion is timed beside it
@@ -324,8 +324,6 @@ class LaneRunner:
 
     def twin(self, ranks: int = 1) -> Any:
         """The champion's second build (perf.twin), sent beside the others when the guards passed."""
-        from pytest_ditar.loop import champion
-
         if self._twin.get(ranks) is None and self.sess.cfg.perf.twin:
             commit = champion.commit(self.sess)
             if commit:
@@ -339,8 +337,6 @@ class LaneRunner:
         return self._stream
 
     def run(self, lane: Any, benchmark: Any = None, progress: Callable[[int], None] | None = None) -> LaneResult:
-        from pytest_ditar.loop import champion, holdout
-
         sess = self.sess
         kind = lanekinds.of(lane)
         if kind is not None:  # a lane that measures something else than time: its kind measures and judges it
@@ -400,8 +396,6 @@ class LaneRunner:
 
     def _run_kind(self, kind: lanekinds.LaneKind, lane: Any) -> LaneResult:
         """A lane of another kind (loop.lanekinds): its measure against the champion's worker, its judge."""
-        from pytest_ditar.loop import holdout
-
         sess = self.sess
         holdout.settle(sess)  # as for a timed lane: the holdout's reference may run on the champion's worker
         perf_cfg = sess.cfg.perf if self.guard() is None else replace(sess.cfg.perf, guard_tolerance=self.guard())
@@ -427,9 +421,6 @@ class LaneRunner:
                  progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, list[Any]]:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
-        from pytest_ditar.runtime import proctree, zygote
-        from pytest_ditar.runtime.group import rank_device
-
         sess = self.sess
         cls = self.claimed_class() or sess.cls
         device = sess.resolved_device()

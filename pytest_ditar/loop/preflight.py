@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Union
 
-from pytest_ditar.core.decision import GuardResult
+from pytest_ditar.core.decision import GuardResult, validate_class
 from pytest_ditar.core.vocabulary import TRAILER
-from pytest_ditar.loop import backup, champion, gitpins, guards, record, stamps
+from pytest_ditar.loop import backup, champion, gitpins, guards, record, roles, stamps
+from pytest_ditar.loop.bound import bound_refusal
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.tags import off_research_branch
@@ -58,8 +59,6 @@ class ExperimentMeta:
 
 def read_meta(root: Path, cls_opt: str | None, desc_opt: str | None) -> ExperimentMeta | None:
     """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject."""
-    from pytest_ditar.core.decision import validate_class
-
     msg = gitops.commit_message(root)
     subject = msg.strip().splitlines()[0] if msg.strip() else ""
     cls = cls_opt
@@ -173,8 +172,6 @@ class Preflight:
         return Refusal("hidden", why) if why else None
 
     def _check_regular(self) -> Stop | None:  # a link or submodule under a mutable path: refused, named
-        from pytest_ditar.loop import roles
-
         problems = roles.irregular(self.root, str(self.head), self.sess.cfg.mutable_paths)
         return Refusal("regular", roles.refusal(problems, f"commit {str(self.head)[:7]}")) if problems else None
 
@@ -183,8 +180,6 @@ class Preflight:
         return Refusal("stamps", why) if why else None
 
     def _check_bound(self) -> Stop | None:
-        from pytest_ditar.loop.bound import bound_refusal
-
         # a bounded session refuses a plain `pytest --ditar-gate` too, not only `dit-ar experiment`
         why = bound_refusal(self.sess.state_dir)
         return Refusal("bound", why) if why else None

@@ -27,6 +27,8 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.core.verdict_json import Verdict
 from pytest_ditar.core.vocabulary import INTERNAL, SCHEMA_VERSION, TAMPERED
+from pytest_ditar.hardware.fingerprint import on_target
+from pytest_ditar.hardware.profiles import get_profile
 from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.session import DitarSession
@@ -464,9 +466,6 @@ def revert(gate: RunFacts, run_dir: Path, moved: str | None = None) -> str:
 
 def off_target(sess: DitarSession) -> bool:
     try:
-        from pytest_ditar.hardware.fingerprint import on_target
-        from pytest_ditar.hardware.profiles import get_profile
-
         return not on_target(sess.fingerprint(), get_profile(sess.cfg.target))
     except Exception:  # noqa: BLE001
         return True

@@ -21,6 +21,7 @@ from pytest_ditar.loop.verify import state_checks
 from pytest_ditar.store import statefiles
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import load_snapshot
 from pytest_ditar.vcs import repo as gitops
 
 PREFIX = "refs/ditar/"
@@ -81,8 +82,6 @@ def fetch_state(cfg: Config, remote: str, tag: str | None, *, force: bool = Fals
 
 def _named_commits(paths: TagPaths) -> list[str]:
     """The baseline's commit and the champion's (the last KEEP), which the guard builds."""
-    from pytest_ditar.store.snapshot import load_snapshot
-
     try:
         base = load_snapshot(paths.baseline, "baseline", verify=False).manifest.get("git_sha")
         kept = champion.kept_commit(Ledger(paths.dir))

@@ -5,7 +5,7 @@ import os
 import secrets
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.config.suite import CorpusItem, Suite, load_suite
@@ -15,19 +15,23 @@ from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult
 from pytest_ditar.core.timings import PhaseClock
 from pytest_ditar.core.vocabulary import ENV_CONFIG, ENV_CPU_THREADS, ENV_TAG
+from pytest_ditar.hardware.cachekey import device_key
+from pytest_ditar.hardware.fingerprint import Fingerprint, collect
+from pytest_ditar.loop import roles
 from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.worktrees import bound_device
+from pytest_ditar.runtime import boxdir, compiled, logs, zygote
+from pytest_ditar.runtime.group import GroupWorker
 from pytest_ditar.runtime.harness import batches, make_spec, pick_device, require_pipeline, run_batch
 from pytest_ditar.runtime.lanes import LaneResult
-from pytest_ditar.runtime.worker import CandidateWorker
+from pytest_ditar.runtime.models import resolve_model_dir
+from pytest_ditar.runtime.sandbox import check
+from pytest_ditar.runtime.semantic import Evaluators, SessionScores, session_scores, wanted
+from pytest_ditar.runtime.worker import CandidateWorker, worker_threads
 from pytest_ditar.store import shards
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import Snapshot, load_snapshot
 from pytest_ditar.vcs import repo as gitops
-
-if TYPE_CHECKING:
-    from pytest_ditar.hardware.fingerprint import Fingerprint
-    from pytest_ditar.loop.roles import Code
-    from pytest_ditar.runtime.semantic import SessionScores
-    from pytest_ditar.store.snapshot import Snapshot
 
 
 @dataclass
@@ -50,7 +54,7 @@ class DitarSession:
     # (candidate dir, name) -> its worker (one process each)
     _workers: dict[tuple[Path, str], CandidateWorker] = field(default_factory=dict)
     # "candidate" or a commit -> its code as written for its workers (loop.roles)
-    _code: dict[str, Code] = field(default_factory=dict)
+    _code: dict[str, roles.Code] = field(default_factory=dict)
     _retired: list[CandidateWorker] = field(default_factory=list)  # stopped early (the twin): logs still kept
     _corpus_replayed: set[str] = field(default_factory=set)  # references that answered the corpus (corpus_through)
     beside_champion: bool = False  # a guard: the working tree is timed beside the champion's build, HEAD or not
@@ -140,12 +144,10 @@ class DitarSession:
     def semantic_cache(self) -> SessionScores | None:
         """The semantic evaluators and their score cache, built on first use, where this run's class
         needs them and they are configured; else None."""
-        from pytest_ditar.runtime import semantic
-
-        if not semantic.wanted(self):
+        if not wanted(self):
             return None
         if self._semantic is None:
-            self._semantic = semantic.SessionScores(semantic.Evaluators.load(self.cfg, self.resolved_device()))
+            self._semantic = SessionScores(Evaluators.load(self.cfg, self.resolved_device()))
         return self._semantic
 
     def absorb(self, payload: dict[str, Any]) -> None:
@@ -156,8 +158,6 @@ class DitarSession:
 
     def resolved_device(self) -> str:
         if self.device == "auto":
-            from pytest_ditar.loop.worktrees import bound_device
-
             # a tag bound with `dit-ar init --gpu N` runs on cuda:N (when CUDA is there)
             self.device = bound_device(self.state_dir) or pick_device(None)
         return self.device
@@ -168,9 +168,6 @@ class DitarSession:
         It comes from the candidate's worker (started, not yet built): the judge itself never
         imports torch nor opens a CUDA context, so nothing of it sits on the GPU it times."""
         if self._fingerprint is None:
-            from pytest_ditar.core.errors import ConfigError
-            from pytest_ditar.hardware.fingerprint import Fingerprint, collect
-
             try:
                 info = self.worker(self.candidate_code(), "candidate").hello()
                 self._fingerprint = Fingerprint.from_dict(info["fingerprint"])
@@ -180,15 +177,11 @@ class DitarSession:
 
     def model_dir(self) -> Path:
         if self._model_dir is None:
-            from pytest_ditar.runtime.models import resolve_model_dir
-
             self._model_dir = resolve_model_dir(self.suite)
         return self._model_dir
 
     def baseline(self) -> Snapshot:
         if self._baseline is None:
-            from pytest_ditar.store.snapshot import load_snapshot
-
             self._baseline = load_snapshot(self.baseline_dir, "baseline")
         return self._baseline
 
@@ -199,8 +192,6 @@ class DitarSession:
         (runtime.group), for a multi-GPU lane. Every role's worker is made alike (runtime.boxdir):
         nothing it can observe but its code says which role it plays; only the candidate's
         compilations are ever kept (runtime.compiled)."""
-        from pytest_ditar.runtime import boxdir
-
         if ranks > 1:
             name = f"{name}-{ranks}ranks"
         key = (Path(code).resolve(), name)
@@ -211,8 +202,6 @@ class DitarSession:
             kind: Any = CandidateWorker
             if ranks > 1:
                 from functools import partial
-
-                from pytest_ditar.runtime.group import GroupWorker
 
                 kind = partial(GroupWorker, ranks=ranks)
             w = kind(name, key[0], spec, log_path=boxdir.new("logs") / "worker.log",
@@ -228,9 +217,6 @@ class DitarSession:
         """The candidate's package as its worker imports it: HEAD's blobs of the mutable paths, or,
         where they differ from HEAD (`dit-ar try`, a guard of an edited tree), the working tree's
         regular files (loop.roles)."""
-        from pytest_ditar.loop import roles
-        from pytest_ditar.runtime import boxdir
-
         if "candidate" not in self._code:
             require_pipeline(self.cfg.candidate_path)
             st = gitops.state(self.cfg.root)
@@ -244,9 +230,6 @@ class DitarSession:
 
     def commit_code(self, commit: str) -> Path:
         """`commit`'s package as its worker imports it, written from its blobs (loop.roles)."""
-        from pytest_ditar.loop import roles
-        from pytest_ditar.runtime import boxdir
-
         if commit not in self._code:
             self._code[commit] = roles.from_commit(self.cfg.root, commit, self.cfg.mutable_paths,
                                                    self.cfg.candidate_dir, boxdir.new("code"))
@@ -264,8 +247,6 @@ class DitarSession:
     @staticmethod
     def worker_threads(device: str) -> int:
         """Each worker's torch intra-op threads on `device` (runtime.worker.worker_threads)."""
-        from pytest_ditar.runtime.worker import worker_threads
-
         try:
             return worker_threads(device, len(os.sched_getaffinity(0)), os.environ.get(ENV_CPU_THREADS))
         except ValueError as exc:
@@ -275,8 +256,6 @@ class DitarSession:
         """The judge's environment less what names the state directory, the judge's own settings or
         the moment (pytest's current test: a champion built during a test would see it), plus the
         compile cache's variables; the same for every role (runtime.boxdir)."""
-        from pytest_ditar.runtime import boxdir
-
         state = str(self.cfg.state_path.resolve())
         env = {k: v for k, v in os.environ.items()
                if state not in v and k not in (ENV_CONFIG, ENV_TAG, "OLDPWD", "PYTEST_CURRENT_TEST")}
@@ -296,8 +275,6 @@ class DitarSession:
 
     def compile_cache(self) -> Path:
         """torch.compile's cache of this tag and device stack: the champion's (loop.session.worker)."""
-        from pytest_ditar.hardware.cachekey import device_key
-
         return TagPaths(self.state_dir.resolve()).compile_cache(device_key(self.resolved_device()))
 
     def sandbox_refusal(self) -> str | None:
@@ -305,8 +282,6 @@ class DitarSession:
         None when the project owner turned the sandbox off."""
         if not self.cfg.sandboxed:
             return None
-        from pytest_ditar.runtime.sandbox import check
-
         return check()
 
     def start_candidate(self, ranks: int = 1) -> None:
@@ -336,8 +311,6 @@ class DitarSession:
                 with self.clock.span("build.candidate"):
                     self.candidate = w.built(self.cfg.build_timeout_s)
                 self.clock.built(w.name, w.build_s, w.build_detail)
-                from pytest_ditar.runtime import zygote
-
                 self.clock.imported(float(zygote.imports_s() or 0.0), zygote.state())  # most of a CPU build's wait
             except CandidateError as exc:
                 self.candidate_error = exc
@@ -360,8 +333,6 @@ class DitarSession:
     def _keep_logs(self) -> None:
         """Each worker's log (made under a name that says nothing of its role) beside the run's, under
         the role's name; one folder per judge process: xdist workers and the decide phase share a run dir."""
-        from pytest_ditar.runtime import logs
-
         if self._run_dir is None:
             return
         who = os.environ.get("PYTEST_XDIST_WORKER") or f"judge-{os.getpid()}"
@@ -378,8 +349,6 @@ class DitarSession:
         """After its processes have ended: what a kept candidate compiled goes into the tag's compile
         cache (only names still free there), so the new champion's next build finds it; a discarded
         candidate's writes are dropped. A cache, never state: a failure is a note, not the run's."""
-        from pytest_ditar.runtime import compiled
-
         writes = [(w, w.compile_writes) for w in self._workers.values() if w.compile_writes is not None]
         kept = [(w, folder) for w, folder in writes if w.keep_compile_writes]  # a reference's are never kept
         if self.keep_compiled and kept:
@@ -432,8 +401,6 @@ class DitarSession:
     def semantic_scores(self, item: CorpusItem, cand: ItemOutput,
                         base: ItemOutput) -> dict[str, float | None] | None:
         """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
-        from pytest_ditar.runtime.semantic import session_scores, wanted
-
         if not wanted(self):
             return None
         with self.clock.span("semantic"):  # only runs that score book firewall time (loading included)
@@ -481,8 +448,6 @@ class DitarSession:
         """A CRASH error, recorded once in `errors`, when a file of the code written for a role this
         run builds changed since (read-only to every worker: only something outside the judge can);
         None while all are intact."""
-        from pytest_ditar.loop import roles
-
         for code in self._code.values():
             paths = roles.changed(code)
             if paths:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import pytest_ditar
+from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env, pinned_env_changes
 from pytest_ditar.store.atomic import sha256_file
 
 FIX = "or re-run `dit-ar baseline --force` if you changed it yourself"
@@ -286,8 +287,6 @@ def refusal(manifest: Mapping[str, Any], model_dir: Path | None, repo_root: Path
                     f"baseline used (a random-init model is rebuilt when its folder is deleted), {FIX}")
     pinned = manifest.get("judge_env")
     if pinned is not None:
-        from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env_changes
-
         found = pinned_env_changes(pinned, STARTUP_ENV)
         if found:
             return (f"environment variable {_list(found)} since the baseline (it changes how torch and the libraries "
@@ -335,8 +334,6 @@ def _uninstall_hint(recorded: Mapping[str, str]) -> str:
 def stamp(model_dir: Path, repo_root: Path) -> dict[str, Any]:
     """The manifest's keys: `model_files`, `environment`, `judge_env` (loop.hermetic's pinned
     variables), `import_closure` and `pytest_plugins`."""
-    from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env
-
     return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root),
             "judge_env": pinned_env(STARTUP_ENV), "import_closure": closure_stamp(repo_root),
             "pytest_plugins": pytest_plugins()}

@@ -25,9 +25,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from pytest_ditar.core.errors import CandidateError, DitarError
-from pytest_ditar.loop import backup as state_backup
-from pytest_ditar.store.ledger import Ledger
+from pytest_ditar.core.quality import check_contract, compute_metrics
+from pytest_ditar.loop import backup as state_backup, gitpins, stamps
+from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
+from pytest_ditar.loop.holdout import baseline_pipeline
+from pytest_ditar.runtime.harness import batches, run_batch
+from pytest_ditar.store.ledger import Ledger, LedgerError
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
 from pytest_ditar.vcs import repo as gitops
 
 ANCHOR = re.compile(r"baseline manifest sha256=([0-9a-f]{64})")
@@ -69,8 +74,6 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
     these before any candidate code, `dit-ar verify`, `dit-ar status` and `dit-ar recover` run them
     too. First (`settle`), a run that ended before it recorded is rolled back, and `echo` (stderr
     by default) says so; the gate settles by itself before."""
-    from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
-
     busy = False
     if settle:
         st = state_backup.settle(root, paths)
@@ -166,9 +169,6 @@ def recover(root: Path, paths: TagPaths, force: bool = False, echo: Callable[[st
 
 def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
            echo: Callable[[str], None] | None = None) -> Iterator[Check]:
-    from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
-    from pytest_ditar.store.snapshot import load_snapshot
-
     yield from state_checks(sess.cfg.root, TagPaths(sess.state_dir), echo=echo)
     try:
         snap = load_snapshot(sess.baseline_dir, "baseline", verify=False)
@@ -185,8 +185,6 @@ def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
 
 def _git_pins(root: Path, manifest: dict[str, Any]) -> Check:
     """The repository's git config and hooks against the baseline's pins (loop.gitpins)."""
-    from pytest_ditar.loop import gitpins
-
     recorded = manifest.get("git_pins")
     if recorded is None:
         return Check("git config and hooks", True,
@@ -201,8 +199,6 @@ def _git_pins(root: Path, manifest: dict[str, Any]) -> Check:
 
 def _stamps(sess: Any, manifest: dict[str, Any]) -> Check:
     """The model's files and the Python environment against the baseline's stamps (loop.stamps)."""
-    from pytest_ditar.loop import stamps
-
     if manifest.get("model_files") is None:
         return Check("model and environment", True,
                      "not stamped (an older baseline; `dit-ar baseline --force` stamps them)")
@@ -214,8 +210,6 @@ def _stamps(sess: Any, manifest: dict[str, Any]) -> Check:
 
 
 def _anchor(ledger: Ledger, digest: str) -> Check:
-    from pytest_ditar.store.ledger import LedgerError
-
     try:
         rows = ledger.rows()
     except LedgerError as exc:
@@ -232,10 +226,6 @@ def _anchor(ledger: Ledger, digest: str) -> Check:
 
 def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterator[Check]:
     """Re-run the baseline code on the fixed batches that hold the sampled items."""
-    from pytest_ditar.core.quality import check_contract, compute_metrics
-    from pytest_ditar.loop.holdout import baseline_pipeline
-    from pytest_ditar.runtime.harness import batches, run_batch
-
     commit = snap.manifest.get("git_sha")
     if not commit:
         yield Check("regenerate", False, "the baseline manifest records no commit")

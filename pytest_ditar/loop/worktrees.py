@@ -22,7 +22,9 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.store.atomic import write_json_atomic
+from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths, state_root, tag_dirs
+from pytest_ditar.store.snapshot import MANIFEST
 from pytest_ditar.vcs import repo as gitops
 
 
@@ -73,9 +75,6 @@ def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) 
 
 def collect_all(cfg: Any) -> list[dict[str, Any]]:
     """Every tag of every worktree of this repository (the main checkout included)."""
-    from pytest_ditar.store.ledger import Ledger
-    from pytest_ditar.store.snapshot import MANIFEST
-
     rows = []
     for wt in gitops.list_worktrees(cfg.root):
         for tag in tag_dirs(state_root(Path(wt["path"]), cfg.state_dir)):

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
-from pytest_ditar.plugin.keys import RUN_PLUGIN
+from pytest_ditar.loop import hermetic  # its copy of the environment, before torch's imports
+from pytest_ditar.plugin.keys import RUN_PLUGIN, keep_parser
 
 if TYPE_CHECKING:
     from pytest_ditar.plugin.gateplugin import GatePlugin
@@ -76,17 +78,13 @@ def collects_suites(config: pytest.Config, path: Path) -> bool:
 def suites_dir(path: Path) -> Path:
     """The config's suites folder; for a config that does not load, the default one (the run that
     reaches it then reports the config's error)."""
-    from pytest_ditar.core.errors import DitarError
+    from pytest_ditar.config import project  # start-up: yaml, for a project with a ditar config only
 
     try:
-        from pytest_ditar.config.project import load_config
-
-        cfg = load_config(path)
+        cfg = project.load_config(path)
         return (cfg.root / cfg.suites_dir).resolve()
     except (DitarError, OSError):
-        from pytest_ditar.config.project import project_root_of
-
-        return (project_root_of(Path(path).resolve()) / DEFAULT_SUITES).resolve()
+        return (project.project_root_of(Path(path).resolve()) / DEFAULT_SUITES).resolve()
 
 
 MARKERS = ("ditar_quality: a pytest-ditar quality contract (candidate vs the original baseline)",
@@ -99,9 +97,6 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
     config named on the command line, in the ini, or at the default path), pytest's
     assertion-rewrite caches go before the first conftest loads (loop.stamps): whether this is a
     ditar run is not known yet, pytest has not decided its collection arguments."""
-    from pytest_ditar.loop import hermetic  # noqa: F401 - its copy of the environment, before torch's imports
-    from pytest_ditar.plugin.artifacts import keep_parser
-
     keep_parser(early_config, parser)
     why = hermetic_refusal(early_config)
     if why:  # before the first conftest loads; pytest ends with its usage-error code, 4, as a refusal does
@@ -111,7 +106,7 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
     root = Path(early_config.rootpath)
     if getattr(early_config.known_args_namespace, "ditar_config", None) or os.environ.get(ENV_CONFIG) \
             or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
-        from pytest_ditar.loop.stamps import drop_rewrite_caches
+        from pytest_ditar.loop.stamps import drop_rewrite_caches  # start-up: in a project with a ditar config only
 
         drop_rewrite_caches(root)
 
@@ -137,11 +132,9 @@ def hermetic_refusal(early_config: pytest.Config) -> str | None:
         path = root / DEFAULT_CONFIG
         if not path.is_file():
             return None
-    from pytest_ditar.core.errors import DitarError
+    from pytest_ditar.config.project import load_config  # start-up: yaml, for a project with a ditar config only
 
     try:
-        from pytest_ditar.config.project import load_config
-
         cfg = load_config(path)
     except (DitarError, OSError):
         return None  # the run reports the config's error where it always did
@@ -155,8 +148,6 @@ def hermetic_refusal(early_config: pytest.Config) -> str | None:
                   or suites in (here / str(t).split("::", 1)[0]).resolve().parents for t in targets)
     if not (reaches or any(getattr(ns, dest, None) for dest in OPTIONS)):
         return None
-    from pytest_ditar.loop import hermetic
-
     protected = (*cfg.fixed_paths, *cfg.mutable_paths)
     why = (hermetic.option_refusal(early_config.invocation_params.args, cfg.root, suites, cfg.state_path, protected,
                                    here=here)
@@ -173,15 +164,15 @@ def hermetic_refusal(early_config: pytest.Config) -> str | None:
 def before_configure(config: pytest.Config) -> None:
     path = ditar_config(config)
     if path is not None:
-        from pytest_ditar.plugin import xdist
+        from pytest_ditar.plugin import xdist  # start-up: the gate's (numpy, the loop), in a ditar run only
 
         if not xdist.is_controller(config):
             # first, before the gate's own imports: a warm zygote is adopted at once, a new one's
             # imports overlap everything the judge does until its first build
-            from pytest_ditar.loop import warmstart
+            from pytest_ditar.loop import warmstart  # start-up: it starts a zygote (runtime), in a ditar run only
 
             warmstart.begin(path, config.getoption("--ditar-tag"), records=records(config))
-        from pytest_ditar.plugin import gateplugin
+        from pytest_ditar.plugin import gateplugin  # start-up: the gate, in a ditar run only
 
         gateplugin.before_configure(config, path)
 
@@ -200,14 +191,14 @@ def configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     path = ditar_config(config)
     if path is not None:
-        from pytest_ditar.plugin import gateplugin
+        from pytest_ditar.plugin import gateplugin  # start-up: the gate, in a ditar run only
 
         gateplugin.configure(config, path)
 
 
 def parametrize(metafunc: pytest.Metafunc) -> None:
     if of(metafunc.config) is not NO_RUN:
-        from pytest_ditar.plugin import gateplugin
+        from pytest_ditar.plugin import gateplugin  # start-up: the gate, in a ditar run only
 
         gateplugin.parametrize(metafunc)
 
@@ -216,7 +207,7 @@ def commit_info(config: pytest.Config) -> dict | None:
     """pytest-benchmark's commit info for a ditar run (vcs.repo's), else None: its own."""
     if of(config) is NO_RUN:
         return None
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import repo as gitops  # start-up: in a ditar run only
 
     return gitops.commit_info(Path(str(config.rootpath)), config.getoption("benchmark_project_name", None))
 

@@ -23,21 +23,21 @@ from typing import Any
 
 import pytest
 
+from pytest_ditar.config.project import load_config
+from pytest_ditar.hardware.fingerprint import _cpu_model
+from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.plugin.keys import PARSER_KEY
+from pytest_ditar.vcs import repo as gitops
+
 JUNIT_NAME = "junit.xml"
 BENCHMARK_NAME = "benchmark.json"
 PENDING_DIR = ".pending"
 
 # "junit"/"benchmark" -> (path, ours?): written before configure, read at session finish
 PLAN_KEY = pytest.StashKey[dict[str, tuple[Path, bool]]]()
-# pytest's option parser, kept from pytest_load_initial_conftests (the hook that hands it over)
-PARSER_KEY = pytest.StashKey[pytest.Parser]()
 # A run that stops at a quality failure times nothing; pytest-benchmark then warns about a JSON
 # file the user never asked for.
 NOTHING_SAVED = "ignore:Not saving anything, no benchmarks have been run"
-
-
-def keep_parser(config: pytest.Config, parser: pytest.Parser) -> None:
-    config.stash[PARSER_KEY] = parser
 
 
 def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
@@ -47,10 +47,6 @@ def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
     if config.getoption("--ditar-baseline", default=False) or getattr(config, "workerinput", None) is not None:
         return None
     try:
-        from pytest_ditar.config.project import load_config
-        from pytest_ditar.loop.tags import resolve_tag
-        from pytest_ditar.vcs import repo as gitops
-
         cfg = load_config(cfg_path)
         if not config.getoption("--ditar-gate", default=False):
             branch = gitops.state(cfg.root).branch or ""
@@ -140,8 +136,6 @@ def machine_info() -> dict[str, Any]:
     run on an H200 host, between the last lane and the verdict."""
     import platform
     import sys
-
-    from pytest_ditar.hardware.fingerprint import _cpu_model
 
     impl = platform.python_implementation()
     impl_version = platform.python_version()

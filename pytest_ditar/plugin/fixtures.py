@@ -15,7 +15,9 @@ from pytest_ditar.core.quality import (
     compute_metrics,
     format_failure,
 )
+from pytest_ditar.loop.lanes import LaneRunner
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.plugin.console import bars
 from pytest_ditar.plugin.keys import get_gate, get_session
 
 
@@ -34,8 +36,6 @@ def _fail_candidate(exc: CandidateError) -> None:
 def ditar_candidate_output(ditar_item: CorpusItem, ditar_session: DitarSession,
                            request: pytest.FixtureRequest) -> ItemOutput:
     """The candidate's output for this corpus item (generated in fixed batches, once)."""
-    from pytest_ditar.plugin.console import bars
-
     live, total = bars(request.config), len(ditar_session.suite.corpus)
     live.set("items", len(ditar_session.outputs), total, "corpus items")
     try:
@@ -117,8 +117,6 @@ class PerfRunner:
     """The perf fixture: loop.lanes.LaneRunner with this run's gate, bars and skips."""
 
     def __init__(self, sess: DitarSession, config: pytest.Config | None = None):
-        from pytest_ditar.loop.lanes import LaneRunner
-
         self.sess = sess
         self.config = config
         self.lanes = LaneRunner(sess, self._gated, self._claimed_class, self._guard)
@@ -143,8 +141,6 @@ class PerfRunner:
         """A tqdm bar over the lane's timed rounds (terminal only; see console.LiveBars)."""
         if self.config is None:
             return None
-        from pytest_ditar.plugin.console import bars
-
         live = bars(self.config)
         # a sequential lane may grow past its first look: the bar's total follows it
         return lambda done: live.set(f"lane {lane.name}", done, max(done, lane.repeats), f"lane {lane.name} rounds")

@@ -12,11 +12,15 @@ from typing import Any
 
 import pytest
 
+from pytest_ditar.core.ci import resume_commands, stop_commands
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.loop import ci
 from pytest_ditar.loop.gate import Gate
+from pytest_ditar.loop.nextstep import next_step
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.plugin import artifacts, fixtures, keys, xdist
+from pytest_ditar.plugin.console import install_bars
 from pytest_ditar.store.space import is_full
 
 # the short names the suites and `-m quality` use, registered in a ditar run only (a project's own
@@ -63,11 +67,8 @@ def plugin_conflict(config: pytest.Config) -> str | None:
 
 def before_configure(config: pytest.Config, path: Path) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
-    from pytest_ditar.plugin.artifacts import request_artifacts
-    from pytest_ditar.plugin.console import install_bars
-
     install_bars(config)  # progress bars only when stderr is a terminal (pytest's capture is off here)
-    request_artifacts(config, path)
+    artifacts.request_artifacts(config, path)
 
 
 def configure(config: pytest.Config, path: Path) -> None:
@@ -99,8 +100,6 @@ def _stop_commands(config: pytest.Config) -> str | None:
     import os
     import secrets
     import sys
-
-    from pytest_ditar.core.ci import stop_commands
 
     if os.environ.get("GITHUB_ACTIONS") != "true" or getattr(config, "workerinput", None) is not None:
         return None
@@ -235,8 +234,6 @@ class GatePlugin:
         (loop.ci); an xdist worker leaves them to its controller."""
         import os
 
-        from pytest_ditar.loop import ci
-
         if getattr(config, "workerinput", None) is not None:
             return
         given = config.getoption("--ditar-json")
@@ -266,11 +263,9 @@ class GatePlugin:
             return status
 
     def _file_artifacts(self, config: pytest.Config) -> None:
-        from pytest_ditar.plugin.artifacts import collect_artifacts
-
         run_dir = self.gate.sess.run_dir() if self.gate.gated else None
         try:
-            filed = collect_artifacts(config, run_dir)
+            filed = artifacts.collect_artifacts(config, run_dir)
         except OSError as exc:  # a convenience: the verdict is recorded already
             self.notes.append(f"ditar: junit.xml / benchmark.json not filed: {exc}")
             return
@@ -283,8 +278,6 @@ class GatePlugin:
             terminalreporter.write_line(line)
 
     def summary_lines(self) -> list[str]:
-        from pytest_ditar.loop.nextstep import next_step
-
         nxt = next_step(self.gate)  # the block's last line: what to do next, above the verdict
         return [*self.gate.summary(), *self.notes, *([nxt] if nxt else [])]
 
@@ -303,8 +296,6 @@ class GatePlugin:
             for line in self.summary_lines():
                 tw.line(line)
         if self.commands_token:  # the runner reads commands again: ours, escaped, and nothing else
-            from pytest_ditar.core.ci import resume_commands
-
             tw.line(resume_commands(self.commands_token))
             for line in self.annotations:
                 tw.line(line)

@@ -16,6 +16,7 @@ from pluggy import HookimplMarker
 
 if TYPE_CHECKING:
     from pathlib import Path
+    from types import ModuleType
 
     import pytest
 
@@ -53,6 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    # start-up: pytest loads this module in every run, ditar's or not; it imports nothing of ours at its top
     from pytest_ditar.plugin import hookspecs
 
     pluginmanager.add_hookspecs(hookspecs)
@@ -63,34 +65,24 @@ def pytest_benchmark_generate_commit_info(config: pytest.Config) -> dict | None:
     """pytest-benchmark's commit info in a ditar run, from vcs.repo: its own runs plain `git
     describe --dirty` and `git show`, which start the repository's fsmonitor and filter drivers in
     the judge's process. Elsewhere pytest-benchmark's own (None hands over to it)."""
-    from pytest_ditar.plugin import activation
-
-    return activation.commit_info(config)
+    return _activation().commit_info(config)
 
 
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    from pytest_ditar.plugin import activation
-
-    activation.before_conftests(early_config, parser)
+    _activation().before_conftests(early_config, parser)
 
 
 @hookimpl(tryfirst=True)  # before junitxml's and pytest-benchmark's configure read their file options
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    from pytest_ditar.plugin import activation
-
-    activation.before_configure(config)
+    _activation().before_configure(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from pytest_ditar.plugin import activation
-
-    activation.configure(config)
+    _activation().configure(config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    from pytest_ditar.plugin import activation
-
-    activation.parametrize(metafunc)
+    _activation().parametrize(metafunc)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -126,6 +118,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _run(config: pytest.Config) -> Any:
+    return _activation().of(config)
+
+
+def _activation() -> ModuleType:
+    # start-up: pytest loads this module in every run, ditar's or not; it imports nothing of ours at its top
     from pytest_ditar.plugin import activation
 
-    return activation.of(config)
+    return activation

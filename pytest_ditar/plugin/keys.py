@@ -14,6 +14,13 @@ if TYPE_CHECKING:
 RUN_PLUGIN = "ditar-gate"  # the name a ditar run's GatePlugin is registered under: the hooks' way to it
 SESSION_KEY = pytest.StashKey["DitarSession"]()
 GATE_KEY = pytest.StashKey["Gate"]()
+# pytest's option parser, kept from pytest_load_initial_conftests (the hook that hands it over) for
+# plugin.artifacts, which asks it for pytest-benchmark's --benchmark-json value
+PARSER_KEY = pytest.StashKey[pytest.Parser]()
+
+
+def keep_parser(config: pytest.Config, parser: pytest.Parser) -> None:
+    config.stash[PARSER_KEY] = parser
 
 
 def get_session(config: pytest.Config) -> "DitarSession":

@@ -25,8 +25,11 @@ from typing import Any
 
 import pytest
 
+from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.loop import phases
 from pytest_ditar.plugin.keys import collected_keys, get_gate, item_key
+from pytest_ditar.runtime.harness import batches
 from pytest_ditar.store import shards
 from pytest_ditar.store.atomic import write_json_atomic
 
@@ -59,8 +62,6 @@ def device_for_worker(wid: str | None, cuda_available: bool | None = None, count
     if not wid or not wid.startswith("gw"):
         return None
     if cuda_available is None:
-        from pytest_ditar.hardware.fingerprint import cuda_device_count
-
         count = cuda_device_count()
         cuda_available = count > 0
     if not cuda_available or not count:
@@ -97,8 +98,6 @@ class ControllerPlugin:
         if gate is None or config.getvalue("dist") not in ("load", "loadgroup", "loadscope", "loadfile"):
             return None
         from xdist.scheduler import LoadScopeScheduling
-
-        from pytest_ditar.runtime.harness import batches
 
         s = gate.sess
         group_of = {it.id: f"ditar-batch-{n}"
@@ -150,8 +149,6 @@ class ControllerPlugin:
         if raw:
             gate.sess.absorb(json.loads(raw))
         elif error is not None and self.decided:
-            from pytest_ditar.core.errors import CandidateError
-
             # A worker that died (segfault, os._exit) took the candidate with it: a crash.
             gate.sess.errors.append(CandidateError("exception", f"xdist worker {node.gateway.id} died: {error}"))
 

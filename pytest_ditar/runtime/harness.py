@@ -22,6 +22,7 @@ import numpy as np
 from pytest_ditar.config.suite import CorpusItem, Suite
 from pytest_ditar.core.errors import CandidateError, ConfigError
 from pytest_ditar.core.outputs import ItemOutput
+from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.interface import PipelineSpec, Request
 
 if TYPE_CHECKING:
@@ -32,8 +33,6 @@ if TYPE_CHECKING:
 def pick_device(requested: str | None = None) -> str:
     if requested:
         return requested
-    from pytest_ditar.hardware.fingerprint import cuda_device_count
-
     return "cuda" if cuda_device_count() else "cpu"
 
 

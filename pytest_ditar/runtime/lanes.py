@@ -16,12 +16,15 @@ from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
+from pytest_ditar.core.audit import audit_batch
 from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.core.interference import foreign_work
+from pytest_ditar.core.probes import caching_suspected
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
-from pytest_ditar.runtime.harness import no_gc, quietest_cpu
+from pytest_ditar.runtime.harness import no_gc, pin_to_cpu, quietest_cpu
 from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
 
 # An audit sees the candidate's and the champion's outputs (None without a champion) of one
@@ -123,8 +126,6 @@ class LaneMeasurement:
 
     def foreign(self) -> list[Any]:
         """Calls that started on a device busy with another process's work (core.interference)."""
-        from pytest_ditar.core.interference import foreign_work
-
         return foreign_work(self.probes, self.orders) if self.probes else []
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,8 +187,6 @@ def host_speed(cpu: int | None) -> float:
     paused: how fast the host is right now. Champion drift is judged relative to it (a host
     busier than when the champion's samples were stored slows the champion with it), and no
     candidate code runs while it is timed."""
-    from pytest_ditar.runtime.harness import pin_to_cpu
-
     old = pin_to_cpu(cpu) if cpu is not None else None
     try:
         t0 = judge_clock()
@@ -408,8 +407,6 @@ def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> Non
 
 def output_audit(cls: str, thresholds: Any) -> Audit:
     """The audit of a candidate claiming `cls` (core.audit: cheap checks, class-claim thresholds)."""
-    from pytest_ditar.core.audit import audit_batch
-
     def check(cand: Outputs, ref: Outputs | None) -> tuple[int, str] | None:
         return audit_batch(cls, thresholds, cand.latents, cand.images,
                            None if ref is None else ref.latents, None if ref is None else ref.images)
@@ -443,8 +440,6 @@ def caching_probe(candidate: CandidateWorker, workers: list, stream: RequestStre
                 if problem:
                     raise AuditFailure(f"audit: caching probe call {k + 1}: {problem[1]}")
         return {"repeat_s": rep, "unique_s": uniq}
-
-    from pytest_ditar.core.probes import caching_suspected
 
     screen = pairs(PROBE_PAIRS, "probe")
     out: dict[str, Any] = dict(screen)

@@ -49,6 +49,7 @@ from typing import Sequence, cast
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import seccomp
+from pytest_ditar.runtime.compiled import remove
 
 # clone(2) flags, in the order setns(2) joins them: the user namespace first (it grants the
 # capabilities the other joins need), the PID namespace last (it applies to children only).
@@ -414,8 +415,6 @@ def _selftest(spec: Spec) -> str | None:
         try:
             return _run_probe(spec, scratch, outside, private, kept)
         finally:
-            from pytest_ditar.runtime.compiled import remove
-
             remove(kept)
 
 

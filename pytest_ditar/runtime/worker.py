@@ -39,7 +39,7 @@ import numpy as np
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import boxdir, proctree, sandbox, zygote
+from pytest_ditar.runtime import boxdir, logs, proctree, sandbox, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import frame_text
 
@@ -511,8 +511,6 @@ class CandidateWorker:
             self.strays.append((pid, proctree.cmdline(pid)))
 
     def log_tail(self, lines: int = 20) -> str:
-        from pytest_ditar.runtime import logs
-
         return logs.tail(self.log_path, lines)  # from its last bytes: the worker may write gigabytes
 
 

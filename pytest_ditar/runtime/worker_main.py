@@ -29,7 +29,18 @@ from typing import Any, Sequence
 import numpy as np
 
 from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
+from pytest_ditar.hardware.fingerprint import collect, object_dtypes
 from pytest_ditar.interface import PipelineSpec, Request
+from pytest_ditar.runtime import sandbox
+from pytest_ditar.runtime.harness import (
+    build_candidate,
+    candidate_frames,
+    classify_exception,
+    pin_to_cpu,
+    pin_to_current_cpu,
+)
+from pytest_ditar.runtime.proctree import become_subreaper
+from pytest_ditar.runtime.profiler import profile_call
 
 ALIGN = 64  # each array starts on a cache line
 MAX_FDS = 64  # file descriptors one zygote request may pass: a group's sockets and logs, 32 ranks
@@ -63,8 +74,6 @@ def contain_orphans() -> None:
     """Orphans of what the candidate starts come back to this worker, staying in its tree (paused
     and ended with it) and counted as its own. Candidate code can undo this; then they land in the
     zygote or the judge, subreapers too, and count as strays of every worker."""
-    from pytest_ditar.runtime.proctree import become_subreaper
-
     become_subreaper()
 
 
@@ -72,8 +81,6 @@ def _error(exc: BaseException, candidate_dir: str | None, seen: dict[str, int]) 
     """The failure reply, with the candidate's own innermost frame as `where` (the CRASH reason
     names it). The whole traceback goes to this worker's log (its stderr) the first time an error
     is seen; every repeat (the next batch raising the same) is one line, so the log stays readable."""
-    from pytest_ditar.runtime.harness import candidate_frames, classify_exception
-
     err = classify_exception(exc)
     frames = candidate_frames(exc, Path(candidate_dir) if candidate_dir else None)
     err.where = where = frames[-1] if frames else err.where
@@ -157,8 +164,6 @@ class Worker:
             _join_group(group, device)
         reply: dict[str, Any] = {"pid": os.getpid(), "argv": sys.argv}
         if fingerprint:
-            from pytest_ditar.hardware.fingerprint import collect
-
             reply["fingerprint"] = collect(device).to_dict()
         if device.startswith("cuda"):
             # The device's context, allocator and BLAS libraries open now, while the judge collects
@@ -170,8 +175,6 @@ class Worker:
         return reply
 
     def op_build(self, candidate_dir: str, spec: dict[str, Any], memory_budget_gib: float | None) -> dict[str, Any]:
-        from pytest_ditar.runtime.harness import build_candidate
-
         self._bind_memory_budget(memory_budget_gib)
         self.candidate_dir = candidate_dir
         # No bytecode written next to the candidate: a champion's worktree must stay exactly its
@@ -238,14 +241,10 @@ class Worker:
                    reference: dict[str, Any] | None, out_dir: str) -> dict[str, Any]:
         """One call of `request` under torch.profiler, the pipeline's parts marked
         (runtime.profiler): the trace and the spans go into `out_dir` (this worker's scratch)."""
-        from pytest_ditar.runtime.profiler import profile_call
-
         return profile_call(self.candidate, _request(request), _request(warm), int(warmup),
                             _request(reference) if reference else None, self.device, Path(out_dir))
 
     def op_dtypes(self) -> dict[str, Any]:
-        from pytest_ditar.hardware.fingerprint import object_dtypes
-
         return {"dtypes": sorted(object_dtypes(self.candidate))}
 
     def op_memory(self, reset: bool) -> dict[str, Any]:
@@ -282,8 +281,6 @@ class Worker:
     def op_steady(self, on: bool, pin_cpu: bool, cpu: int | None = None) -> dict[str, Any]:
         """No garbage-collector pause inside a timed round; with pin_cpu, no migration between
         launches; with `cpu`, on that core (every worker of a CPU lane on the same one)."""
-        from pytest_ditar.runtime.harness import pin_to_cpu, pin_to_current_cpu
-
         if on:
             self.gc_was_enabled = gc.isenabled()
             gc.collect()
@@ -515,8 +512,6 @@ def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any], close: S
         os.close(null)
         if req.get("sandbox"):
             # this fork stays outside as the keeper; its child runs the worker in the sandbox
-            from pytest_ditar.runtime import sandbox
-
             fds = sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=fds)
             contain_orphans()
         ranks = int(req.get("ranks") or 0)

@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence, cast
 
+import pytest_ditar
 from pytest_ditar.core.vocabulary import ENV_ZYGOTE, ENV_ZYGOTE_IDLE, WIRE_MAX_MESSAGE, ZYGOTE_IDLE_S
 
 # -P (3.11+): the interpreter's working directory is not put on sys.path, so nothing planted there
@@ -174,8 +175,6 @@ def daemon_key() -> str:
     environment it is started with, the installed distributions (a pip install changes a name),
     and the judge's own package files (size and mtime: an edit moves them). A zygote of another
     key is stale and never used."""
-    import pytest_ditar
-
     pkg = Path(pytest_ditar.__file__).resolve().parent
     files = sorted((str(f.relative_to(pkg)), f.stat().st_size, f.stat().st_mtime_ns) for f in pkg.rglob("*.py"))
     dists = sorted(e for d in _site_dirs() for e in os.listdir(d) if e.endswith((".dist-info", ".egg-info", ".pth")))

@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
+from pytest_ditar.hardware.fingerprint import cuda_nodes_present
 from pytest_ditar.runtime import proctree
 from pytest_ditar.runtime.worker_main import MAX_FDS, _fork_worker, contain_orphans, die_with_parent, set_dumpable
 
@@ -34,8 +35,6 @@ def import_libraries() -> float:
     started = time.perf_counter()
     import numpy  # noqa: F401
     import torch
-
-    from pytest_ditar.hardware.fingerprint import cuda_nodes_present
 
     # diffusers asks at import whether CUDA is there (torch.accelerator.is_available), and torch's
     # answer initializes CUDA, which poisons every later fork. The device nodes answer the same
