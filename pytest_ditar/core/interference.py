@@ -87,6 +87,21 @@ class AfterCandidate:
     p: float
     after: int
     other: int
+    high: float = math.inf  # the slowdown's 97.5% percentile-bootstrap upper bound
+
+    def reason(self) -> str:
+        return (f"interference: the {self.side} ran {self.slowdown * 100:.1f}% slower in the {self.after} calls right "
+                f"after the candidate's than in the {self.other} after another side's (p={self.p:.2g}): the "
+                f"candidate's work outlives its timed call")
+
+    def floor(self, low: float) -> float:
+        """A speedup's lower bound `low` with this slowdown's upper bound charged to the candidate.
+        Work the candidate left behind costs the champion up to `high` of its own call, so the
+        candidate's real call is its timed one plus that; and the champion's median may itself be
+        inflated by up to `high`: the true speedup is at least 1 / ((1 + high) / low + high)."""
+        if low <= 0 or not math.isfinite(self.high):
+            return 0.0
+        return 1.0 / ((1.0 + self.high) / low + self.high)
 
 
 def after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str], side: str,
@@ -109,17 +124,24 @@ def after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str
         return None
     p = mannwhitneyu_p(after, other, "greater")
     slow = float(np.median(after) / np.median(other) - 1.0)
-    return AfterCandidate(side, slow, p, len(after), len(other))
+    return AfterCandidate(side, slow, p, len(after), len(other), _upper(after, other))
 
 
-def slowed_after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str], threshold: float,
-                           alpha: float, void: Sequence[bool] = ()) -> str | None:
-    """A reason when the champion or the twin ran slower right after the candidate's calls than
-    after the other references' (beyond the lane's threshold, at `alpha`), else None."""
+def _upper(after: Sequence[float], other: Sequence[float], n_boot: int = 1000) -> float:
+    rng = np.random.default_rng(0)
+    a, o = np.asarray(after, dtype=float), np.asarray(other, dtype=float)
+    ratios = (np.median(rng.choice(a, (n_boot, a.size)), axis=1)
+              / np.median(rng.choice(o, (n_boot, o.size)), axis=1))
+    return float(np.percentile(ratios, 97.5) - 1.0)
+
+
+def slowed_side(samples: Mapping[str, Sequence[float]], orders: Sequence[str], threshold: float,
+                alpha: float, void: Sequence[bool] = ()) -> AfterCandidate | None:
+    """The champion's or the twin's slowdown right after the candidate's calls where it is shown
+    (beyond the lane's threshold, at `alpha`), else None."""
     for side in ("champion", "twin"):
         r = after_candidate(samples, orders, side, void)
         if r is not None and r.p < alpha and r.slowdown > max(threshold, 0.0) and math.isfinite(r.slowdown):
-            return (f"interference: the {side} ran {r.slowdown * 100:.1f}% slower in the {r.after} calls right after "
-                    f"the candidate's than in the {r.other} after another side's (p={r.p:.2g}): the candidate's "
-                    f"work outlives its timed call")
+            return r
     return None
+

@@ -124,13 +124,46 @@ def _judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool
         return outcome("REJECTED", cached)
     if len(champion_samples) < 3 or len(m.samples) < 3:
         return outcome("MISSING", "no champion samples to compare with")
+    slowed = None
     if source == "interleaved":
         busy = m.foreign()
         if len(busy) >= interference.REPEATED:
             return outcome("UNSTABLE", interference.describe(busy, m.pids), INTERFERENCE)
-        slowed = interference.slowed_after_candidate(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
-        if slowed:
-            return outcome("UNSTABLE", slowed, INTERFERENCE)
+        slowed = interference.slowed_side(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
+    res = _timed(m, champion_samples, objective=objective, source=source, perf_cfg=perf_cfg,
+                 stored_samples=stored_samples, sequential=sequential, cpu=cpu, stored_host_s=stored_host_s,
+                 guard_run=guard_run, paired=paired, grown=grown, min_effect=min_effect)
+    if slowed is None:
+        return res
+    return replace(res, outcome=_interference_checked(res.outcome, slowed, perf_cfg.guard_tolerance))
+
+
+def _interference_checked(oc: LaneOutcome, slowed: interference.AfterCandidate, guard_tolerance: float) -> LaneOutcome:
+    """A reference slowed right after the candidate's calls flatters the candidate, so a verdict
+    against it (a loss, a regression, a total time not shown) stands, the interference named. A win
+    (a guard lane's pass) stands only where its lower bound still clears the bar with the slowdown's
+    upper bound charged to the candidate (AfterCandidate.floor): an honest 2x win is not voided by a
+    cold cache after another process's call; work the candidate left behind is counted as its own.
+    Else the lane is UNSTABLE, cause interference (not judged: run once more)."""
+    why = slowed.reason()
+    if oc.verdict not in (stats.FASTER, stats.OK):
+        return replace(oc, reason=f"{oc.reason}; {why}")
+    bar = 1.0 + (oc.threshold or 0.0) if oc.objective else 1.0 - guard_tolerance
+    floor = slowed.floor(oc.ci_low or 0.0)
+    if floor > bar:
+        return replace(oc, reason=f"{oc.reason}; {why}; charged with up to {slowed.high * 100:.1f}% of the "
+                                  f"{slowed.side}'s call, its lower bound {floor:.3f}x still clears {bar:.3f}x")
+    return replace(oc, verdict=stats.UNSTABLE, cause=INTERFERENCE,
+                   reason=f"{why}; charged with up to {slowed.high * 100:.1f}% of the {slowed.side}'s call, "
+                          f"its lower bound {floor:.3f}x does not clear {bar:.3f}x")
+
+
+def _timed(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str, perf_cfg: Any,
+           stored_samples: list[float] | None, sequential: Sequential | None, cpu: bool,
+           stored_host_s: list[float] | None, guard_run: bool, paired: bool, grown: bool,
+           min_effect: float) -> LaneResult:
+    """The lane's verdict from its timings (the checks that void them passed)."""
+    peak = m.peak_reserved_gib
     drift, host = None, 1.0
     cap = NOT_THE_KEPT_BUILD_CPU if cpu else NOT_THE_KEPT_BUILD
     if source == "interleaved" and stored_samples:
