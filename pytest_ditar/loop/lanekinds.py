@@ -26,6 +26,7 @@ from typing import Any
 from pytest_ditar.core import stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, measure_peaks
+from pytest_ditar.store.records import LaneRecord
 
 TIME = "time"
 
@@ -89,7 +90,7 @@ def _baseline_memory(candidate: Any, suite: Any, lane: Any, timeout_s: float | N
     m = measure_peaks(candidate, suite, lane, timeout_s=timeout_s)
     peaks = [x for x in m.peaks.get("candidate", []) if x is not None]
     figure = f"peak {statistics.median(peaks):.3f} GiB (median of {len(peaks)} calls)" if peaks else "peak unreadable"
-    return {**m.to_dict(), "figure": figure}
+    return LaneRecord(lane.name, m.to_dict(), figure=figure).to_dict()
 
 
 MEMORY = register(LaneKind("memory", measure_peaks, _judge_memory, _baseline_memory))

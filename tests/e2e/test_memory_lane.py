@@ -35,8 +35,9 @@ def test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_hones
                                                                                       tmp_path):
     proj = _project(pytester, tmp_path / "p")
     base = json.loads((proj.root / ".autoresearch/t/baseline/lanes.json").read_text())["peak_b3"]
-    assert len(base["peaks"]["candidate"]) == 3 and all(x > 0 for x in base["peaks"]["candidate"]), base
-    assert base["samples"] == []  # nothing timed: a memory lane keeps no clock
+    peaks = base["measurement"]["peaks"]["candidate"]
+    assert len(peaks) == 3 and all(x > 0 for x in peaks) and base["figure"].startswith("peak "), base
+    assert base["measurement"]["samples"] == []  # nothing timed: a memory lane keeps no clock
 
     _, res, line = proj.experiment(HEAVIER, "exact", "Drop the pass, hold a buffer")
     assert line.startswith("DITAR VERDICT: DISCARD "), res.stdout[-3000:]
