@@ -87,9 +87,10 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
     from pytest_ditar.core import stats
     from pytest_ditar.loop.session import DitarSession
     from pytest_ditar.runtime.lanes import measure_lane, new_stream
+    from pytest_ditar.store.records import read_lanes
 
     sess = DitarSession.open(ws / "config/autoresearch.json", tag=TAG)
-    base = json.loads((sess.state_dir / "baseline/lanes.json").read_text()) \
+    base = read_lanes(json.loads((sess.state_dir / "baseline/lanes.json").read_text())) \
         if (sess.state_dir / "baseline/lanes.json").is_file() else {}
     ceiling = ceiling_tflops(sess)
     measured = measured_ceiling_tflops()
@@ -114,7 +115,7 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
                                  stream=new_stream(sess.suite), pin_cpu=sess.cfg.perf.pin_cpu)
                 cmp = stats.compare(m.champion_samples, m.samples, min_effect=0.0, paired=True)
                 med = statistics.median(m.samples)
-                flops = (base.get(lane.name) or {}).get("flops")
+                flops = base[lane.name].flops if lane.name in base else None
                 row = {"mode": mode, "lane": lane.name, "rounds": len(m.samples),
                        "champion_median_s": med, "compiled_median_s": statistics.median(m.champion_samples),
                        "speedup": cmp.speedup, "ci95": [cmp.ci_low, cmp.ci_high],

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from pytest_ditar.store.records import read_lanes
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ladder  # noqa: E402 - a sibling script: the same scratch project, rungs and dit-ar call
 
@@ -105,9 +107,9 @@ def main() -> int:
     flags = dict(ladder.DEFAULTS, LEAN=False)
     rungs = {**{r[0]: r for r in ladder.RUNGS}, **EXTRA}
     manifest = json.loads((ws / ".autoresearch/ladder/baseline/manifest.json").read_text())
-    lanes = json.loads((ws / ".autoresearch/ladder/baseline/lanes.json").read_text())
+    lanes = read_lanes(json.loads((ws / ".autoresearch/ladder/baseline/lanes.json").read_text()))
     # the host's own noise at the baseline (stock A/A), to read the verdicts beside
-    result["stock_aa_ci_half_width"] = {k: v["noise"]["ci_half_width"] for k, v in lanes.items()}
+    result["stock_aa_ci_half_width"] = {k: v.noise["ci_half_width"] for k, v in lanes.items() if v.noise}
     first_seed = next(iter(manifest["seeds"].values()))
     for name in args.runs.split(","):
         _, cls, subject, updates, _ = rungs[name]

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from pytest_ditar.store.records import read_lanes
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "pytest_ditar/demo/candidates/faster_exact.py"  # the lean loop with rung switches
 
@@ -187,8 +189,8 @@ def main() -> int:
         state = {"flags": dict(DEFAULTS, LEAN=False), "rows": [], "baseline_s": time.perf_counter() - t0}
     else:
         state = json.loads(state_file.read_text())
-    base = json.loads((ws / ".autoresearch/ladder/baseline/lanes.json").read_text())
-    base_med = {k: statistics.median(v["samples"]) for k, v in base.items()}
+    base = read_lanes(json.loads((ws / ".autoresearch/ladder/baseline/lanes.json").read_text()))
+    base_med = {k: statistics.median(v.samples) for k, v in base.items() if v.samples}
     first_seed = json.loads((ws / ".autoresearch/ladder/baseline/manifest.json").read_text())["seeds"]
     first_seed = next(iter(first_seed.values()))
     wanted = [n for n in args.rungs.split(",") if n]

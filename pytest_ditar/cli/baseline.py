@@ -9,6 +9,7 @@ from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.loop import warmstart
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import read_lanes
 from pytest_ditar.vcs import repo as gitops
 
 NEXT = "ditar: next: "  # as a gated run's summary ends (loop.nextstep)
@@ -38,14 +39,13 @@ class Baseline(Command):
         finally:
             sess.close()  # its worker processes
         print(manifest_summary(path))
-        lanes = json.loads((path / "lanes.json").read_text())
-        for name, lane in lanes.items():
-            if "noise" not in lane:  # a lane of another kind (loop.lanekinds): its own figure
-                print(f"  lane {name}: {lane.get('figure') or 'stored'}")
+        for name, lane in read_lanes(json.loads((path / "lanes.json").read_text())).items():
+            if lane.noise is None:  # a lane of another kind (loop.lanekinds): its own figure
+                print(f"  lane {name}: {lane.figure or 'stored'}")
                 continue
-            n = lane["noise"]
+            n = lane.noise
             paired = f" (paired {n['paired']['ci_half_width'] * 100:.2f}%)" if n.get("paired") else ""
-            print(f"  lane {name}: median {statistics.median(lane['samples']) * 1e3:.2f} ms, A/A noise ci half-width "
+            print(f"  lane {name}: median {statistics.median(lane.samples) * 1e3:.2f} ms, A/A noise ci half-width "
                   f"{n['ci_half_width'] * 100:.2f}%{paired}, shift {n['abs_shift'] * 100:.2f}%")
         print(f"{NEXT}the first hypothesis (program.md section 2): `dit-ar profile` shows where the time goes; "
               "edit mutable/, `dit-ar try`, commit with its `Ditar-Class:` trailer, `dit-ar experiment`")

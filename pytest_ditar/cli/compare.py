@@ -26,6 +26,7 @@ from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import read_lanes
 from pytest_ditar.store.snapshot import lane_samples
 from pytest_ditar.vcs.repo import ref_commit
 
@@ -126,8 +127,8 @@ def resolve(spec: str, root: Path, paths: Any) -> Side:
 def _baseline_noise(base: Path) -> dict[str, Any]:
     """lane -> the A/A noise the baseline stored: the gate's threshold reads it (core.effect)."""
     p = base / "lanes.json"
-    lanes = json.loads(p.read_text()) if p.is_file() else {}
-    return {k: v.get("noise") for k, v in lanes.items() if isinstance(v, dict)}
+    lanes = read_lanes(json.loads(p.read_text())) if p.is_file() else {}
+    return {k: v.noise for k, v in lanes.items()}
 
 
 def _cited(a: Side, b: Side, paths: Any) -> Any:

@@ -22,6 +22,7 @@ from pytest_ditar.report.data import read_rows
 from pytest_ditar.store import tried
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import read_lanes
 from pytest_ditar.store.snapshot import MANIFEST, lane_samples, load_snapshot, verify_snapshot
 from pytest_ditar.vcs import repo as gitops
 
@@ -96,11 +97,11 @@ def _baseline(base_dir) -> dict[str, Any] | None:
     snap = load_snapshot(base_dir, verify=False)
     problems = verify_snapshot(snap)
     m = snap.manifest
-    lanes = snap.read_json("lanes.json") or {}
+    lanes = read_lanes(snap.read_json("lanes.json"))
     return {"commit": m.get("git_sha"), "items": len(m.get("items", {})), "device": m.get("device"),
             "created": m.get("created"), "verifies": not problems, "problems": problems[:3],
-            "lanes": {k: {"median_s": statistics.median(v["samples"]), "noise_half_width": v["noise"]["ci_half_width"]}
-                      if v.get("samples") and v.get("noise") else {"figure": v.get("figure")}  # another kind
+            "lanes": {k: {"median_s": statistics.median(v.samples), "noise_half_width": v.noise["ci_half_width"]}
+                      if v.samples and v.noise else {"figure": v.figure}  # a lane of another kind
                       for k, v in lanes.items()}}
 
 

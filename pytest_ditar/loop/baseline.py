@@ -18,6 +18,7 @@ from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.runtime.lanes import count_flops, measure_lane
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LaneRecord
 from pytest_ditar.store.snapshot import write_snapshot
 from pytest_ditar.vcs import repo as gitops
 
@@ -124,7 +125,7 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
     from dataclasses import asdict
 
     candidate = sess.get_candidate()
-    host = {"host_flops": candidate.probe_flops()} if sess.resolved_device() == "cpu" else {}
+    host_flops = candidate.probe_flops() if sess.resolved_device() == "cpu" else None
     out: dict[str, Any] = {}
     for lane in sess.suite.lanes:
         kind = lanekinds.of(lane)
@@ -139,7 +140,8 @@ def calibrate_lanes(sess: DitarSession) -> dict[str, Any]:
         noise = asdict(noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
         # The floor a paired (interleaved) comparison is held to: A/A on per-round ratios.
         noise["paired"] = asdict(paired_noise_floor(m.samples, m.champion_samples, n_boot=sess.cfg.perf.n_boot))
-        out[lane.name] = {**m.to_dict(), "noise": noise, "flops": count_flops(candidate, sess.suite, lane), **host}
+        out[lane.name] = LaneRecord(lane.name, m.to_dict(), noise=noise, flops=count_flops(candidate, sess.suite, lane),
+                                    host_flops=host_flops).to_dict()
     return out
 
 

@@ -17,6 +17,7 @@ from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LaneRecord, read_lanes
 from pytest_ditar.store.snapshot import load_snapshot, write_snapshot
 
 BUILD_PHASE = "perf.build_champion"  # the clock's name for checking out and building the champion
@@ -50,22 +51,18 @@ def snapshot(sess: DitarSession, ledger: Ledger | None = None) -> Any:
     return load_snapshot(_dir(sess, kept), "champion") if kept else sess.baseline()
 
 
-def baseline_lanes(sess: DitarSession) -> dict[str, Any]:
+def baseline_lanes(sess: DitarSession) -> dict[str, LaneRecord]:
+    """The baseline's stored lanes (its A/A noise, FLOP counts and samples); {} where unreadable."""
     try:
-        return sess.baseline().read_json("lanes.json") or {}
+        return read_lanes(sess.baseline().read_json("lanes.json"))
     except Exception:  # noqa: BLE001
         return {}
 
 
-def stored_lanes(sess: DitarSession, ledger: Ledger | None = None) -> dict[str, Any]:
-    """Lane samples of the current champion: the last KEEP's snapshot, else the baseline's."""
+def stored_lanes(sess: DitarSession, ledger: Ledger | None = None) -> dict[str, LaneRecord]:
+    """The current champion's stored lanes: the last KEEP's snapshot's, else the baseline's."""
     try:
-        snap = snapshot(sess, ledger)
-        data = snap.read_json("lanes.json") or {}
-        if snap.manifest.get("kind") == "champion":
-            return {k: {"samples": v["measurement"]["samples"], "host_s": v["measurement"].get("host_s", [])}
-                    for k, v in data.items()}
-        return data
+        return read_lanes(snapshot(sess, ledger).read_json("lanes.json"))
     except Exception:  # noqa: BLE001 - the baseline's samples are the fallback
         return baseline_lanes(sess)
 
@@ -91,8 +88,8 @@ def store(sess: DitarSession, commit_sha: str, cls: str) -> Path:
 def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
     """`res` with its FLOPs per call, from the baseline count (an exact change does the same work); a
     lane faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices' worth)."""
-    stored = baseline_lanes(sess).get(lane.name) or {}
-    flops = stored.get("flops")
+    stored = baseline_lanes(sess).get(lane.name)
+    flops = stored.flops if stored is not None else None
     if not flops or not res.measurement.samples:
         return res
     med = statistics.median(res.measurement.samples)
@@ -106,8 +103,8 @@ def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
         except ValueError:
             peak = get_profile(sess.cfg.target)
         problem = roofline_check(med, per_device, peak)
-    elif device == "cpu" and stored.get("host_flops"):  # measured at baseline (an older one has none)
-        problem = host_roofline_check(med, per_device, float(stored["host_flops"]))
+    elif device == "cpu" and stored is not None and stored.host_flops:  # measured at baseline (older ones: none)
+        problem = host_roofline_check(med, per_device, stored.host_flops)
     else:
         problem = None
     if problem:

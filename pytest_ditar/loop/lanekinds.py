@@ -25,7 +25,9 @@ from typing import Any
 
 from pytest_ditar.core import stats
 from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.hardware import exclusivity
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, measure_peaks
+from pytest_ditar.store.records import LaneRecord
 
 TIME = "time"
 
@@ -83,13 +85,28 @@ def _judge_memory(m: LaneMeasurement, perf_cfg: Any) -> LaneResult:
     return result(stats.OK, f"{said}: within the tolerance of {tol:.0%}", figure)
 
 
+def _measure_memory(candidate: Any, suite: Any, lane: Any, **kw: Any) -> LaneMeasurement:
+    """measure_peaks, with NVML's per-process device memory as the judge's outside reading on a GPU."""
+    device = str(getattr(getattr(candidate, "spec", None), "device", "cpu"))
+    lister = exclusivity.nvml_lister() if device.startswith("cuda") else None
+    if lister is not None:
+        gpu = int(device.partition(":")[2] or 0)
+
+        def device_memory(pids: set[int]) -> int | None:
+            used = [b for p, b in lister(gpu) if p in pids and b is not None]
+            return sum(used) if used else None
+
+        kw["device_memory"] = device_memory
+    return measure_peaks(candidate, suite, lane, **kw)
+
+
 def _baseline_memory(candidate: Any, suite: Any, lane: Any, timeout_s: float | None = None) -> dict[str, Any]:
     """The baseline's own peaks on the lane (the record; a memory lane is judged against the champion's
     worker measured beside the candidate, never against stored figures)."""
-    m = measure_peaks(candidate, suite, lane, timeout_s=timeout_s)
+    m = _measure_memory(candidate, suite, lane, timeout_s=timeout_s)
     peaks = [x for x in m.peaks.get("candidate", []) if x is not None]
     figure = f"peak {statistics.median(peaks):.3f} GiB (median of {len(peaks)} calls)" if peaks else "peak unreadable"
-    return {**m.to_dict(), "figure": figure}
+    return LaneRecord(lane.name, m.to_dict(), figure=figure).to_dict()
 
 
-MEMORY = register(LaneKind("memory", measure_peaks, _judge_memory, _baseline_memory))
+MEMORY = register(LaneKind("memory", _measure_memory, _judge_memory, _baseline_memory))

@@ -408,17 +408,18 @@ class LaneRunner:
                 sess.errors.append(exc)
             raise
         sess.clock.timed(m.timed_s)
-        stored = champion.stored_lanes(sess).get(lane.name, {})
-        stored_samples = list(stored.get("samples", []))
+        stored = champion.stored_lanes(sess).get(lane.name)
+        stored_samples = stored.samples if stored is not None else []
         if champ is not None:
             source, champ_samples = "interleaved", m.champion_samples
         else:
             source, champ_samples = "stored", stored_samples
-        noise = (champion.baseline_lanes(sess).get(lane.name) or {}).get("noise")
+        base = champion.baseline_lanes(sess).get(lane.name)
+        noise = base.noise if base is not None else None
         # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
                     stored_samples=stored_samples, sequential=sequential if objective else None,
-                    cpu=sess.resolved_device() == "cpu", stored_host_s=list(stored.get("host_s", [])),
+                    cpu=sess.resolved_device() == "cpu", stored_host_s=stored.host_s if stored is not None else [],
                     guard_run=tolerance is not None, device=exclusivity.combine([wt.report for wt in watch]))
         res = champion.with_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits

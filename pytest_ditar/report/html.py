@@ -26,6 +26,7 @@ from pytest_ditar.report.images import ImagePool, ImageSource, heatmap_png
 from pytest_ditar.report.plot import lane_histograms, plot_progress
 from pytest_ditar.store.atomic import write_text_atomic
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import read_lanes
 
 __all__ = ["build_report"]
 
@@ -142,12 +143,12 @@ def _baseline_facts(state_dir: Path) -> tuple[str, list[tuple[str, str]]]:
     fp = manifest.get("fingerprint") or {}
     host = ", ".join(str(fp[k]) for k in ("device_name", "cpu_model", "torch") if fp.get(k)) or "unknown"
     try:
-        lanes = json.loads((base / "lanes.json").read_text())
+        lanes = read_lanes(json.loads((base / "lanes.json").read_text()))
     except (OSError, ValueError):
         lanes = {}
     medians = []
-    for name, v in lanes.items():
-        xs = [x for x in (num(t) for t in (v.get("samples") or [] if isinstance(v, dict) else [])) if x is not None]
+    for name, rec in lanes.items():
+        xs = rec.samples
         if xs:
             medians.append((f"baseline {name} median", f"{1e3 * statistics.median(xs):.2f} ms"))
     return host, medians

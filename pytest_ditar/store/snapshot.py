@@ -19,6 +19,7 @@ import numpy as np
 from pytest_ditar.core.errors import SnapshotError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.store.atomic import publish_dir, sha256_file, temp_dir_beside
+from pytest_ditar.store.records import read_lanes
 
 MANIFEST = "manifest.json"
 
@@ -136,11 +137,6 @@ def verify_snapshot(snap: Snapshot) -> list[str]:
     return problems
 
 
-def lane_samples(lanes: Mapping[str, Any]) -> dict[str, list[float]]:
-    """Per-lane timed seconds of a stored lanes.json: the baseline's holds each lane's samples,
-    a champion's the whole lane result it was kept on (its candidate side under `measurement`)."""
-    out = {}
-    for name, lane in lanes.items():
-        samples = lane.get("samples") if "samples" in lane else (lane.get("measurement") or {}).get("samples")
-        out[name] = [float(x) for x in samples or []]
-    return out
+def lane_samples(lanes: Mapping[str, Any] | None) -> dict[str, list[float]]:
+    """Per-lane timed seconds of a stored lanes.json (store.records reads either shape)."""
+    return {name: rec.samples for name, rec in read_lanes(lanes).items()}

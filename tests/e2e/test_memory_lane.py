@@ -19,6 +19,16 @@ HEAVIER = _patch("    def generate(self, request: Request) -> Generated:\n",
                  "        _held = torch.ones(48 * 2**20) if len(request.labels) == 3 else None  # 192 MiB, touched\n")
 
 
+# The same, hiding it: before it returns it lets the buffer go and resets its process's high-water mark
+# (the figure its worker reports from inside); the judge's own reading from outside still saw it.
+HIDDEN = HEAVIER.replace(
+    "        return Generated(latents=self._latents, images=images)",
+    "        if _held is not None:\n"
+    "            del _held\n"
+    "            open('/proc/self/clear_refs', 'w').write('5')\n"
+    "        return Generated(latents=self._latents, images=images)")
+
+
 def _project(pytester, tmp_path):
     proj = make_project(pytester, mutable_source=REDUNDANT, root=tmp_path)
     suite = yaml.safe_load((proj.root / "suites/tiny/suite.yaml").read_text())
@@ -35,8 +45,9 @@ def test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_hones
                                                                                       tmp_path):
     proj = _project(pytester, tmp_path / "p")
     base = json.loads((proj.root / ".autoresearch/t/baseline/lanes.json").read_text())["peak_b3"]
-    assert len(base["peaks"]["candidate"]) == 3 and all(x > 0 for x in base["peaks"]["candidate"]), base
-    assert base["samples"] == []  # nothing timed: a memory lane keeps no clock
+    peaks = base["measurement"]["peaks"]["candidate"]
+    assert len(peaks) == 3 and all(x > 0 for x in peaks) and base["figure"].startswith("peak "), base
+    assert base["measurement"]["samples"] == []  # nothing timed: a memory lane keeps no clock
 
     _, res, line = proj.experiment(HEAVIER, "exact", "Drop the pass, hold a buffer")
     assert line.startswith("DITAR VERDICT: DISCARD "), res.stdout[-3000:]
@@ -49,6 +60,10 @@ def test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_hones
     assert heavy["outcome"]["verdict"] == "REGRESSED" and heavy["outcome"]["figure"].endswith("%)"), heavy
     cand, champ = heavy["measurement"]["peaks"]["candidate"], heavy["measurement"]["peaks"]["champion"]
     assert min(cand) - max(champ) > 0.15, (cand, champ)  # about 192 MiB more, call after call
+
+    # the attack: a worker whose own figure shows no growth; the judge's reading from outside does
+    _, res, line = proj.experiment(HIDDEN, "exact", "Drop the pass, hold a buffer, hide it")
+    assert line.startswith("DITAR VERDICT: DISCARD ") and "guard lane peak_b3 regressed" in line, res.stdout[-3000:]
 
     _, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
     assert line.startswith("DITAR VERDICT: KEEP "), res.stdout[-3000:]

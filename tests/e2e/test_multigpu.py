@@ -149,7 +149,8 @@ def group_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFa
     shutil.copytree(_TEMPLATE["t"], pytester.path, symlinks=True, dirs_exist_ok=True)
     proj = Project(pytester.path, pytester)
     # the baseline's A/A of the lane ran the stock group against itself, two ranks a side
-    assert json.loads((proj.root / ".autoresearch/t/baseline/lanes.json").read_text())[LANE]["ranks"] == 2
+    lanes = json.loads((proj.root / ".autoresearch/t/baseline/lanes.json").read_text())
+    assert lanes[LANE]["measurement"]["ranks"] == 2
     return proj
 
 

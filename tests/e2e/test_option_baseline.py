@@ -16,7 +16,8 @@ def test_baseline_stores_verified_snapshot(project):
     assert "config/autoresearch.json" in m["fixed_paths"]
     lanes = json.loads((base / "lanes.json").read_text())
     assert set(lanes) == {"latency_b1", "throughput_b8"}
-    assert len(lanes["latency_b1"]["samples"]) == 12 and lanes["latency_b1"]["noise"]["ci_half_width"] > 0
+    assert len(lanes["latency_b1"]["measurement"]["samples"]) == 12  # one lanes.json shape (store.records)
+    assert lanes["latency_b1"]["noise"]["ci_half_width"] > 0
     assert not list(base.parent.glob(".baseline.tmp-*")), "temp dir left behind"
 
 
