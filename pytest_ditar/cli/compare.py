@@ -27,7 +27,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import lane_samples
-from pytest_ditar.vcs.repo import ref_commit
+from pytest_ditar.vcs.queries import ref_commit
 
 HOST_KEYS = ("device_name", "driver", "cuda", "torch", "diffusers", "cpu_model", "power_limit_w")
 
