@@ -1,8 +1,10 @@
 """The judge runs no code the repository controls, and trusts files by content, not by git's view
-of them (issue 24): every git command of vcs (run by vcs.hardened) with hooks, fsmonitor, the repository's filter
-drivers and configured hooks off; the champion's worktree checked by hashing its files."""
+of them (issue 24): every git command of vcs (all run by vcs.hardened) with hooks, fsmonitor, the
+repository's filter drivers and configured hooks off; the champion's worktree checked by hashing
+its files."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -186,6 +188,28 @@ def test_every_git_command_line_carries_the_switches(monkeypatch, two_commit_rep
     assert any("filter.x.clean=" in c and "filter.x.process=" in c for c in seen)
     assert json.dumps(seen)  # plain strings only
     assert os.environ.get("GIT_NO_REPLACE_OBJECTS") is None  # the judge's own environment is left alone
+
+
+def test_only_vcs_hardened_starts_a_process():
+    """The other vcs modules say what to ask git and call vcs.hardened for every command: none of
+    them imports a way to start a process, so none can run git without the switches."""
+    spawners = {"subprocess", "asyncio", "multiprocessing", "pty", "pexpect", "sh", "plumbum"}
+    os_spawn = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
+    others = sorted(p for p in Path(hardened.__file__).parent.glob("*.py") if p.name != "hardened.py")
+    assert {p.stem for p in others} >= {"queries", "branches", "trees"}
+    for p in others:
+        tree = ast.parse(p.read_text(), str(p))
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "os"
+                     for a in n.names if a.name.startswith(os_spawn)}
+        os_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                    if a.name == "os"}
+        calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                 and n.func.value.id in os_names and n.func.attr.startswith(os_spawn)]
+        assert not (imported & spawners) and not calls and not any(i.startswith(os_spawn) for i in imported), \
+            (p.name, sorted(imported & spawners), calls)
 
 
 def test_pins_name_the_file_and_key_and_leave_remotes_and_upstreams_alone(two_commit_repo):
