@@ -10,7 +10,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.loop import warmstart
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import read_lanes
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 NEXT = "ditar: next: "  # as a gated run's summary ends (loop.nextstep)
 
@@ -57,7 +57,7 @@ def _refuse_changed_mutable(sess) -> None:
     start = _start_commit(sess)
     if not start:
         return
-    changed = [p for p in gitops.changed_files(sess.cfg.root, start)
+    changed = [p for p in queries.changed_files(sess.cfg.root, start)
                if any(p.startswith(m.rstrip("/") + "/") or p == m.rstrip("/") for m in sess.cfg.mutable_paths)]
     if changed:
         raise DitarError(f"{', '.join(changed[:3])} differ from the branch's start commit {start[:7]}: "

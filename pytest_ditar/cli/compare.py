@@ -28,7 +28,7 @@ from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import read_lanes
 from pytest_ditar.store.snapshot import lane_samples
-from pytest_ditar.vcs.repo import ref_commit
+from pytest_ditar.vcs.queries import ref_commit
 
 HOST_KEYS = ("device_name", "driver", "cuda", "torch", "diffusers", "cpu_model", "power_limit_w")
 

@@ -24,7 +24,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_ZYGOTE_IDLE, TRAILER
 from pytest_ditar.runtime import zygote
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import branches
 
 CANDIDATES = Path(__file__).resolve().parents[1] / "demo" / "candidates"
 DEMO_USER = ("ditar-demo", "demo@localhost")  # the scratch repository's committer (name, email)
@@ -118,7 +118,7 @@ def make_workspace(project_root: Path, ws: Path, suite: str = "tiny") -> Path:
     (ws / DEFAULT_CONFIG).write_text(json.dumps(cfg, indent=1))
     shutil.copy(project_root / "conftest.py", ws / "conftest.py")
     (ws / ".gitignore").write_text(".autoresearch/\n__pycache__/\n")
-    gitops.init_repo(ws, "stock DiT pipeline", user=DEMO_USER)
+    branches.init_repo(ws, "stock DiT pipeline", user=DEMO_USER)
     return ws
 
 
@@ -134,7 +134,7 @@ def _mislabelled(ws: Path) -> str:
 
 def _commit_candidate(ws: Path, source: str, cls: str, subject: str) -> None:
     (ws / "mutable" / "pipeline.py").write_text(source)
-    gitops.commit_tracked(ws, f"{subject}\n\n{TRAILER} {cls}", user=DEMO_USER)
+    branches.commit_tracked(ws, f"{subject}\n\n{TRAILER} {cls}", user=DEMO_USER)
 
 
 def showcase_problem(doc: dict, want: str) -> tuple[str, str] | None:

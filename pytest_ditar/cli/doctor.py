@@ -18,7 +18,7 @@ from pytest_ditar.runtime import sandbox
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import load_snapshot
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 PASS, FAIL, WARN = "pass", "FAIL", "warn"
 
@@ -58,7 +58,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows.append(model_row(suite))
     rows += class_rows(cfg)
     rows.append(sandbox_row(cfg))
-    st = gitops.state(cfg.root)
+    st = queries.state(cfg.root)
     tag = resolve_tag(cfg, tag)
     want = cfg.branch_prefix + tag
     rows.append(("branch", PASS if st.branch == want else FAIL,

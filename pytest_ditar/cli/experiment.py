@@ -27,7 +27,7 @@ from pytest_ditar.loop.phases import run_two_phase
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.space import shortage
-from pytest_ditar.vcs.repo import judge_env
+from pytest_ditar.vcs.hardened import judge_env
 
 CLASS_HELP = ("what the change is (program.md, Classes): exact = same algorithm (layout, fusion, scheduling, "
               "memory); numerical = arithmetic mode (fp16/bf16, TF32); approximate = computation changed or skipped "

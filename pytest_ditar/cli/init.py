@@ -13,7 +13,7 @@ from pytest_ditar.loop.worktrees import init_worktree
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import MANIFEST
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import branches
 
 
 class Init(Command):
@@ -57,9 +57,9 @@ class Init(Command):
         import json
 
         tag = args.init_tag
-        st = gitops.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
+        st = branches.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
         branch = cfg.branch_prefix + tag
-        gitops.create_branch(cfg.root, branch)
+        branches.create_branch(cfg.root, branch)
         paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
         paths.dir.mkdir(parents=True, exist_ok=True)
         head = cast(str, st.head)  # require_clean_repo: a repository with a commit

@@ -24,7 +24,7 @@ from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import read_lanes
 from pytest_ditar.store.snapshot import MANIFEST, lane_samples, load_snapshot, verify_snapshot
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import branches, queries, trees
 
 
 class Status(Command):
@@ -87,8 +87,8 @@ def _initialised(cfg, paths) -> bool:
     """Started by `dit-ar init` (or a baseline), or backed up in git, or its branch exists: then a
     missing piece of its state is damage, not a fresh start."""
     return any(p.exists() for p in (paths.session_file, paths.ledger_jsonl, paths.baseline)) \
-        or gitops.ref_commit(cfg.root, gitops.state_ref(paths.tag)) is not None \
-        or gitops.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
+        or queries.ref_commit(cfg.root, trees.state_ref(paths.tag)) is not None \
+        or branches.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
 
 
 def _baseline(base_dir) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, pytest_command
 from pytest_ditar.config.project import load_config
 from pytest_ditar.core.vocabulary import CLASSES
-from pytest_ditar.vcs.repo import judge_env
+from pytest_ditar.vcs.hardened import judge_env
 
 
 class Try(Command):

@@ -1,7 +1,7 @@
 """The state directory's backup in git, and the gate's watch over the directory during a run.
 
 After every baseline and every recorded run, the files that matter (store.statefiles) are
-committed to the hidden ref refs/ditar/<tag> as content-addressed objects (vcs.repo.save_tree):
+committed to the hidden ref refs/ditar/<tag> as content-addressed objects (vcs.trees.save_tree):
 no branch, index or working-tree file changes, so `git status` never shows it.
 
 A candidate runs as the user and can delete or edit the state directory. The gate backs the
@@ -36,7 +36,7 @@ from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import proctree
 from pytest_ditar.store import statefiles
 from pytest_ditar.store.paths import CHAMPIONS, TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries, trees
 
 INFLIGHT, SETTLED = "in-flight", "settled"
 _TRAILER = "ditar-run:"
@@ -70,18 +70,18 @@ class Settled:
 
 
 def ref(paths: TagPaths) -> str:
-    return gitops.state_ref(paths.tag)
+    return trees.state_ref(paths.tag)
 
 
 def save(root: Path, paths: TagPaths, message: str, parent: str | None = None, always: bool = False) -> str:
     """Commit the state's files to refs/ditar/<tag> (no new commit when nothing changed, unless
     `always`: a marker)."""
-    return gitops.save_tree(root, ref(paths), statefiles.backed_up(paths), message, parent=parent, always=always)
+    return trees.save_tree(root, ref(paths), statefiles.backed_up(paths), message, parent=parent, always=always)
 
 
 def save_note(root: Path, paths: TagPaths, message: str, parent: str | None = None, always: bool = False) -> str | None:
     """`save`, for after a record: a failure is a summary line, not a failed run."""
-    if not gitops.state(root).is_repo:
+    if not queries.state(root).is_repo:
         return None  # nothing to back up into (a report-only project outside git)
     try:
         save(root, paths, message, parent, always)
@@ -116,10 +116,10 @@ def watch(root: Path, paths: TagPaths, head: str | None = None) -> Watch:
 
 def marker(root: Path, paths: TagPaths) -> Marker | None:
     """The newest backup's marker; None when there is no backup (or no repository)."""
-    commit = gitops.ref_commit(root, ref(paths))
+    commit = queries.ref_commit(root, ref(paths))
     if commit is None:
         return None
-    msg = gitops.commit_message(root, commit)
+    msg = queries.commit_message(root, commit)
     subject = msg.strip().splitlines()[0] if msg.strip() else ""
     m = _MARK.search(msg)
     if not m:
@@ -164,8 +164,8 @@ def drift(root: Path, paths: TagPaths) -> tuple[list[str], Marker] | None:
     m = marker(root, paths)
     if m is None or m.kind != SETTLED:
         return None
-    want = {rel: sha for rel, sha in gitops.tree_blobs(root, m.commit).items() if statefiles.recorded(rel)}
-    have = gitops.blob_ids(root, {rel: f for rel, f in statefiles.watched(paths).items() if statefiles.recorded(rel)})
+    want = {rel: sha for rel, sha in trees.tree_blobs(root, m.commit).items() if statefiles.recorded(rel)}
+    have = trees.blob_ids(root, {rel: f for rel, f in statefiles.watched(paths).items() if statefiles.recorded(rel)})
     found = statefiles.changes(want, have)
     return (found, m) if found else None
 
@@ -206,12 +206,12 @@ def restore(root: Path, paths: TagPaths, commit: str | None = None, dirs: tuple[
     """Write the backup (`commit`, else the ref's) into the tag's directory, and make `dirs` again;
     returns what differed. A ledger, results file or snapshot that the backup does not hold is
     removed: the backup is the state, and what was added since is not."""
-    commit = commit or gitops.ref_commit(root, ref(paths))
+    commit = commit or queries.ref_commit(root, ref(paths))
     if commit is None:
         raise DitarError(f"no backup of tag {paths.tag}: {ref(paths)} does not exist in {root}")
     for d in (paths.dir, *dirs):
         d.mkdir(parents=True, exist_ok=True)
-    return statefiles.write_back(paths, gitops.read_tree(root, commit), prune=True)
+    return statefiles.write_back(paths, trees.read_tree(root, commit), prune=True)
 
 
 def describe(restored: list[str]) -> str:

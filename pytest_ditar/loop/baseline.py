@@ -20,7 +20,7 @@ from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import LaneRecord
 from pytest_ditar.store.snapshot import write_snapshot
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 
 def library_versions() -> dict[str, str]:
@@ -39,7 +39,7 @@ _DETERMINISM = ("tf32_matmul", "tf32_cudnn", "cudnn_benchmark", "cudnn_determini
 
 
 def check_mutable_committed(sess: DitarSession) -> None:
-    st = gitops.state(sess.cfg.root)
+    st = queries.state(sess.cfg.root)
     if not st.is_repo:
         return
     dirty = [p for p in st.dirty_paths if is_mutable(p, sess.cfg.mutable_paths)]
@@ -78,7 +78,7 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
     lanes = calibrate_lanes(sess)
     device = sess.resolved_device()
     fp = sess.fingerprint().to_dict()  # the worker's own torch flags, on a GPU: it is what ran
-    st = gitops.state(sess.cfg.root)
+    st = queries.state(sess.cfg.root)
     meta = {
         "kind": "baseline",
         "tag": sess.tag,

@@ -45,7 +45,7 @@ from pytest_ditar.store import space
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import MANIFEST
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 # a refused run whose champion (or twin) failed in its role: what to do
 REFERENCE_NEXT = ("ditar: next: the champion's own code failed in its role, not the candidate's: nothing was "
@@ -203,7 +203,7 @@ class Gate:
         self.refusal = reason
         self.gated = False
 
-    def _report_mode(self, st: gitops.RepoState) -> bool:
+    def _report_mode(self, st: queries.RepoState) -> bool:
         """A partial or non-research run: results are reported, nothing is recorded or reverted."""
         if self.opts.guard is not None and not (self.sess.baseline_dir / MANIFEST).is_file():
             # a fresh clone: name the command that brings it

@@ -1,6 +1,6 @@
 """The repository's own git config and hooks, pinned by the baseline (issue 24).
 
-The judge's git runs none of what they name (vcs.repo switches hooks, fsmonitor, the
+The judge's git runs none of what they name (vcs.hardened switches hooks, fsmonitor, the
 repository's filter drivers and the like off on every command), but the user's and the agent's
 own git do, and the config decides what git shows them. A change to either is a change to the
 project that no commit carries, so:
@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 Pins = Mapping[str, Mapping[str, Any]]  # {"config": {file: {key: digest}}, "hooks": {file: digest}}
 
@@ -44,13 +44,13 @@ def _digest(data: bytes) -> str:
 def pins(root: Path) -> dict[str, dict[str, Any]]:
     """The repository's config keys and hook files as digests (see the module's docstring)."""
     values: dict[str, dict[str, list[str]]] = {}
-    for label, key, value in gitops.repository_config(root):
+    for label, key, value in queries.repository_config(root):
         if not _DATA_KEYS.fullmatch(key):
             values.setdefault(label, {}).setdefault(key, []).append("\0" if value is None else value)
     config = {label: {k: _digest("\n".join(v).encode(errors="surrogateescape")) for k, v in keys.items()}
               for label, keys in values.items()}
     hooks = {}
-    for label, path in gitops.hook_files(root).items():
+    for label, path in queries.hook_files(root).items():
         try:
             if os.path.islink(path):
                 hooks[label] = "link:" + _digest(os.fsencode(os.readlink(path)))

@@ -14,7 +14,7 @@ from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.hardware.profiles import check_features, get_profile
 from pytest_ditar.loop import backup
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries, trees
 
 _SKIP_PARTS = {"__pycache__", ".index", ".pytest_cache"}
 
@@ -70,7 +70,7 @@ def config_refusal(cfg: Any, toplevel: Path | None) -> str | None:
     return None
 
 
-def git_refusal(st: gitops.RepoState, expected_branch: str, at_champion: bool = False) -> str | None:
+def git_refusal(st: queries.RepoState, expected_branch: str, at_champion: bool = False) -> str | None:
     """A branch or tree the gate cannot judge cleanly: refused before anything is recorded or
     reverted (reverting another branch, or over uncommitted work, would lose the user's work).
     `at_champion`: HEAD is the champion (or the baseline), so an edit is a new candidate, never an
@@ -89,14 +89,14 @@ def git_refusal(st: gitops.RepoState, expected_branch: str, at_champion: bool = 
     return None
 
 
-def hidden_refusal(root: Path, st: gitops.RepoState, mutable_paths: Iterable[str]) -> str | None:
+def hidden_refusal(root: Path, st: queries.RepoState, mutable_paths: Iterable[str]) -> str | None:
     """The candidate's files must be its commit's by content, not only in git's view: an edit that
     an index flag (assume-unchanged, skip-worktree) hides from `git status`, or a git-ignored file
     the candidate could import, is refused like any dirty tree. Bytecode caches are the
     interpreter's (the workers write none)."""
     if not st.head:
         return None
-    found = gitops.content_changes(root, st.head, st.toplevel or root, under=list(mutable_paths), skip=_SKIP_PARTS)
+    found = trees.content_changes(root, st.head, st.toplevel or root, under=list(mutable_paths), skip=_SKIP_PARTS)
     if not found:
         return None
     path, _, what = found[0].rpartition(" ")
@@ -112,7 +112,7 @@ def hidden_refusal(root: Path, st: gitops.RepoState, mutable_paths: Iterable[str
 MAX_WALK = 50  # commits looked at above the champion before the count is given up
 
 
-def one_commit_refusal(root: Path, st: gitops.RepoState, champion: str,
+def one_commit_refusal(root: Path, st: queries.RepoState, champion: str,
                        rows: Iterable[Mapping[str, Any]] = (), paths: TagPaths | None = None) -> str | None:
     """HEAD must be one commit above the champion. Otherwise the refusal says what the state is
     and the one command that fixes it: a commit left in place below HEAD (judged DISCARD/CRASH
@@ -129,13 +129,13 @@ def one_commit_refusal(root: Path, st: gitops.RepoState, champion: str,
     mark = backup.marker(root, paths) if paths is not None else None  # the last gated run's commit
     if mark is not None and mark.head and mark.head not in {str(r.get("commit")) for r in rows}:
         left_why[mark.head] = "the candidate of a run that ended without a verdict (interrupted or killed)"
-    if not gitops.is_ancestor(root, champion, head):
+    if not queries.is_ancestor(root, champion, head):
         return (f"guard one_commit: HEAD {head[:7]}'s parent {str(st.parent)[:7]} is not the champion {c7}, and the "
                 f"champion is not in HEAD's history (the branch was moved or rebuilt): put the candidate on the "
                 f"champion: git rebase --onto {c7} {str(st.parent)[:7]}")
     above = []  # HEAD's ancestors above the champion, newest first
     for k in range(1, MAX_WALK + 1):
-        sha = gitops.ref_commit(root, f"{head}~{k}")
+        sha = queries.ref_commit(root, f"{head}~{k}")
         if sha is None or sha == champion:
             break
         above.append(sha)
@@ -161,7 +161,7 @@ class ConfigPin:
     note: str | None = None  # an older baseline that recorded no hash
 
 
-def config_pin(cfg: Any, recorded: str | None, st: gitops.RepoState, baseline_commit: str | None) -> ConfigPin:
+def config_pin(cfg: Any, recorded: str | None, st: queries.RepoState, baseline_commit: str | None) -> ConfigPin:
     """A gated run uses the repository's config file at the hash the baseline recorded."""
     if not recorded:
         return ConfigPin(note="ditar: note: the baseline records no config_sha256 (an older baseline): "
@@ -171,7 +171,7 @@ def config_pin(cfg: Any, recorded: str | None, st: gitops.RepoState, baseline_co
         return ConfigPin()
     rel = cfg.repo_config.relative_to(st.toplevel or cfg.root).as_posix()
     now = f"sha256 {current[:12]}" if current else "missing"
-    if st.parent and st.head and rel in gitops.changed_files(cfg.root, st.parent, st.head):
+    if st.parent and st.head and rel in queries.changed_files(cfg.root, st.parent, st.head):
         return ConfigPin(guard=GuardResult("config", False, f"{rel} changed by the candidate ({now}, the baseline's "
                                                             f"{recorded[:12]})"))
     c7 = str(baseline_commit)[:7]
@@ -183,15 +183,15 @@ def config_pin(cfg: Any, recorded: str | None, st: gitops.RepoState, baseline_co
 def check_guards(root: Path, *, mutable_paths: Iterable[str], fixed_paths: Iterable[str],
                  recorded_hashes: Mapping[str, str], baseline_commit: str | None) -> list[GuardResult]:
     """The guards on the candidate's own diff: a violation is judged (DISCARD, reverted)."""
-    st = gitops.state(root)
+    st = queries.state(root)
     results = []
     mutable_paths = list(mutable_paths)
     if baseline_commit and st.head:
-        if not gitops.is_ancestor(root, baseline_commit):
+        if not queries.is_ancestor(root, baseline_commit):
             results.append(GuardResult("mutable_only", False,
                                        f"baseline commit {baseline_commit[:7]} is not an ancestor of HEAD"))
         else:
-            changed = gitops.changed_files(root, baseline_commit)
+            changed = queries.changed_files(root, baseline_commit)
             outside = [p for p in changed if not is_mutable(p, mutable_paths)]
             results.append(GuardResult("mutable_only", not outside,
                                        "" if not outside else "edits outside mutable paths: " + ", ".join(outside[:5])))
@@ -218,4 +218,4 @@ def feature_guard(dtypes: set[str], target: str) -> GuardResult:
 
 def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[Mapping[str, Any]]) -> str | None:
     """The change at HEAD was judged on this champion already, or left unjudged twice (core.rerun)."""
-    return rerun.refusal(rows, rerun.patch_key(gitops.diff_patch(root, champion, head)), champion)
+    return rerun.refusal(rows, rerun.patch_key(queries.diff_patch(root, champion, head)), champion)

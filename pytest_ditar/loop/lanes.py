@@ -31,7 +31,7 @@ from pytest_ditar.loop import champion, holdout, lanekinds
 from pytest_ditar.runtime import proctree, zygote
 from pytest_ditar.runtime.group import rank_device
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
 INTERFERENCE_ALPHA = 0.001  # a reference slowed right after the candidate: judged at this level
@@ -334,7 +334,7 @@ class LaneRunner:
         (ReferenceFailure), never a comparison with its stored samples."""
         if ranks not in self._champion:
             self._champion[ranks] = None
-            st = gitops.state(self.sess.cfg.root)
+            st = queries.state(self.sess.cfg.root)
             # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
             # where HEAD is the champion, so the champion is timed beside it
             head = None if st.dirty_paths or self.sess.beside_champion else st.head

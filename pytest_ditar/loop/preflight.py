@@ -19,7 +19,7 @@ from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_refusal
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 # The order the checks are made in; each is Preflight._check_<name>.
 REFUSAL_CHAIN = ("mode", "scope", "settled", "state", "git", "revert", "champion", "git_pins", "hidden",
@@ -59,7 +59,7 @@ class ExperimentMeta:
 
 def read_meta(root: Path, cls_opt: str | None, desc_opt: str | None) -> ExperimentMeta | None:
     """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject."""
-    msg = gitops.commit_message(root)
+    msg = queries.commit_message(root)
     subject = msg.strip().splitlines()[0] if msg.strip() else ""
     cls = cls_opt
     if not cls:
@@ -80,7 +80,7 @@ class Preflight:
         self.root = sess.cfg.root
         self.notes: list[str] = []  # summary lines the checks add, refused or not
         self.guards: list[GuardResult] = []  # the config pin's guard: judged with the others
-        self.st = gitops.state(self.root)
+        self.st = queries.state(self.root)
         self.head: str | None = self.st.head
         self.parent: str | None = None
         self.branch: str | None = None
@@ -143,7 +143,7 @@ class Preflight:
         self.notes += [note] if note else []
         if why:
             return Refusal("revert", why)
-        self.st = st = gitops.state(self.root)  # a finished revert moved HEAD
+        self.st = st = queries.state(self.root)  # a finished revert moved HEAD
         self.head, self.parent, self.branch = st.head, st.parent, st.branch
         return None
 

@@ -28,7 +28,7 @@ from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.lanes import fresh_request, lane_request, new_stream
 from pytest_ditar.store.atomic import atomic_file, write_json_atomic
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 SUMMARY_KIND = "ditar-profile"
 TRACE = "trace.json"
@@ -59,10 +59,10 @@ def profile(sess: DitarSession, *, lane: str | None = None, commit: str | None =
         raise DitarError(f"--steps {steps}: must be at least 1")
     if warmup < 0:
         raise DitarError(f"--warmup {warmup}: must be 0 or more")
-    st = gitops.state(cfg.root)
+    st = queries.state(cfg.root)
     sha = None
     if commit:
-        sha = gitops.ref_commit(cfg.root, commit)
+        sha = queries.ref_commit(cfg.root, commit)
         if sha is None:
             raise DitarError(f"--commit {commit}: no such commit in {cfg.root}")
     n_steps = steps or ln.steps or suite.pipeline.steps

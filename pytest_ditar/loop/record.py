@@ -36,7 +36,7 @@ from pytest_ditar.store import space
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import branches, queries
 
 VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one document (core.verdict_json.record)
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
@@ -252,11 +252,11 @@ def git_moved(gate: RunFacts) -> str | None:
     discarded commit, on the branch under this run's verdict."""
     if not (gate.head and gate.branch):
         return None
-    now = gitops.branch_commit(gate.root, gate.branch)
+    now = branches.branch_commit(gate.root, gate.branch)
     if now != gate.head:
         return (f"git state changed during the run: {gate.branch} moved from {gate.head[:7]} "
                 f"to {(now or '(deleted)')[:7]}")
-    st = gitops.state(gate.root)
+    st = queries.state(gate.root)
     if st.branch != gate.branch:
         where = st.branch or f"a detached HEAD at {str(st.head)[:7]}"
         return f"git state changed during the run: HEAD moved from {gate.branch} to {where}"
@@ -287,7 +287,7 @@ def _recorded(gate: RunFacts, d: Decision) -> str:
 def _back_up_record(gate: RunFacts, d: Decision) -> tuple[str | None, str | None]:
     """Right after the ledger row: the backup that marks this run as recorded, and a note when it
     could not be written (the next run then takes the run for one that never recorded)."""
-    if not gitops.state(gate.root).is_repo:
+    if not queries.state(gate.root).is_repo:
         return None, None
     try:
         return backup.mark_settled(gate.root, TagPaths(gate.sess.state_dir), gate.head, _recorded(gate, d),
@@ -296,7 +296,7 @@ def _back_up_record(gate: RunFacts, d: Decision) -> tuple[str | None, str | None
         return None, f"ditar: state not backed up to {backup.ref(TagPaths(gate.sess.state_dir))}: {exc}"
 
 
-def finish_revert(root: Path, rows: list[dict[str, Any]], st: gitops.RepoState,
+def finish_revert(root: Path, rows: list[dict[str, Any]], st: queries.RepoState,
                   no_revert: bool) -> tuple[str | None, str | None]:
     """Finish a revert that a kill -9 interrupted (the ledger's last row is DISCARD/CRASH for HEAD),
     with reset --keep, on a tree the gate has found clean. Returns (a refusal when git will not,
@@ -305,7 +305,7 @@ def finish_revert(root: Path, rows: list[dict[str, Any]], st: gitops.RepoState,
             or no_revert:
         return None, None
     try:
-        gitops.revert_to_parent(root, str(st.head))
+        branches.revert_to_parent(root, str(st.head))
     except DitarError as exc:
         return (f"HEAD {str(st.head)[:7]} is recorded as {rows[-1]['status']} but its revert cannot be finished: "
                 f"{exc}"), None
@@ -378,7 +378,7 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
                       quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
                       off_target=off, sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
-        "commit": gate.head, "parent": gate.parent or gitops.state(gate.root).parent, "class": cls,
+        "commit": gate.head, "parent": gate.parent or queries.state(gate.root).parent, "class": cls,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
         "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None,
         "ci_high": oc.ci_high if oc else None,
@@ -392,8 +392,8 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
 
 def _judgment(gate: RunFacts, d: Decision) -> tuple[Decision, str]:
     """`d` with whether it judged the change and the run it re-runs (core.rerun), and the change's key."""
-    parent = gate.parent or gitops.state(gate.root).parent
-    key = rerun.patch_key(gitops.diff_patch(gate.root, parent, gate.head)) if parent and gate.head else ""
+    parent = gate.parent or queries.state(gate.root).parent
+    key = rerun.patch_key(queries.diff_patch(gate.root, parent, gate.head)) if parent and gate.head else ""
     rows = gate.ledger.rows()
     return replace(d, judged=rerun.judged(d.status, d.causes),
                    rerun_of=rerun.rerun_of(rows, key, parent or "")), key
@@ -442,21 +442,21 @@ def revert(gate: RunFacts, run_dir: Path, moved: str | None = None) -> str:
     When the branch moved during the run, it goes back on the judged commit's parent the same way,
     whatever the candidate committed. Returns the summary line that says what happened."""
     head = cast(str, gate.head)  # a judged run: its commit
-    base = gate.parent or gitops.state(gate.root).parent
+    base = gate.parent or queries.state(gate.root).parent
     if base:
         with contextlib.suppress(Exception):  # the patch is a convenience; git still has the commit
-            write_text_atomic(run_dir / "candidate.patch", gitops.diff_patch(gate.root, base, head))
+            write_text_atomic(run_dir / "candidate.patch", queries.diff_patch(gate.root, base, head))
     if gate.opts.no_revert:
         return "ditar: --ditar-no-revert: the commit stays in place"
     if moved and base and gate.branch:
         try:
-            gitops.put_branch_back(gate.root, gate.branch, base)
+            branches.put_branch_back(gate.root, gate.branch, base)
             return (f"ditar: {gate.branch} put back on {base[:7]}, the judged commit's parent "
                     f"(patch and logs in {run_dir})")
         except DitarError as exc:
             return f"ditar: {gate.branch} not put back: {exc}"
     try:
-        gitops.revert_to_parent(gate.root, head)
+        branches.revert_to_parent(gate.root, head)
         return f"ditar: reverted {head[:7]} (patch and logs in {run_dir})"
     except DitarError as exc:
         return f"ditar: not reverted: {exc}"

@@ -22,7 +22,7 @@ from pytest_ditar.store import statefiles
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import load_snapshot
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries, trees
 
 PREFIX = "refs/ditar/"
 COMMAND = "dit-ar fetch-state --remote origin"  # what a clone without the state is told to run
@@ -55,20 +55,20 @@ def fetch_state(cfg: Config, remote: str, tag: str | None, *, force: bool = Fals
                 echo: Callable[[str], None] = print) -> tuple[TagPaths, bool]:
     """Fetch, restore and verify; returns the tag's paths and whether the state verifies."""
     root = cfg.root
-    gitops.fetch(root, remote, [f"{PREFIX}*:{PREFIX}*"])  # no '+': a diverged local backup is an error, not lost
-    fetched = sorted(r[len(PREFIX):] for r in gitops.refs_under(root, PREFIX))
+    trees.fetch(root, remote, [f"{PREFIX}*:{PREFIX}*"])  # no '+': a diverged local backup is an error, not lost
+    fetched = sorted(r[len(PREFIX):] for r in queries.refs_under(root, PREFIX))
     paths = TagPaths.of(root, cfg.state_dir, pick_tag(fetched, tag))
     if statefiles.backed_up(paths) and not force:  # caches and logs are no state
         raise DitarError(f"fetch-state: {paths.dir} exists; --force writes {PREFIX}{paths.tag} over it "
                          "(what it holds that the ref does not is removed)")
-    commit = gitops.ref_commit(root, backup.ref(paths))
+    commit = queries.ref_commit(root, backup.ref(paths))
     restored = backup.restore(root, paths, commit)
     echo(f"fetch-state: restored {backup.describe(restored) or 'nothing new'} from {remote} {PREFIX}{paths.tag} "
          f"({str(commit)[:7]}) into {paths.dir}")
     for sha in _named_commits(paths):
-        if not gitops.has_commit(root, sha):  # a shallow clone: the champion's build needs its commit
+        if not queries.has_commit(root, sha):  # a shallow clone: the champion's build needs its commit
             try:
-                gitops.fetch(root, remote, [sha])
+                trees.fetch(root, remote, [sha])
             except DitarError as exc:
                 raise DitarError(f"fetch-state: commit {sha[:7]}, which the state names, is not in this clone and "
                                  f"{remote} would not send it ({exc}); clone with full history (actions/checkout "

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable
 
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import trees
 
 REGULAR = {"100644": 0o444, "100755": 0o555}
 _KIND = {"120000": "a symbolic link", "160000": "a submodule", "040000": "a folder"}
@@ -65,7 +65,7 @@ def from_commit(root: Path, rev: str, under: Iterable[str], package: str, dest: 
     problems = irregular(root, rev, under)
     if problems:
         raise IrregularEntry(refusal(problems, rev[:7]))
-    for path, mode, data in gitops.tree_files(root, rev, under):
+    for path, mode, data in trees.tree_files(root, rev, under):
         _write(dest, path, data, REGULAR[mode])
     return Code(dest, dest / package, rev, _stamps(dest))
 
@@ -113,7 +113,7 @@ def _stamps(folder: Path) -> tuple[tuple[str, int, int], ...]:
 
 def _entries(root: Path, rev: str, under: Iterable[str]) -> dict[str, tuple[str, str]]:
     prefixes = tuple(u.strip("/") for u in under)
-    return {p: ms for p, ms in gitops.tree_modes(root, rev).items()
+    return {p: ms for p, ms in trees.tree_modes(root, rev).items()
             if any(not q or p == q or p.startswith(q + "/") for q in prefixes)}
 
 

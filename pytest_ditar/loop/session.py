@@ -31,7 +31,7 @@ from pytest_ditar.runtime.worker import CandidateWorker, worker_threads
 from pytest_ditar.store import shards
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import Snapshot, load_snapshot
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 
 @dataclass
@@ -91,7 +91,7 @@ class DitarSession:
     def run_dir(self) -> Path:
         """This run's log directory; kept on DISCARD/CRASH (state dirs are git-ignored)."""
         if self._run_dir is None:
-            self._run_dir = TagPaths(self.state_dir).new_run_dir(gitops.state(self.cfg.root).head)
+            self._run_dir = TagPaths(self.state_dir).new_run_dir(queries.state(self.cfg.root).head)
         return self._run_dir
 
     def use_run_dir(self, path: Path) -> None:
@@ -219,7 +219,7 @@ class DitarSession:
         regular files (loop.roles)."""
         if "candidate" not in self._code:
             require_pipeline(self.cfg.candidate_path)
-            st = gitops.state(self.cfg.root)
+            st = queries.state(self.cfg.root)
             under = self.cfg.mutable_paths
             dirty = any(roles.under_any(p, under) for p in st.dirty_paths)
             dest = boxdir.new("code")
@@ -241,7 +241,7 @@ class DitarSession:
         would know its role) and the state directory."""
         root = self.cfg.root.resolve()
         hidden = [root / ".git", *(root / p.strip("/") for p in self.cfg.mutable_paths), self.cfg.state_path.resolve()]
-        common = gitops.git_dirs(root)
+        common = queries.git_dirs(root)
         return tuple(dict.fromkeys(str(p) for p in [*hidden, *common] if os.path.lexists(p)))
 
     @staticmethod

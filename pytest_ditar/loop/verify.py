@@ -33,7 +33,7 @@ from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.store.ledger import Ledger, LedgerError
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import MANIFEST, load_snapshot, verify_snapshot
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries, trees
 
 ANCHOR = re.compile(r"baseline manifest sha256=([0-9a-f]{64})")
 MAX_LINES = 10  # problems listed per check before "(+N more)"
@@ -84,8 +84,8 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
         if st.busy:
             busy = True
             yield Check("run in flight", True, st.busy)
-    backup = gitops.ref_commit(root, gitops.state_ref(paths.tag))
-    fix = f" (restore it with `dit-ar recover`, from {gitops.state_ref(paths.tag)})" if backup else ""
+    backup = queries.ref_commit(root, trees.state_ref(paths.tag))
+    fix = f" (restore it with `dit-ar recover`, from {trees.state_ref(paths.tag)})" if backup else ""
     if not paths.dir.is_dir():
         yield Check("state directory", False, f"{paths.dir} missing{fix or ' (run `dit-ar init`)'}")
         return
@@ -130,7 +130,7 @@ def _drift(root: Path, paths: TagPaths) -> Iterator[Check]:
         changes, m = found
         what = m.subject.split(": ", 1)[-1]
         more = f" (+{len(changes) - 3} more)" if len(changes) > 3 else ""
-        yield Check(DRIFT, False, f"{', '.join(changes[:3])}{more} since {gitops.state_ref(paths.tag)} "
+        yield Check(DRIFT, False, f"{', '.join(changes[:3])}{more} since {trees.state_ref(paths.tag)} "
                                   f"({m.commit[:7]}: {what}); `dit-ar recover --force` restores it")
 
 
@@ -139,10 +139,10 @@ def state_refusal(root: Path, paths: TagPaths, settle: bool = True) -> str | Non
     broken = next((c for c in state_checks(root, paths, settle=settle) if not c.ok), None)
     if broken is None:
         return None
-    ref = gitops.state_ref(paths.tag)
+    ref = trees.state_ref(paths.tag)
     fix = "" if "dit-ar recover" in broken.detail else (
         f"; restore it with `dit-ar recover --force` (from {ref}), or start a new tag"
-        if gitops.ref_commit(root, ref) else f"; restore {paths.dir} or start a new tag")
+        if queries.ref_commit(root, ref) else f"; restore {paths.dir} or start a new tag")
     return f"{broken.name if broken.name in _BARE else broken.name + ' broken'}: {broken.detail}{fix}"
 
 
@@ -151,7 +151,7 @@ def recover(root: Path, paths: TagPaths, force: bool = False, echo: Callable[[st
     ref = state_backup.ref(paths)
     if all(c.ok for c in state_checks(root, paths, echo=echo)) and not force:
         raise DitarError(f"{paths.dir} verifies: nothing to recover (--force restores {ref} over it anyway)")
-    commit = gitops.ref_commit(root, ref)
+    commit = queries.ref_commit(root, ref)
     if commit is None:
         raise DitarError(f"no backup of tag {paths.tag}: {ref} does not exist in {root}")
     restored = state_backup.restore(root, paths, commit)

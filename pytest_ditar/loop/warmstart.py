@@ -18,7 +18,7 @@ from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.runtime import zygote
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import ZYGOTE_FILE, TagPaths
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import trees
 
 
 def begin(config_path: Path, tag: str | None, records: bool) -> None:
@@ -38,7 +38,7 @@ def begin(config_path: Path, tag: str | None, records: bool) -> None:
 
 def handed_over(root: Path, tag: str) -> dict[str, Any] | None:
     """The zygote record of the tag's newest backup, or None."""
-    text = gitops.file_at(root, gitops.state_ref(tag), ZYGOTE_FILE)
+    text = trees.file_at(root, trees.state_ref(tag), ZYGOTE_FILE)
     try:
         rec = json.loads(text) if text else None
     except ValueError:

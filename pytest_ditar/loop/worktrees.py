@@ -25,7 +25,7 @@ from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths, state_root, tag_dirs
 from pytest_ditar.store.snapshot import MANIFEST
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import branches, trees
 
 
 def bound_gpu(state_dir: Path) -> int | None:
@@ -53,10 +53,10 @@ def default_path(root: Path, tag: str) -> Path:
 def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) -> Path:
     """Create worktree + branch autoresearch/<tag> from HEAD and the tag's state dir in it."""
     # info/exclude is shared by all worktrees, so ignoring the state dir here covers the new one
-    st = gitops.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
+    st = branches.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
     branch = cfg.branch_prefix + tag
     wt = Path(path).resolve() if path else default_path(cfg.root, tag)
-    for other in gitops.list_worktrees(cfg.root):
+    for other in trees.list_worktrees(cfg.root):
         if other["branch"] == branch and Path(other["path"]) != wt:
             raise DitarError(f"branch {branch} is already checked out in {other['path']}")
         if other["branch"] == branch:
@@ -64,7 +64,7 @@ def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) 
     else:
         if wt.exists() and any(wt.iterdir()):
             raise DitarError(f"{wt}: exists and is not empty; pick another --worktree")
-        gitops.add_branch_worktree(cfg.root, wt, branch, cast(str, st.head))  # require_clean_repo: it has a commit
+        trees.add_branch_worktree(cfg.root, wt, branch, cast(str, st.head))  # require_clean_repo: it has a commit
     rel_cfg = cfg.path.relative_to(cfg.root)
     f = TagPaths.of(wt, cfg.state_dir, tag).session_file
     data = json.loads(f.read_text()) if f.is_file() else {"tag": tag, "branch": branch, "start_commit": st.head}
@@ -76,7 +76,7 @@ def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) 
 def collect_all(cfg: Any) -> list[dict[str, Any]]:
     """Every tag of every worktree of this repository (the main checkout included)."""
     rows = []
-    for wt in gitops.list_worktrees(cfg.root):
+    for wt in trees.list_worktrees(cfg.root):
         for tag in tag_dirs(state_root(Path(wt["path"]), cfg.state_dir)):
             sess = json.loads(tag.session_file.read_text())
             ledger = Ledger(tag.dir)

@@ -204,12 +204,12 @@ def parametrize(metafunc: pytest.Metafunc) -> None:
 
 
 def commit_info(config: pytest.Config) -> dict | None:
-    """pytest-benchmark's commit info for a ditar run (vcs.repo's), else None: its own."""
+    """pytest-benchmark's commit info for a ditar run (vcs.queries'), else None: its own."""
     if of(config) is NO_RUN:
         return None
-    from pytest_ditar.vcs import repo as gitops  # start-up: in a ditar run only
+    from pytest_ditar.vcs import queries  # start-up: in a ditar run only
 
-    return gitops.commit_info(Path(str(config.rootpath)), config.getoption("benchmark_project_name", None))
+    return queries.commit_info(Path(str(config.rootpath)), config.getoption("benchmark_project_name", None))
 
 
 def of(config: pytest.Config) -> "GatePlugin | NoRun":

@@ -27,7 +27,7 @@ from pytest_ditar.config.project import load_config
 from pytest_ditar.hardware.fingerprint import _cpu_model
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.plugin.keys import PARSER_KEY
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import queries
 
 JUNIT_NAME = "junit.xml"
 BENCHMARK_NAME = "benchmark.json"
@@ -49,7 +49,7 @@ def _likely_gated(config: pytest.Config, cfg_path: Path | None) -> Path | None:
     try:
         cfg = load_config(cfg_path)
         if not config.getoption("--ditar-gate", default=False):
-            branch = gitops.state(cfg.root).branch or ""
+            branch = queries.state(cfg.root).branch or ""
             if not branch.startswith(cfg.branch_prefix):
                 return None
         return cfg.state_path / resolve_tag(cfg, config.getoption("--ditar-tag"))

@@ -62,7 +62,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @hookimpl(optionalhook=True, tryfirst=True)
 def pytest_benchmark_generate_commit_info(config: pytest.Config) -> dict | None:
-    """pytest-benchmark's commit info in a ditar run, from vcs.repo: its own runs plain `git
+    """pytest-benchmark's commit info in a ditar run, from vcs.queries: its own runs plain `git
     describe --dirty` and `git show`, which start the repository's fsmonitor and filter drivers in
     the judge's process. Elsewhere pytest-benchmark's own (None hands over to it)."""
     return _activation().commit_info(config)

@@ -152,7 +152,7 @@ class Zygote:
 
 # ---- keeping a zygote warm between runs ------------------------------------------------------
 # what varies between two shells' identical runs and no import reads, and git's switches that
-# `dit-ar experiment` sets for its own git (vcs.repo.judge_env; the zygote runs no git): left out
+# `dit-ar experiment` sets for its own git (vcs.hardened.judge_env; the zygote runs no git): left out
 _VOLATILE = ("PWD", "OLDPWD", "SHLVL", "_", "PS1", "PS2", "TERM", "COLORTERM", "COLUMNS", "LINES", "DISPLAY",
              "WINDOWID", "TMUX", "TMUX_PANE", "STY", "DBUS_SESSION_BUS_ADDRESS", "LS_COLORS", "MAIL",
              "HISTFILE", ENV_ZYGOTE_IDLE)

@@ -120,46 +120,46 @@ def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_cha
     assert [(r["commit"], r["status"], r["parent"]) for r in rows[1:]] == [(sha, "CRASH", base)], rows
 
 
-# ---- vcs.repo, directly ---------------------------------------------------------------------
+# ---- vcs, directly --------------------------------------------------------------------------
 
 @pytest.fixture
 def two_commits(tmp_path):
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import branches
 
     root, user = tmp_path / "r", ("t", "t@localhost")
     root.mkdir()
     (root / "a.txt").write_text("a\n")
     (root / "b.txt").write_text("b\n")
-    first = gitops.init_repo(root, "first", user=user)
+    first = branches.init_repo(root, "first", user=user)
     (root / "a.txt").write_text("a2\n")
-    second = gitops.commit_tracked(root, "second", user=user)
+    second = branches.commit_tracked(root, "second", user=user)
     return root, first, second
 
 
 def test_revert_to_parent_keeps_unrelated_local_changes(two_commits):
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import branches
 
     root, first, second = two_commits
     (root / "b.txt").write_text("b, edited\n")
     (root / "new.txt").write_text("untracked\n")
-    assert gitops.revert_to_parent(root, second) == first
+    assert branches.revert_to_parent(root, second) == first
     assert (root / "a.txt").read_text() == "a\n" and (root / "b.txt").read_text() == "b, edited\n"
     assert (root / "new.txt").read_text() == "untracked\n"
 
 
 def test_revert_to_parent_refuses_to_lose_an_edit_of_the_candidates_file(two_commits):
     from pytest_ditar.core.errors import DitarError
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import branches, queries
 
     root, first, second = two_commits
     (root / "a.txt").write_text("a2, edited\n")
     with pytest.raises(DitarError, match=r"uncommitted changes in files the candidate commit touches \(a.txt\)"):
-        gitops.revert_to_parent(root, second)
-    assert gitops.state(root).head == second and (root / "a.txt").read_text() == "a2, edited\n"
+        branches.revert_to_parent(root, second)
+    assert queries.state(root).head == second and (root / "a.txt").read_text() == "a2, edited\n"
 
 
 def test_state_ref_is_content_addressed_and_leaves_index_and_tree_alone(tmp_path, two_commits):
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import queries, trees
 
     root, _, second = two_commits
     files = tmp_path / "state"
@@ -167,46 +167,46 @@ def test_state_ref_is_content_addressed_and_leaves_index_and_tree_alone(tmp_path
     (files / "x.txt").write_bytes(b"x\n")
     (files / "sub" / "y.bin").write_bytes(bytes(range(256)))
     index = (root / ".git/index").read_bytes()
-    c1 = gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"}, "one")
-    assert gitops.ref_commit(root, "refs/ditar/t") == c1
-    assert gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"},
-                            "same") == c1
+    c1 = trees.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"}, "one")
+    assert queries.ref_commit(root, "refs/ditar/t") == c1
+    assert trees.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt", "sub/y.bin": files / "sub/y.bin"},
+                           "same") == c1
     (files / "x.txt").write_bytes(b"x2\n")
-    c2 = gitops.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt"}, "two")
-    assert c2 != c1 and dict(gitops.read_tree(root, c1)) == {"x.txt": b"x\n", "sub/y.bin": bytes(range(256))}
-    assert dict(gitops.read_tree(root, c2)) == {"x.txt": b"x2\n"}
-    assert (root / ".git/index").read_bytes() == index and gitops.state(root).dirty_paths == ()
-    assert gitops.state(root).head == second
+    c2 = trees.save_tree(root, "refs/ditar/t", {"x.txt": files / "x.txt"}, "two")
+    assert c2 != c1 and dict(trees.read_tree(root, c1)) == {"x.txt": b"x\n", "sub/y.bin": bytes(range(256))}
+    assert dict(trees.read_tree(root, c2)) == {"x.txt": b"x2\n"}
+    assert (root / ".git/index").read_bytes() == index and queries.state(root).dirty_paths == ()
+    assert queries.state(root).head == second
 
 
 def test_put_branch_back_keeps_local_changes_and_refuses_to_overwrite_them(two_commits):
     from pytest_ditar.core.errors import DitarError
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import branches
 
     root, first, second = two_commits
     (root / "b.txt").write_text("b, edited\n")
-    gitops.put_branch_back(root, "main", first)  # HEAD on the branch: reset --keep
-    assert gitops.branch_commit(root, "main") == first and (root / "a.txt").read_text() == "a\n"
+    branches.put_branch_back(root, "main", first)  # HEAD on the branch: reset --keep
+    assert branches.branch_commit(root, "main") == first and (root / "a.txt").read_text() == "a\n"
     assert (root / "b.txt").read_text() == "b, edited\n"
-    gitops.put_branch_back(root, "main", second)
+    branches.put_branch_back(root, "main", second)
     (root / "a.txt").write_text("a2, edited\n")
     with pytest.raises(DitarError, match=r"uncommitted changes \(a.txt\) block putting main back on "
                                          rf"{first[:7]}: save them, then `git reset --keep {first[:7]}` finishes it"):
-        gitops.put_branch_back(root, "main", first)
-    assert gitops.branch_commit(root, "main") == second and (root / "a.txt").read_text() == "a2, edited\n"
+        branches.put_branch_back(root, "main", first)
+    assert branches.branch_commit(root, "main") == second and (root / "a.txt").read_text() == "a2, edited\n"
 
 
 def test_put_branch_back_from_another_branch_or_a_detached_head(two_commits):
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import branches, hardened, queries
 
     root, first, second = two_commits
-    gitops.create_branch(root, "elsewhere")
-    gitops.put_branch_back(root, "main", first)  # checkout -B: the branch moves and HEAD is on it again
-    st = gitops.state(root)
-    assert (st.branch, st.head) == ("main", first) and gitops.branch_commit(root, "elsewhere") == second
-    gitops.put_branch_back(root, "main", second)
-    gitops._git(root, "checkout", "-q", "--detach")
+    branches.create_branch(root, "elsewhere")
+    branches.put_branch_back(root, "main", first)  # checkout -B: the branch moves and HEAD is on it again
+    st = queries.state(root)
+    assert (st.branch, st.head) == ("main", first) and branches.branch_commit(root, "elsewhere") == second
+    branches.put_branch_back(root, "main", second)
+    hardened.git(root, "checkout", "-q", "--detach")
     (root / "b.txt").write_text("b, edited\n")
-    gitops.put_branch_back(root, "main", first)
-    st = gitops.state(root)
+    branches.put_branch_back(root, "main", first)
+    st = queries.state(root)
     assert (st.branch, st.head) == ("main", first) and (root / "b.txt").read_text() == "b, edited\n"

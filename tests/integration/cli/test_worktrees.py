@@ -41,30 +41,31 @@ def test_a_branch_checked_out_elsewhere_is_refused(project):
 
 
 def test_vcs_worktree_and_commit_operations(tmp_path):
-    """The git operations init and status --all are built on (vcs.repo, running the git program)."""
+    """The git operations init and status --all are built on (vcs.branches, queries and trees, each
+    running git through vcs.hardened)."""
     import pytest
 
     from pytest_ditar.core.errors import DitarError
-    from pytest_ditar.vcs import repo as gitops
+    from pytest_ditar.vcs import branches, queries, trees
 
     root, user = tmp_path / "r", ("t", "t@localhost")
     root.mkdir()
     (root / "a.txt").write_text("a\n")
-    first = gitops.init_repo(root, "first", user=user)
+    first = branches.init_repo(root, "first", user=user)
     (root / "a.txt").write_text("b\n")
-    assert gitops.dirty_paths(root) == ["a.txt"]
+    assert queries.dirty_paths(root) == ["a.txt"]
     with pytest.raises(DitarError, match="the tree is not clean"):
-        gitops.require_clean_repo(root, ["/.autoresearch/"])
-    second = gitops.commit_tracked(root, "second\n\nDitar-Class: exact", user=user)
-    assert gitops.commit_message(root).splitlines() == ["second", "", "Ditar-Class: exact"]
-    assert gitops.require_clean_repo(root, ["/.autoresearch/"]).head == second
-    assert gitops.changed_files(root, first) == ["a.txt"] and gitops.is_ancestor(root, first)
-    assert not gitops.is_ancestor(root, second, first) and not gitops.is_ancestor(root, "no-such-rev")
-    assert gitops.diff_patch(root, first, second).endswith("\n")
-    gitops.add_branch_worktree(root, tmp_path / "wt", "autoresearch/x", first)
-    gitops.add_worktree(root, tmp_path / "det", second)
-    wts = {w["path"]: w for w in gitops.list_worktrees(root)}
+        branches.require_clean_repo(root, ["/.autoresearch/"])
+    second = branches.commit_tracked(root, "second\n\nDitar-Class: exact", user=user)
+    assert queries.commit_message(root).splitlines() == ["second", "", "Ditar-Class: exact"]
+    assert branches.require_clean_repo(root, ["/.autoresearch/"]).head == second
+    assert queries.changed_files(root, first) == ["a.txt"] and queries.is_ancestor(root, first)
+    assert not queries.is_ancestor(root, second, first) and not queries.is_ancestor(root, "no-such-rev")
+    assert queries.diff_patch(root, first, second).endswith("\n")
+    trees.add_branch_worktree(root, tmp_path / "wt", "autoresearch/x", first)
+    trees.add_worktree(root, tmp_path / "det", second)
+    wts = {w["path"]: w for w in trees.list_worktrees(root)}
     assert wts[str(tmp_path / "wt")]["branch"] == "autoresearch/x" and wts[str(tmp_path / "wt")]["head"] == first
-    assert wts[str(tmp_path / "det")]["branch"] is None and gitops.branch_exists(root, "autoresearch/x")
+    assert wts[str(tmp_path / "det")]["branch"] is None and branches.branch_exists(root, "autoresearch/x")
     with pytest.raises(DitarError, match="git diff nope..HEAD failed: fatal"):
-        gitops.changed_files(root, "nope")
+        queries.changed_files(root, "nope")

@@ -1,8 +1,10 @@
 """The judge runs no code the repository controls, and trusts files by content, not by git's view
-of them (issue 24): every git command of vcs.repo with hooks, fsmonitor, the repository's filter
-drivers and configured hooks off; the champion's worktree checked by hashing its files."""
+of them (issue 24): every git command of vcs (all run by vcs.hardened) with hooks, fsmonitor, the
+repository's filter drivers and configured hooks off; the champion's worktree checked by hashing
+its files."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.vcs import repo as gitops
+from pytest_ditar.vcs import branches, hardened, queries, trees
 
 USER = ("t", "t@localhost")
 HOOKS = ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-checkout", "post-merge",
@@ -59,9 +61,9 @@ def two_commit_repo(tmp_path):
     root.mkdir()
     (root / "a.txt").write_text("a\n")
     (root / "b.txt").write_text("b\n")
-    first = gitops.init_repo(root, "first", user=USER)
+    first = branches.init_repo(root, "first", user=USER)
     (root / "a.txt").write_text("a2\n")
-    return root, first, gitops.commit_tracked(root, "second", user=USER)
+    return root, first, branches.commit_tracked(root, "second", user=USER)
 
 
 @pytest.fixture
@@ -77,29 +79,29 @@ def planted(two_commit_repo, tmp_path):
 
 def test_no_judge_git_command_runs_a_hook_fsmonitor_filter_or_configured_hook(tmp_path, planted):
     root, first, second, marker = planted
-    st = gitops.state(root)
+    st = queries.state(root)
     assert (st.head, st.branch, st.dirty_paths) == (second, "main", ())
-    assert gitops.changed_files(root, first, second) == ["a.txt"]
-    assert "a2" in gitops.diff_patch(root, first, second) and gitops.commit_message(root).strip() == "second"
-    assert gitops.is_ancestor(root, first)
-    gitops.add_worktree(root, tmp_path / "wt", first)  # post-checkout, the smudge filter
-    assert gitops.content_changes(root, first, tmp_path / "wt") == []
-    gitops.add_branch_worktree(root, tmp_path / "wt2", "other", second)
-    assert {w["branch"] for w in gitops.list_worktrees(root)} >= {"main", "other"}
+    assert queries.changed_files(root, first, second) == ["a.txt"]
+    assert "a2" in queries.diff_patch(root, first, second) and queries.commit_message(root).strip() == "second"
+    assert queries.is_ancestor(root, first)
+    trees.add_worktree(root, tmp_path / "wt", first)  # post-checkout, the smudge filter
+    assert trees.content_changes(root, first, tmp_path / "wt") == []
+    trees.add_branch_worktree(root, tmp_path / "wt2", "other", second)
+    assert {w["branch"] for w in trees.list_worktrees(root)} >= {"main", "other"}
     (root / "b.txt").write_text("b, edited\n")
-    assert gitops.dirty_paths(root) == ["b.txt"]  # the clean filter would have answered here
-    assert gitops.revert_to_parent(root, second) == first  # reference-transaction, post-index-change
-    gitops.put_branch_back(root, "main", second)
-    gitops.create_branch(root, "elsewhere")  # post-checkout
-    gitops.put_branch_back(root, "main", first)  # checkout -B
+    assert queries.dirty_paths(root) == ["b.txt"]  # the clean filter would have answered here
+    assert branches.revert_to_parent(root, second) == first  # reference-transaction, post-index-change
+    branches.put_branch_back(root, "main", second)
+    branches.create_branch(root, "elsewhere")  # post-checkout
+    branches.put_branch_back(root, "main", first)  # checkout -B
     (root / "a.txt").write_text("a3\n")
-    gitops.commit_tracked(root, "third", user=USER)  # pre-commit, commit-msg, post-commit, gc --auto
+    branches.commit_tracked(root, "third", user=USER)  # pre-commit, commit-msg, post-commit, gc --auto
     files = tmp_path / "state"
     files.mkdir()
     (files / "x").write_text("x\n")
-    c = gitops.save_tree(root, "refs/ditar/t", {"x": files / "x"}, "backup")  # update-ref
-    assert dict(gitops.read_tree(root, c)) == {"x": b"x\n"}
-    gitops.ensure_ignored(root, ["/.autoresearch/"])
+    c = trees.save_tree(root, "refs/ditar/t", {"x": files / "x"}, "backup")  # update-ref
+    assert dict(trees.read_tree(root, c)) == {"x": b"x\n"}
+    branches.ensure_ignored(root, ["/.autoresearch/"])
     assert not marker.exists(), "the judge's git ran: " + marker.read_text()
 
 
@@ -107,8 +109,8 @@ def test_a_replace_ref_does_not_change_what_a_commit_holds(two_commit_repo):
     root, first, second = two_commit_repo
     _raw_git(root, "replace", first, second)  # git's view of `first` is now `second`'s
     assert _raw_git(root, "show", f"{first}:a.txt") == "a2"
-    assert dict(gitops.read_tree(root, first)) == {"a.txt": b"a\n", "b.txt": b"b\n"}
-    assert gitops.tree_blobs(root, first) != gitops.tree_blobs(root, second)
+    assert dict(trees.read_tree(root, first)) == {"a.txt": b"a\n", "b.txt": b"b\n"}
+    assert trees.tree_blobs(root, first) != trees.tree_blobs(root, second)
 
 
 @pytest.mark.parametrize("flag", ["--assume-unchanged", "--skip-worktree"])
@@ -119,7 +121,7 @@ def test_an_index_flag_cannot_hide_an_edit_from_content_changes(tmp_path, two_co
     _raw_git(wt, "update-index", flag, "a.txt")
     (wt / "a.txt").write_text("a, slowed down\n")
     assert _raw_git(wt, "status", "--porcelain") == ""  # git's view: clean
-    assert gitops.content_changes(root, first, wt) == ["a.txt modified"]
+    assert trees.content_changes(root, first, wt) == ["a.txt modified"]
 
 
 def test_content_changes_names_modified_missing_added_and_ignored_files(tmp_path, two_commit_repo):
@@ -130,8 +132,8 @@ def test_content_changes_names_modified_missing_added_and_ignored_files(tmp_path
     (sub / "p.py").write_text("x = 1\n")
     (root / "link").symlink_to("a.txt")
     _raw_git(root, "add", "-A")
-    second = gitops.commit_tracked(root, "third", user=USER)
-    assert gitops.content_changes(root, second, root) == []
+    second = branches.commit_tracked(root, "third", user=USER)
+    assert trees.content_changes(root, second, root) == []
     (sub / "p.py").write_text("x = 2\n")
     (sub / "helper.log").write_text("ignored, importable\n")
     (sub / "__pycache__").mkdir()
@@ -139,10 +141,10 @@ def test_content_changes_names_modified_missing_added_and_ignored_files(tmp_path
     (root / "b.txt").unlink()
     (root / "link").unlink()
     (root / "link").symlink_to("b.txt")
-    assert gitops.content_changes(root, second, root) == [
+    assert trees.content_changes(root, second, root) == [
         "b.txt missing", "link modified", "mutable/__pycache__/p.cpython-311.pyc added", "mutable/helper.log added",
         "mutable/p.py modified"]
-    assert gitops.content_changes(root, second, root, under=["mutable/"], skip=["__pycache__"]) == [
+    assert trees.content_changes(root, second, root, under=["mutable/"], skip=["__pycache__"]) == [
         "mutable/helper.log added", "mutable/p.py modified"]
 
 
@@ -150,31 +152,31 @@ def test_line_ending_conversion_on_checkout_is_not_a_change(tmp_path, two_commit
     root, _, _ = two_commit_repo
     (root / ".gitattributes").write_text("*.txt text eol=crlf\n")
     _raw_git(root, "add", "-A")
-    head = gitops.commit_tracked(root, "crlf", user=USER)
-    gitops.add_worktree(root, tmp_path / "wt", head)
+    head = branches.commit_tracked(root, "crlf", user=USER)
+    trees.add_worktree(root, tmp_path / "wt", head)
     assert (tmp_path / "wt" / "a.txt").read_bytes() == b"a2\r\n"  # not the blob's bytes
-    assert gitops.content_changes(root, head, tmp_path / "wt") == []
+    assert trees.content_changes(root, head, tmp_path / "wt") == []
     (tmp_path / "wt" / "a.txt").write_bytes(b"a3\r\n")
-    assert gitops.content_changes(root, head, tmp_path / "wt") == ["a.txt modified"]
+    assert trees.content_changes(root, head, tmp_path / "wt") == ["a.txt modified"]
 
 
 def test_every_git_command_line_carries_the_switches(monkeypatch, two_commit_repo):
-    """One place runs git (vcs.repo._execute); whatever calls it, the switches come first."""
+    """One place runs git (vcs.hardened._run); whatever calls it, the switches come first."""
 
     root, _, _ = two_commit_repo
     seen = []
-    real = gitops.subprocess.run
+    real = hardened.subprocess.run
 
     def spy(command, *args, **kwargs):
         seen.append(list(command))
         return real(command, *args, **kwargs)
 
-    monkeypatch.setattr(gitops.subprocess, "run", spy)
-    gitops.state(root)
-    gitops.changed_files(root, "HEAD~1")
+    monkeypatch.setattr(hardened.subprocess, "run", spy)
+    queries.state(root)
+    queries.changed_files(root, "HEAD~1")
     with open(root / ".git/config", "a") as fh:
         fh.write('[filter "x"]\n\tclean = false\n')
-    gitops.dirty_paths(root)
+    queries.dirty_paths(root)
     runs = [c for c in seen if c[0] == "git" and "config" not in c[1:c.index("-c") if "-c" in c else None]]
     assert runs
     for cmd in seen:
@@ -186,6 +188,28 @@ def test_every_git_command_line_carries_the_switches(monkeypatch, two_commit_rep
     assert any("filter.x.clean=" in c and "filter.x.process=" in c for c in seen)
     assert json.dumps(seen)  # plain strings only
     assert os.environ.get("GIT_NO_REPLACE_OBJECTS") is None  # the judge's own environment is left alone
+
+
+def test_only_vcs_hardened_starts_a_process():
+    """The other vcs modules say what to ask git and call vcs.hardened for every command: none of
+    them imports a way to start a process, so none can run git without the switches."""
+    spawners = {"subprocess", "asyncio", "multiprocessing", "pty", "pexpect", "sh", "plumbum"}
+    os_spawn = ("system", "popen", "exec", "spawn", "posix_spawn", "fork")
+    others = sorted(p for p in Path(hardened.__file__).parent.glob("*.py") if p.name != "hardened.py")
+    assert {p.stem for p in others} >= {"queries", "branches", "trees"}
+    for p in others:
+        tree = ast.parse(p.read_text(), str(p))
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "os"
+                     for a in n.names if a.name.startswith(os_spawn)}
+        os_names = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+                    if a.name == "os"}
+        calls = [ast.unparse(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+                 and n.func.value.id in os_names and n.func.attr.startswith(os_spawn)]
+        assert not (imported & spawners) and not calls and not any(i.startswith(os_spawn) for i in imported), \
+            (p.name, sorted(imported & spawners), calls)
 
 
 def test_pins_name_the_file_and_key_and_leave_remotes_and_upstreams_alone(two_commit_repo):
@@ -223,14 +247,14 @@ def test_an_index_flag_cannot_hide_an_edit_of_the_candidates_own_files(two_commi
     (root / "mutable/pipeline.py").write_text("x = 1\n")
     (root / ".gitignore").write_text("*.log\n__pycache__/\n")
     _raw_git(root, "add", "-A")
-    gitops.commit_tracked(root, "mutable", user=USER)
-    assert hidden_refusal(root, gitops.state(root), ["mutable/"]) is None
+    branches.commit_tracked(root, "mutable", user=USER)
+    assert hidden_refusal(root, queries.state(root), ["mutable/"]) is None
     (root / "mutable/__pycache__").mkdir()
     (root / "mutable/__pycache__/pipeline.cpython-311.pyc").write_bytes(b"\0")  # the interpreter's, not the commit's
-    assert hidden_refusal(root, gitops.state(root), ["mutable/"]) is None
+    assert hidden_refusal(root, queries.state(root), ["mutable/"]) is None
     _raw_git(root, "update-index", "--skip-worktree", "mutable/pipeline.py")
     (root / "mutable/pipeline.py").write_text("x = 2\n")
-    st = gitops.state(root)
+    st = queries.state(root)
     assert st.dirty_paths == ()  # git's view: clean
     assert hidden_refusal(root, st, ["mutable/"]) == (
         f"guard clean_tree: mutable/pipeline.py is modified against HEAD {st.head[:7]} though git status shows no "
@@ -241,6 +265,6 @@ def test_an_index_flag_cannot_hide_an_edit_of_the_candidates_own_files(two_commi
     # size, same second) and leave the edit in place, a racy-git case that CI's filesystem met
     (root / "mutable/pipeline.py").write_text("x = 1\n")
     (root / "mutable/helper.log").write_text("import me\n")
-    assert hidden_refusal(root, gitops.state(root), ["mutable/"]) == (
+    assert hidden_refusal(root, queries.state(root), ["mutable/"]) == (
         f"guard clean_tree: mutable/helper.log is not in HEAD {st.head[:7]} and git ignores it, yet the candidate can "
         "import it: commit it or delete it")
