@@ -11,8 +11,9 @@ if [ -d .whl ] && [ ! -f /tmp/site/.ditar-wheels ]; then
 fi
 unset PYTHONPATH
 if ! python3 -c 'import diffusers, pytest_ditar' 2>/dev/null; then  # not a development venv (the CPU dry run's)
-  usersite=$(python3 -c 'import site; print(site.getusersitepackages() if site.ENABLE_USER_SITE else "")')
-  [ -n "$usersite" ] || { echo "gpu_env: user site-packages disabled: no place for the .pth" >&2; return 1; }
+  # the user's site-packages, or (an image that disables it, as root) the interpreter's own
+  usersite=$(python3 -c 'import site, sysconfig; print(site.getusersitepackages() if site.ENABLE_USER_SITE else sysconfig.get_paths()["purelib"])')
+  [ -n "$usersite" ] || { echo "gpu_env: no site-packages for the .pth" >&2; return 1; }
   mkdir -p "$usersite" && printf '%s\n%s\n' "$PWD" /tmp/site > "$usersite/ditar-gpu.pth" || return 1
   python3 -c 'import diffusers, pytest_ditar' || { echo "gpu_env: diffusers or pytest_ditar not importable" >&2; return 1; }
 fi

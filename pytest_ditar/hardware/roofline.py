@@ -7,9 +7,10 @@ passes: this catches unsynchronized timers and skipped work, it does not judge e
 
 from __future__ import annotations
 
-from pytest_ditar.hardware.profiles import TargetProfile
+from pytest_ditar.hardware.profiles import PROFILES, TargetProfile
 
-__all__ = ["HOST_MARGIN", "flop_floor_seconds", "host_roofline_check", "roofline_check"]
+__all__ = ["HOST_MARGIN", "UNKNOWN_DEVICE_MARGIN", "device_peak_tflops", "flop_floor_seconds", "host_roofline_check",
+           "roofline_check"]
 
 # How far above the probe a lane may seem to run before it is refused. The probe is the best of a
 # few float32 square matmuls, the friendliest work a BLAS has; a whole pipeline (attention softmax,
@@ -20,6 +21,23 @@ __all__ = ["HOST_MARGIN", "flop_floor_seconds", "host_roofline_check", "roofline
 # peak still passes a probe that read 30% low; skipped work (cached outputs, a fraction of the
 # steps passed off as the same work) shows up as 2x and more.
 HOST_MARGIN = 1.25
+
+# A card no profile describes (an H100 ran here as the H200's stand-in) gets the fastest profile's
+# peak times this: a floor no such card beats. The target's own peak would call an honest run on a
+# faster card a broken timer (an H100's 82.7 ms exact stack was a CRASH against the A5500's 136 TFLOP/s).
+UNKNOWN_DEVICE_MARGIN = 2.0
+
+
+def device_peak_tflops(device_name: str, compute_capability: str) -> float:
+    """The peak TFLOP/s the FLOP floor uses for the card a run is on: its profile's where one
+    matches its name and compute capability ("8.6"), else UNKNOWN_DEVICE_MARGIN times the fastest
+    profile's (lenient by construction: the floor catches broken timers, it judges no card)."""
+    for p in PROFILES.values():
+        cc = ".".join(map(str, p.compute_capability)) if p.compute_capability else None
+        if p.name_match and p.peak_tflops and cc == compute_capability \
+                and p.name_match.lower() in device_name.lower():
+            return p.peak_tflops
+    return UNKNOWN_DEVICE_MARGIN * max(p.peak_tflops or 0.0 for p in PROFILES.values())
 
 
 def _peak_tflops(profile_or_peak: TargetProfile | float) -> float:

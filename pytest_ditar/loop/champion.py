@@ -11,8 +11,7 @@ from typing import Any, cast
 
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import CandidateError
-from pytest_ditar.hardware.profiles import get_profile
-from pytest_ditar.hardware.roofline import host_roofline_check, roofline_check
+from pytest_ditar.hardware.roofline import device_peak_tflops, host_roofline_check, roofline_check
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.store.ledger import Ledger
@@ -98,11 +97,7 @@ def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
     per_device = flops / max(1, getattr(lane, "gpus", 1))  # at best, the ranks split the work evenly
     if device.startswith("cuda"):
         fp = sess.fingerprint()
-        try:
-            peak = get_profile("h200" if "H200" in fp.device_name else sess.cfg.target)
-        except ValueError:
-            peak = get_profile(sess.cfg.target)
-        problem = roofline_check(med, per_device, peak)
+        problem = roofline_check(med, per_device, device_peak_tflops(fp.device_name, fp.compute_capability))
     elif device == "cpu" and stored is not None and stored.host_flops:  # measured at baseline (older ones: none)
         problem = host_roofline_check(med, per_device, stored.host_flops)
     else:
