@@ -98,7 +98,9 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
     report: dict[str, Any] = {"device": sess.resolved_device(), "ceiling_tflops": ceiling,
                               "measured_ceiling_tflops": measured, "rows": []}
     try:
-        champ = sess.worker(sess.cfg.candidate_path, "champion-head")
+        # HEAD's blobs, as the gate builds every role (loop.roles): a worker on the checkout's own
+        # folder timed the compiled champion's b1 call 1.86x slower than the gate did (H100, session 24)
+        champ = sess.worker(sess.candidate_code(), "champion-head")
         t0 = time.perf_counter()
         champ.built(sess.cfg.build_timeout_s)
         champ_build = time.perf_counter() - t0
