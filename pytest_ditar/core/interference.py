@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pytest_ditar.core import stats
 from pytest_ditar.core.distributions import mannwhitneyu_p
 
 PROBE_FLOOR_S = 1e-3  # an idle probe above this (and PROBE_RATIO x the side's idle level) saw foreign work
@@ -124,15 +125,8 @@ def after_candidate(samples: Mapping[str, Sequence[float]], orders: Sequence[str
         return None
     p = mannwhitneyu_p(after, other, "greater")
     slow = float(np.median(after) / np.median(other) - 1.0)
-    return AfterCandidate(side, slow, p, len(after), len(other), _upper(after, other))
-
-
-def _upper(after: Sequence[float], other: Sequence[float], n_boot: int = 1000) -> float:
-    rng = np.random.default_rng(0)
-    a, o = np.asarray(after, dtype=float), np.asarray(other, dtype=float)
-    ratios = (np.median(rng.choice(a, (n_boot, a.size)), axis=1)
-              / np.median(rng.choice(o, (n_boot, o.size)), axis=1))
-    return float(np.percentile(ratios, 97.5) - 1.0)
+    high = stats.bootstrap_ratio_ci(after, other, n_boot=1000)[1] - 1.0  # two-sided 95%: its 97.5% bound
+    return AfterCandidate(side, slow, p, len(after), len(other), high)
 
 
 def slowed_side(samples: Mapping[str, Sequence[float]], orders: Sequence[str], threshold: float,
@@ -144,4 +138,3 @@ def slowed_side(samples: Mapping[str, Sequence[float]], orders: Sequence[str], t
         if r is not None and r.p < alpha and r.slowdown > max(threshold, 0.0) and math.isfinite(r.slowdown):
             return r
     return None
-

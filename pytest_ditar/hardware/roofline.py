@@ -7,6 +7,7 @@ passes: this catches unsynchronized timers and skipped work, it does not judge e
 
 from __future__ import annotations
 
+from pytest_ditar.hardware.fingerprint import Fingerprint, on_target
 from pytest_ditar.hardware.profiles import PROFILES, TargetProfile
 
 __all__ = ["HOST_MARGIN", "UNKNOWN_DEVICE_MARGIN", "device_peak_tflops", "flop_floor_seconds", "host_roofline_check",
@@ -28,14 +29,12 @@ HOST_MARGIN = 1.25
 UNKNOWN_DEVICE_MARGIN = 2.0
 
 
-def device_peak_tflops(device_name: str, compute_capability: str) -> float:
-    """The peak TFLOP/s the FLOP floor uses for the card a run is on: its profile's where one
-    matches its name and compute capability ("8.6"), else UNKNOWN_DEVICE_MARGIN times the fastest
-    profile's (lenient by construction: the floor catches broken timers, it judges no card)."""
+def device_peak_tflops(fp: Fingerprint) -> float:
+    """The peak TFLOP/s the FLOP floor uses for the card a run is on: the profile it is on
+    (hardware.fingerprint.on_target: name and compute capability), else UNKNOWN_DEVICE_MARGIN times
+    the fastest profile's (lenient by construction: the floor catches broken timers, it judges no card)."""
     for p in PROFILES.values():
-        cc = ".".join(map(str, p.compute_capability)) if p.compute_capability else None
-        if p.name_match and p.peak_tflops and cc == compute_capability \
-                and p.name_match.lower() in device_name.lower():
+        if p.peak_tflops and on_target(fp, p):
             return p.peak_tflops
     return UNKNOWN_DEVICE_MARGIN * max(p.peak_tflops or 0.0 for p in PROFILES.values())
 

@@ -96,8 +96,7 @@ def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
     device = sess.resolved_device()
     per_device = flops / max(1, getattr(lane, "gpus", 1))  # at best, the ranks split the work evenly
     if device.startswith("cuda"):
-        fp = sess.fingerprint()
-        problem = roofline_check(med, per_device, device_peak_tflops(fp.device_name, fp.compute_capability))
+        problem = roofline_check(med, per_device, device_peak_tflops(sess.fingerprint()))
     elif device == "cpu" and stored is not None and stored.host_flops:  # measured at baseline (older ones: none)
         problem = host_roofline_check(med, per_device, stored.host_flops)
     else:

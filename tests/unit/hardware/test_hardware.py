@@ -242,10 +242,10 @@ def test_module_all_is_exported() -> None:
 def test_the_floor_uses_the_card_the_run_is_on() -> None:
     """The FLOP floor's peak is the running card's profile, never the target's: an H100 (no
     profile) ran an honest 82.7 ms exact stack that the A5500's 136 TFLOP/s called a broken timer."""
-    assert roofline.device_peak_tflops("NVIDIA RTX A5500", "8.6") == pytest.approx(136.4)
-    assert roofline.device_peak_tflops("NVIDIA H200", "9.0") == 779.0  # its bf16, the more lenient
-    h100 = roofline.device_peak_tflops("NVIDIA H100 80GB HBM3", "9.0")
+    assert roofline.device_peak_tflops(_cuda_fp()) == pytest.approx(136.4)
+    assert roofline.device_peak_tflops(_cuda_fp(device_name="NVIDIA H200", compute_capability="9.0")) == 779.0
+    h100 = roofline.device_peak_tflops(_cuda_fp(device_name="NVIDIA H100 80GB HBM3", compute_capability="9.0"))
     assert h100 >= 989.0  # the H100 SXM's datasheet dense fp16 peak
     assert roofline_check(82.7e-3, 12.5e12, h100) is None
     assert roofline_check(1e-3, 12.5e12, h100) is not None  # a broken timer is still one
-    assert roofline.device_peak_tflops("NVIDIA RTX A5500", "9.0") > 136.4  # a name alone is not the card
+    assert roofline.device_peak_tflops(_cuda_fp(compute_capability="9.0")) > 136.4  # a name alone is not the card
