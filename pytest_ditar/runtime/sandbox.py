@@ -1,7 +1,10 @@
 """The sandbox of every process that runs candidate or champion code (bubblewrap).
 
 A worker sees the whole filesystem read-only: the repository and its `.git`, the state
-directory, the champion's worktree, the virtual environment, the model cache. It may write only
+directory, the champion's worktree, the virtual environment, the model cache, except the host's
+temporary folders (`/tmp`, `/var/tmp`): those are empty and read-only, with only what the worker
+reads from them bound back (its interpreter's paths, its model: Spec.reads), so no role sees what
+other processes (the judge's other runs, other jobs) leave there or when. It may write only
 what its Spec names: its private scratch directory (its working directory and TMPDIR), the
 folder of its shared-memory buffer and, on the champion's side, the tag's compile cache. The
 candidate sees that cache through an overlay whose writes land in a folder of the judge's outside
@@ -92,6 +95,8 @@ class Spec:
     binds: tuple[tuple[str, str, bool], ...] = ()
     private_at: tuple[str, ...] = ()
     cwd: str = ""
+    # host paths under a private temporary folder (PRIVATE_TEMP) that the worker reads: bound back read-only
+    reads: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -102,7 +107,8 @@ class Spec:
                    devices=tuple(d.get("devices", ())), overlay=bool(d.get("overlay", True)),
                    kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})), masks=tuple(d.get("masks", ())),
                    binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
-                   private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")))
+                   private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")),
+                   reads=tuple(d.get("reads", ())))
 
 
 def device_nodes(device: str) -> tuple[str, ...]:
@@ -113,14 +119,32 @@ def device_nodes(device: str) -> tuple[str, ...]:
     return tuple(sorted(glob.glob("/dev/nvidia*")))
 
 
+# The host's temporary folders: shared by every process on the host, so what appears there and
+# when says what else runs (the judge's other runs among them). Every sandbox gets them empty.
+PRIVATE_TEMP = ("/tmp", "/var/tmp")
+
+
+def needed_reads(*extra: str) -> tuple[str, ...]:
+    """What a worker reads that lies under a private temporary folder: its interpreter (prefixes,
+    every folder on the judge's sys.path, this package's parent) and `extra` (its model), real
+    paths, outermost only; everything else it reads is visible already."""
+    import pytest_ditar
+
+    roots = [os.path.realpath(r) for r in PRIVATE_TEMP if os.path.isdir(r) and not os.path.islink(r)]
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
+             os.path.dirname(os.path.dirname(pytest_ditar.__file__)), *extra}
+    paths = sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
+    under = [p for p in paths if any(p == r or p.startswith(r + os.sep) for r in roots)]
+    return tuple(p for p in under if not any(p != q and p.startswith(q.rstrip(os.sep) + os.sep) for q in under))
+
+
 def masked() -> list[str]:
     """Folders hidden under an empty tmpfs: where the host keeps the Unix sockets of daemons that
     would run a command for the candidate outside its sandbox (systemd's and D-Bus's user bus,
     docker, tmux, screen, an ssh agent, X). A read-only mount does not stop connect(2) on a
     socket; the network namespace only stops abstract ones."""
-    out = [d for d in ("/run", "/var/run") if os.path.isdir(d) and not os.path.islink(d)]
-    for pattern in ("/tmp/.X11-unix", "/tmp/.ICE-unix", "/tmp/tmux-*", "/tmp/ssh-*", "/tmp/screen*",
-                    "/var/run/screen"):
+    out = [d for d in ("/run", "/var/run", *PRIVATE_TEMP) if os.path.isdir(d) and not os.path.islink(d)]
+    for pattern in ("/var/run/screen",):
         out += [d for d in glob.glob(pattern) if os.path.isdir(d) and not os.path.islink(d)]
     for var in ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "XDG_RUNTIME_DIR"):
         value = os.environ.get(var, "")
@@ -137,8 +161,13 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    temp = []
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
+        temp += [folder] if folder in PRIVATE_TEMP else []
+    for path in spec.reads:  # before the masks: a hidden path below one of them stays hidden
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
     hidden = []
     for path in spec.masks:  # the repository's git, mutable paths and state: nothing of another role
         if os.path.isdir(path) and not os.path.islink(path):
@@ -160,7 +189,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
                 else ["--bind", f"{kept}/upper", at]
         else:
             args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
-    for path in hidden:  # read-only once every bind below it is in place: nothing to write there either
+    for path in (*hidden, *temp):  # read-only once every bind below it is in place: nothing to write there either
         args += ["--remount-ro", path]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
 

@@ -86,7 +86,8 @@ def test_inside_the_sandbox_only_its_scratch_is_writable_and_nothing_outside_is_
         d.mkdir()
     (private / "champions-entry").write_text("compiled by the champion")
     a = sandbox.availability()
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), private=(str(private),), overlay=a.overlay)
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), private=(str(private),), overlay=a.overlay,
+                        reads=(str(outside),))  # under /tmp: seen only as a path the worker reads
     judge = os.getpid()
     seen = _inside(spec, lambda: _walls(str(outside), str(scratch), str(private), judge), str(scratch))
     assert "error" not in seen, seen
@@ -186,7 +187,8 @@ def test_a_directly_spawned_worker_runs_a_module_in_the_sandbox(tmp_path):
                           "tmpdir": os.environ.get("TMPDIR")}))
     '''))
     a = sandbox.availability()
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path / "scratch"),), env={"TMPDIR": "/x"})
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path / "scratch"),), env={"TMPDIR": "/x"},
+                        reads=sandbox.needed_reads(str(tmp_path)))  # its module's folder, as a worker's model
     (tmp_path / "scratch").mkdir()
     res = subprocess.run([sys.executable, "-m", "pytest_ditar.runtime.sandbox", spec.to_json(), "-m", "probe_mod",
                           str(tmp_path / "planted")], capture_output=True, text=True, timeout=60,
@@ -234,9 +236,55 @@ def test_the_hosts_daemon_sockets_are_hidden(tmp_path):
                 return {"result": exc.strerror}
 
         assert _inside(spec, knock, str(tmp_path))["result"] != "connected"
-        assert str(folder) in sandbox.masked() and "/run" in sandbox.masked()
+        assert "/tmp" in sandbox.masked() and "/run" in sandbox.masked()
     finally:
         server.close()
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@linux_only
+@needs_sandbox
+def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp_path):
+    """/tmp is every process's: what appears there, and when, tells a worker what else runs (the
+    judge's other runs, other jobs), so a role could be told by the moment it looks. Inside, /tmp is
+    empty and read-only but for the paths the worker reads (its model, its interpreter's folders),
+    bound back read-only; a host folder made while it runs never shows."""
+    import shutil
+    import tempfile
+
+    model, scratch = tmp_path / "model", tmp_path / "scratch"
+    model.mkdir()
+    scratch.mkdir()
+    (model / "weights").write_text("w")
+    reads = sandbox.needed_reads(str(model), str(model / "weights"))
+    assert str(model.resolve()) in reads and str((model / "weights").resolve()) not in reads  # outermost only
+    assert all(p.startswith(("/tmp/", "/var/tmp/")) for p in reads), reads  # the rest is visible already
+    neighbour = Path(tempfile.mkdtemp(prefix="ditar-neighbour-", dir="/tmp"))
+    try:
+        a = sandbox.availability()
+        spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), reads=reads)
+
+        def look() -> dict:
+            def write(path: str) -> str:
+                try:
+                    with open(path, "w") as fh:
+                        fh.write("x")
+                    return "wrote"
+                except OSError as exc:
+                    return exc.strerror
+
+            return {"tmp": sorted(os.listdir("/tmp")), "model": (model / "weights").read_text(),
+                    "into_model": write(str(model / "planted")), "into_tmp": write("/tmp/planted"),
+                    "neighbour": os.path.exists(str(neighbour)), "scratch": write(str(scratch / "ok"))}
+
+        seen = _inside(spec, look, str(scratch))
+        assert "error" not in seen, seen
+        assert seen["neighbour"] is False and not [n for n in seen["tmp"] if n.startswith("ditar-")], seen
+        assert seen["tmp"] == sorted({p.split("/")[2] for p in (*reads, str(scratch)) if p.startswith("/tmp/")})
+        assert seen["model"] == "w" and seen["into_model"] == "Read-only file system", seen
+        assert seen["into_tmp"] == "Read-only file system" and seen["scratch"] == "wrote", seen
+        assert " ".join(sandbox.argv(spec, 3)).count("--remount-ro /tmp") == 1
+    finally:
+        shutil.rmtree(neighbour, ignore_errors=True)
