@@ -128,11 +128,9 @@ def needed_reads(*extra: str) -> tuple[str, ...]:
     """What a worker reads that lies under a private temporary folder: its interpreter (prefixes,
     every folder on the judge's sys.path, this package's parent) and `extra` (its model), real
     paths, outermost only; everything else it reads is visible already."""
-    import pytest_ditar
-
     roots = [os.path.realpath(r) for r in PRIVATE_TEMP if os.path.isdir(r) and not os.path.islink(r)]
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
-             os.path.dirname(os.path.dirname(pytest_ditar.__file__)), *extra}
+             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), *extra}
     paths = sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
     under = [p for p in paths if any(p == r or p.startswith(r + os.sep) for r in roots)]
     return tuple(p for p in under if not any(p != q and p.startswith(q.rstrip(os.sep) + os.sep) for q in under))
