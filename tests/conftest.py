@@ -250,6 +250,23 @@ def research_twin(pytester: pytest.Pytester, model_cache: Path, tmp_path_factory
 
 
 GENERATE = "    def generate(self, request: Request) -> Generated:\n"
+# the user's cache folder as the session began (pytester points HOME at each test's own folder)
+_HOST_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+
+
+def host_visible_dir(name: str) -> Path:
+    """A fresh folder that every sandboxed worker sees (read-only), as it sees the host's own state:
+    the host's temporary folders, where pytest's tmp_path lies, are empty in each sandbox
+    (runtime.sandbox.PRIVATE_TEMP), so a test that changes what the champion meets mid-run (a marker
+    standing for a busy host) keeps it here. Removed when the test process ends."""
+    import atexit
+    import tempfile
+
+    root = _HOST_CACHE / "pytest-ditar-tests"
+    root.mkdir(parents=True, exist_ok=True)
+    made = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    atexit.register(shutil.rmtree, made, True)
+    return made
 
 
 def busy_while_marked(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory, source: str,
@@ -257,7 +274,7 @@ def busy_while_marked(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPa
     """A research project whose baseline `source` sleeps `seconds` in each call where `condition`
     (on `request`) holds while a marker file exists; the marker is written once the baseline is
     stored, so the champion then runs those calls far slower than its stored samples (drift)."""
-    marker = tmp_path_factory.mktemp("busy-host") / "busy"
+    marker = host_visible_dir("busy-host") / "busy"
     assert GENERATE in source
     slowed = source.replace(GENERATE, GENERATE + "        import os, time\n"
                             f"        if {condition} and os.path.exists({str(marker)!r}):\n"

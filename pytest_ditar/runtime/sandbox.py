@@ -2,9 +2,11 @@
 
 A worker sees the whole filesystem read-only: the repository and its `.git`, the state
 directory, the champion's worktree, the virtual environment, the model cache, except the host's
-temporary folders (`/tmp`, `/var/tmp`): those are empty and read-only, with only what the worker
-reads from them bound back (its interpreter's paths, its model: Spec.reads), so no role sees what
-other processes (the judge's other runs, other jobs) leave there or when. It may write only
+temporary folders (`/tmp`, `/var/tmp`): each sandbox has empty ones of its own (writable, gone
+with it, as a fresh machine's: a library that ignores TMPDIR still works), with only what the
+worker reads from the host's bound back read-only (its interpreter's paths, its model:
+Spec.reads), so no role sees what other processes (the judge's other runs, other jobs) leave there
+or when. It may write only
 what its Spec names: its private scratch directory (its working directory and TMPDIR), the
 folder of its shared-memory buffer and, on the champion's side, the tag's compile cache. The
 candidate sees that cache through an overlay whose writes land in a folder of the judge's outside
@@ -95,7 +97,8 @@ class Spec:
     binds: tuple[tuple[str, str, bool], ...] = ()
     private_at: tuple[str, ...] = ()
     cwd: str = ""
-    # host paths under a private temporary folder (PRIVATE_TEMP) that the worker reads: bound back read-only
+    # host paths the worker reads (its model) that may lie under a private temporary folder (PRIVATE_TEMP):
+    # bound back read-only there, with its interpreter's own (needed_reads)
     reads: tuple[str, ...] = ()
 
     def to_json(self) -> str:
@@ -120,7 +123,7 @@ def device_nodes(device: str) -> tuple[str, ...]:
 
 
 # The host's temporary folders: shared by every process on the host, so what appears there and
-# when says what else runs (the judge's other runs among them). Every sandbox gets them empty.
+# when says what else runs (the judge's other runs among them). Every sandbox gets empty ones.
 PRIVATE_TEMP = ("/tmp", "/var/tmp")
 
 
@@ -159,11 +162,9 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    temp = []
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
-        temp += [folder] if folder in PRIVATE_TEMP else []
-    for path in spec.reads:  # before the masks: a hidden path below one of them stays hidden
+    for path in needed_reads(*spec.reads):  # before the masks: a hidden path below one of them stays hidden
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
     hidden = []
@@ -187,7 +188,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
                 else ["--bind", f"{kept}/upper", at]
         else:
             args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
-    for path in (*hidden, *temp):  # read-only once every bind below it is in place: nothing to write there either
+    for path in hidden:  # read-only once every bind below it is in place: nothing to write there either
         args += ["--remount-ro", path]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
 
@@ -438,7 +439,8 @@ def _selftest(spec: Spec) -> str | None:
         for d in (scratch, private, outside):
             os.mkdir(d)
         kept = kept_folder("ditar-sandbox-probe-kept-")
-        spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,))
+        spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,),
+                    reads=(outside,))
         try:
             return _run_probe(spec, scratch, outside, private, kept)
         finally:
@@ -455,7 +457,7 @@ def _run_probe(spec: Spec, scratch: str, outside: str, private: str, kept: str) 
     if res.returncode != 0:
         lines = (res.stdout + res.stderr).strip().splitlines()
         return lines[-1] if lines else f"the sandbox probe exited with code {res.returncode}"
-    if os.listdir(outside) or os.listdir(private):
+    if os.listdir(outside) or os.listdir(private) or len(os.listdir(os.path.dirname(outside))) != 3:
         return "a write from inside the sandbox landed outside it"
     if os.listdir(os.path.join(kept, "upper")) != ["ok"]:
         return "a write to the sandbox's private cache was not kept in the judge's folder"
@@ -467,14 +469,16 @@ _PYTHON_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 
 def _probe_inside(spec: Spec, outside: str, judge: int) -> int:
     """Runs in the probe's sandboxed child: every wall a worker relies on, from inside."""
-    for path in (outside, os.path.dirname(outside)):
-        try:
-            with open(os.path.join(path, "planted"), "w") as fh:
-                fh.write("x")
-            print(f"a write to {path} was not refused")
-            return 1
-        except OSError:
-            pass
+    try:
+        with open(os.path.join(outside, "planted"), "w") as fh:
+            fh.write("x")
+        print(f"a write to {outside} was not refused")
+        return 1
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):  # its parent: the sandbox's own /tmp where the host's is; never the host's
+        with open(os.path.join(os.path.dirname(outside), "planted"), "w") as fh:
+            fh.write("x")
     with open(os.path.join(spec.writable[0], "ok"), "w") as fh:  # its scratch is writable
         fh.write("x")
     with open(os.path.join(spec.private[0], "ok"), "w") as fh:  # its private cache too, and it stays private

@@ -209,7 +209,7 @@ class CandidateWorker:
                             private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
                             devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay,
                             masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
-                            reads=sandbox.needed_reads(str(self.spec.model_dir)))
+                            reads=(str(self.spec.model_dir),))
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None

@@ -66,9 +66,9 @@ _EXTRA_PASS = ("        self.pipe(class_labels=list(request.labels), guidance_sc
 
 @pytest.fixture
 def guard_drift_research(pytester, model_cache, tmp_path_factory):
-    from conftest import research_project, shared_perf
+    from conftest import host_visible_dir, research_project, shared_perf
 
-    marker = tmp_path_factory.mktemp("guard-drift") / "busy"
+    marker = host_visible_dir("guard-drift") / "busy"
     passes = ("        import os\n"
               f"        for _ in range(5 if len(request.labels) >= 4 and os.path.exists({str(marker)!r}) else 3):\n"
               + "".join("    " + ln + "\n" for ln in _EXTRA_PASS.splitlines()))
