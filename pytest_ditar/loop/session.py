@@ -209,7 +209,7 @@ class DitarSession:
                      cpu_threads=self.worker_threads(spec.device),
                      build_timeout_s=self.cfg.build_timeout_s, sandboxed=self.cfg.sandboxed,
                      compile_cache=self.compile_cache(), keep_compile_writes=name.startswith("candidate"),
-                     masks=self.role_masks())
+                     masks=self.role_masks(), reads=(str(self.cfg.root.resolve()),))
             self._workers[key] = w.start(fingerprint=True)
         return self._workers[key]
 

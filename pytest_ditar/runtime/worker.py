@@ -89,7 +89,7 @@ class CandidateWorker:
                  env: dict[str, str] | None = None, build_timeout_s: float | None = None, sandboxed: bool = True,
                  writable: "tuple[Path, ...] | list[Path]" = (), compile_cache: Path | None = None,
                  compile_cache_writable: bool = False, keep_compile_writes: bool = False,
-                 masks: "tuple[str, ...]" = ()):
+                 masks: "tuple[str, ...]" = (), reads: "tuple[str, ...]" = ()):
         self.name = name
         self.candidate_dir = Path(candidate_dir).resolve()
         self.spec = spec
@@ -116,6 +116,9 @@ class CandidateWorker:
         self.keep_compile_writes = keep_compile_writes
         self.compile_writes: Path | None = None
         self.masks = tuple(masks)  # host paths its sandbox hides (the repository's git, mutable paths, state)
+        # host paths it reads as a user's worker would (the project, beside its model), bound back
+        # where they lie under a temporary folder its sandbox makes its own (runtime.sandbox.PRIVATE_TEMP)
+        self.reads = tuple(reads)
         self._own_scratch: Path | None = None  # a scratch directory made for a worker given no cwd
         self.buffer_dir: Path | None = None  # the shared-memory buffer's own folder (bound into the sandbox)
         self._proc: subprocess.Popen | None = None
@@ -209,7 +212,7 @@ class CandidateWorker:
                             private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
                             devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay,
                             masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
-                            reads=(str(self.spec.model_dir),))
+                            reads=(str(self.spec.model_dir), *self.reads))
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None

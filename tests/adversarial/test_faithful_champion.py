@@ -19,7 +19,7 @@ import pytest
 
 from .attacks import BUILD, sleeps_after
 from .conftest import experiment
-from conftest import make_project
+from conftest import host_visible_dir, make_project
 
 pytestmark = pytest.mark.adversarial
 
@@ -100,7 +100,7 @@ def test_a_champion_that_fails_in_its_role_refuses_the_run(pytester, model_cache
     naming the champion; the candidate's commit stays, nothing is recorded."""
     from candidates import REDUNDANT, STOCK
 
-    marker = tmp_path / "bomb"
+    marker = host_visible_dir("bomb") / "bomb"  # a sandbox sees the host here, not in its own /tmp
     bombed = BUILD.replace("    return StockDiT(spec)\n",
                            f"    if __import__('os').path.exists({str(marker)!r}):\n"
                            "        raise RuntimeError('the time bomb went off')\n"

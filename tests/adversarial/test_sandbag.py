@@ -14,7 +14,7 @@ import pytest
 
 from .attacks import GEN_RETURN, GEN_SIG, sleeps_after
 from .conftest import KEYS, assert_not_kept, experiment
-from conftest import make_project
+from conftest import host_visible_dir, make_project
 
 pytestmark = pytest.mark.adversarial
 
@@ -73,7 +73,8 @@ def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_gua
     explains (core.decision.drift_voids_win)."""
     from candidates import REDUNDANT, STOCK
 
-    marker, bomb = tmp_path / "busy", tmp_path / "bomb"
+    where = host_visible_dir("sandbag")  # a sandbox sees the host here, not in its own /tmp
+    marker, bomb = where / "busy", where / "bomb"
     marker.write_text("the box is busy while the first run stores its samples\n")
     proj = make_project(pytester, mutable_source=_loaded_while(marker, REDUNDANT))
     second = _judged_twice(proj, _loaded_while(marker, sandbag(bomb)), _loaded_while(marker, STOCK), bomb,
@@ -88,5 +89,5 @@ def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_gua
 def test_champion_that_sandbags_in_its_role_is_caught_by_drift(pytester, model_cache, tmp_path):
     from candidates import REDUNDANT, STOCK
 
-    bomb = tmp_path / "bomb"
+    bomb = host_visible_dir("sandbag") / "bomb"  # a sandbox sees the host here, not in its own /tmp
     _judged_twice(make_project(pytester, mutable_source=REDUNDANT), sandbag(bomb), STOCK, bomb)
