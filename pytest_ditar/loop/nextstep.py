@@ -63,7 +63,10 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
                     "experiment (its ledger row links this one)")
         return (f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): not judged twice, so leave this idea; if runs "
                 "keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
-    return f"{left}; every reason is in {run}/summary.json; next, a different hypothesis (not this one again)"
+    # where the discarded commit's time went, against the champion it lost to (loop.profile): its
+    # commit stays reachable after the reset, so it is profiled from git, not from the tree
+    return (f"{left}; every reason is in {run}/summary.json; where its time went: `dit-ar profile --commit {head} "
+            f"--against champion`; next, a different hypothesis (not this one again)")
 
 
 def _after_try(gate: Gate) -> str:
