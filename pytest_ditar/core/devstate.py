@@ -63,3 +63,29 @@ def energy_per_image(joules: Sequence[float], batch: int) -> float | None:
     mid = len(vals) // 2
     med = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
     return med / batch
+
+
+def describe(rounds: Sequence[Mapping[str, Any]], energy: Mapping[str, float | None]) -> str | None:
+    """One line of a lane's device and host state over its rounds (the run summary's); None without any."""
+    if not rounds:
+        return None
+
+    def span(key: str, unit: str, fmt: str = "{:.0f}") -> str | None:
+        vals = [r[key] for r in rounds if r.get(key) is not None]
+        if not vals:
+            return None
+        lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
+        return f"{lo}{unit}" if lo == hi else f"{lo}-{hi}{unit}"
+
+    parts = [f"{name} {v}" for name, v in (("SM", span("sm_mhz", " MHz")), ("memory", span("mem_mhz", " MHz")),
+                                            ("temperature", span("temp_c", " C")), ("power", span("power_w", " W")),
+                                            ("host load", span("load1", "", "{:.2f}")),
+                                            ("CPU", span("cpu_mhz", " MHz"))) if v]
+    per_image = [f"{side} {j:.3g} J" for side, j in energy.items() if j is not None]
+    if per_image:
+        parts.append("energy per image " + ", ".join(per_image))
+    hot = throttled(rounds)
+    if hot:
+        seen = sorted({x for i in hot for x in rounds[i].get("reasons", ()) if x in SLOWDOWNS})
+        parts.append(f"{len(hot)} round(s) throttled ({', '.join(seen)}): void")
+    return ", ".join(parts) if parts else None

@@ -33,3 +33,16 @@ def test_only_slowdown_reasons_void_a_round():
 def test_energy_per_image_is_the_median_call_over_the_batch():
     assert energy_per_image([8.0, 80.0, 10.0, 9.0], batch=4) == pytest.approx(9.5 / 4)
     assert energy_per_image([], batch=1) is None and energy_per_image([5.0], batch=0) is None
+
+
+def test_the_run_summary_line_spans_each_reading_and_names_throttled_rounds():
+    from pytest_ditar.core.devstate import describe
+
+    gpu = [{"sm_mhz": 1980.0, "mem_mhz": 2619.0, "temp_c": 60.0, "power_w": 400.0, "load1": 0.5, "reasons": []},
+           {"sm_mhz": 1410.0, "mem_mhz": 2619.0, "temp_c": 83.0, "power_w": 230.0, "load1": 0.7,
+            "reasons": ["hw_thermal_slowdown", "gpu_idle"]}]
+    line = describe(gpu, {"candidate": 1.25, "champion": None})
+    assert line == ("SM 1410-1980 MHz, memory 2619 MHz, temperature 60-83 C, power 230-400 W, host load 0.50-0.70, "
+                    "energy per image candidate 1.25 J, 1 round(s) throttled (hw_thermal_slowdown): void")
+    assert describe([{"load1": 1.0, "cpu_mhz": 2596.1}], {}) == "host load 1.00, CPU 2596 MHz"
+    assert describe([], {}) is None
