@@ -17,7 +17,7 @@ import glob
 import os
 from typing import Any
 
-from pytest_ditar.core.devstate import reasons
+from pytest_ditar.core.devstate import reasons, round_state
 from pytest_ditar.hardware.fingerprint import nvml_handle
 
 CPUFREQ = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq"
@@ -110,6 +110,34 @@ class Reader:
         if self.nvml is not None:
             _call(self.nvml.nvmlShutdown)
         self.nvml = self.handle = None
+
+
+class Rounds:
+    """A lane's record of state: each timed call run through `timed` (its energy, then a read of
+    the device), each round closed by `end_round` (the host's read, and the round summed up by
+    core.devstate.round_state into `states`). The lists are the measurement's own, so a look
+    during the lane sees every round closed so far."""
+
+    def __init__(self, device: str | None, states: list[dict[str, Any]], energy: dict[str, list[float]]):
+        self.reader = Reader(device)
+        self.states, self.energy = states, energy
+        self.reads: list[dict[str, Any]] = []
+
+    def timed(self, side: str, call: Any) -> Any:
+        e0 = self.reader.energy_mj()  # read outside the timed call, as every state is
+        out = call()
+        e1 = self.reader.energy_mj()
+        if e0 is not None and e1 is not None:
+            self.energy.setdefault(side, []).append((e1 - e0) / 1e3)
+        self.reads.append(self.reader.read())
+        return out
+
+    def end_round(self) -> None:
+        self.states.append(round_state([*self.reads, host_state()]))
+        self.reads = []
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def settings(index: int = 0) -> dict[str, Any] | None:

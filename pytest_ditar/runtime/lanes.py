@@ -19,7 +19,7 @@ from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
 from pytest_ditar.core.audit import audit_batch
 from pytest_ditar.core.decision import LaneOutcome
-from pytest_ditar.core.devstate import energy_per_image, round_state, throttled
+from pytest_ditar.core.devstate import energy_per_image, throttled
 from pytest_ditar.core.interference import foreign_work
 from pytest_ditar.core.probes import caching_suspected
 from pytest_ditar.core.requests import RequestStream
@@ -240,8 +240,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
         sides["t"] = (twin, m.twin_samples)
     names = {"c": "candidate", "h": "champion", "t": "twin"}
     m.pids = {names[k]: int(w.proc.pid) for k, (w, _) in sides.items() if getattr(w, "proc", None) is not None}
-    state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None, "order": "",
-                             "reads": []}
+    state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None, "order": ""}
 
     def next_request() -> Request:
         if state["req"] is None:
@@ -250,16 +249,11 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.seeds.append(list(req.seeds))
         return state["req"]
 
-    reader = devstate.Reader(getattr(getattr(candidate, "spec", None), "device", None))
+    rec = devstate.Rounds(getattr(getattr(candidate, "spec", None), "device", None), m.rounds_state, m.energy_j)
 
     def call(key: str) -> None:
         worker, samples = sides[key]
-        e0 = reader.energy_mj()  # read outside the timed call, as every state is
-        out = _timed(worker, workers, next_request(), timeout_s, m.overhead_s)
-        e1 = reader.energy_mj()
-        if e0 is not None and e1 is not None:
-            m.energy_j.setdefault(names[key], []).append((e1 - e0) / 1e3)
-        state["reads"].append(reader.read())
+        out = rec.timed(names[key], lambda: _timed(worker, workers, next_request(), timeout_s, m.overhead_s))
         samples.append(out.seconds)
         if out.idle_probe_s is not None:
             m.probes.setdefault(names[key], []).append(out.idle_probe_s)
@@ -293,8 +287,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             if audit is not None:
                 _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
             m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
-            m.rounds_state.append(round_state([*state["reads"], devstate.host_state()]))
-            state["reads"] = []
+            rec.end_round()  # the device's and the host's state of this round
             state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:
                 progress(state["round"])
@@ -327,7 +320,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
         except AuditFailure as exc:
             m.audit_failure = str(exc)
         finally:
-            reader.close()
+            rec.close()
     m.energy_per_image_j = {side: energy_per_image(js, lane.batch) for side, js in m.energy_j.items()}
     for w in distinct:
         w.resume()
