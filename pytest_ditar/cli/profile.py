@@ -75,11 +75,13 @@ def against_lines(a: dict[str, Any], n: int = 6) -> list[str]:
     p = a["phases"]
     out = [f"against {a['ref']} ({a['commit'][:7]}), the same request: {p['ref_wall_ms']:.2f} -> {p['wall_ms']:.2f} ms "
            f"({p['delta_ms']:+.2f} ms); {a['headline']}"]
+    rest = "device idle" if a["summary"].get("device_ms") is not None else "outside operators"
     for name, d in (("phase", p), ("kernel family", a["families"])):
         out.append(f"  by {name} (deltas add up to {d['summed_ms']:+.2f} ms):")
         for r in d["rows"][:n]:
             rel = f"{100 * r['rel']:+.1f}%" if r["rel"] is not None else "new"
-            out.append(f"    {r['key']:<24} {r['ref_ms']:>9.2f} -> {r['ms']:>9.2f} ms  {r['delta_ms']:>+9.2f} ms  "
+            key = rest if r["key"] == REST else r["key"]
+            out.append(f"    {key:<24} {r['ref_ms']:>9.2f} -> {r['ms']:>9.2f} ms  {r['delta_ms']:>+9.2f} ms  "
                        f"{rel:>7}")
     return out
 
