@@ -84,8 +84,17 @@ def describe(rounds: Sequence[Mapping[str, Any]], energy: Mapping[str, float | N
     per_image = [f"{side} {j:.3g} J" for side, j in energy.items() if j is not None]
     if per_image:
         parts.append("energy per image " + ", ".join(per_image))
-    hot = throttled(rounds)
+    hot = throttle_note(rounds)
     if hot:
-        seen = sorted({x for i in hot for x in rounds[i].get("reasons", ()) if x in SLOWDOWNS})
-        parts.append(f"{len(hot)} round(s) throttled ({', '.join(seen)}): void")
+        parts.append(hot.split(":", 1)[0] + ": void")
     return ", ".join(parts) if parts else None
+
+
+def throttle_note(rounds: Sequence[Mapping[str, Any]]) -> str | None:
+    """What a lane's verdict adds where the device throttled in some rounds (voided, re-timed)."""
+    hot = throttled(rounds)
+    if not hot:
+        return None
+    seen = sorted({x for i in hot for x in rounds[i].get("reasons", ()) if x in SLOWDOWNS})
+    return (f"{len(hot)} of {len(rounds)} rounds throttled ({', '.join(seen)}): void, re-timed within the budget; "
+            "repeated, the card's cooling or power limit is the problem (`dit-ar doctor`)")

@@ -43,6 +43,16 @@ def test_the_run_summary_line_spans_each_reading_and_names_throttled_rounds():
             "reasons": ["hw_thermal_slowdown", "gpu_idle"]}]
     line = describe(gpu, {"candidate": 1.25, "champion": None})
     assert line == ("SM 1410-1980 MHz, memory 2619 MHz, temperature 60-83 C, power 230-400 W, host load 0.50-0.70, "
-                    "energy per image candidate 1.25 J, 1 round(s) throttled (hw_thermal_slowdown): void")
+                    "energy per image candidate 1.25 J, 1 of 2 rounds throttled (hw_thermal_slowdown): void")
     assert describe([{"load1": 1.0, "cpu_mhz": 2596.1}], {}) == "host load 1.00, CPU 2596 MHz"
     assert describe([], {}) is None
+
+
+def test_a_lanes_verdict_names_its_throttled_rounds_and_says_where_to_look():
+    from pytest_ditar.core.devstate import throttle_note
+
+    rounds = [{"reasons": []}, {"reasons": ["sw_power_cap", "gpu_idle"]}, {"reasons": ["hw_slowdown"]}, {}]
+    assert throttle_note(rounds) == ("2 of 4 rounds throttled (hw_slowdown, sw_power_cap): void, re-timed within "
+                                     "the budget; repeated, the card's cooling or power limit is the problem "
+                                     "(`dit-ar doctor`)")
+    assert throttle_note([{"load1": 2.0}]) is None
