@@ -133,6 +133,10 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     if cuda:
         lines.append(f"device busy {100 * s['device_ms'] / wall if wall else 0:.1f}% of the call's wall: every kernel "
                      "the device ran, graph-replayed and compiled ones included (low: launch- or host-bound)")
+        unlinked = s["device_ms"] - (s.get("device_linked_ms") or 0.0)
+        if unlinked > 0.005 * s["device_ms"]:  # kernels no host operator claims: a graph's replay, mostly
+            lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): in the "
+                         "device column only where their launch lies inside a phase")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     un = s.get("unprofiled_wall_ms")
     lines.append(f"call wall {wall:.2f} ms under the profiler" + (
