@@ -304,6 +304,30 @@ def trial_row(label: str, t: int, m, res) -> dict:
             "peak_reserved_gib": m.peak_reserved_gib}
 
 
+def _plan(args, champ, twin, suite, lanes, plans, perf) -> dict:
+    """Issue 41: the planner's smallest win per lane (loop.reach), before any candidate worker
+    exists, from an A/A: the champion against its twin (two processes, as a gated run's
+    references; --plan-aa twin) or against itself as `dit-ar baseline` times it (--plan-aa self)."""
+    from dataclasses import replace
+
+    from pytest_ditar.loop.reach import lane_reach
+    from pytest_ditar.runtime.lanes import measure_lane
+
+    out = {}
+    for w in (champ, twin):
+        if w is not None:
+            w.built(args.timeout)
+    for lane in lanes:
+        if twin is not None:
+            twin.pause()
+        other = twin if args.plan_aa == "twin" and twin is not None else champ
+        aa = measure_lane(champ, suite, lane, champion=other, timeout_s=args.timeout)
+        r = lane_reach(aa.to_dict(), lane, replace(perf, lane_budget_s=plans[lane.name].budget_s, twin=bool(args.twin)))
+        out[lane.name] = vars(r) if r is not None else None
+        print(f"[power] {lane.name} planner: {r.text() if r else 'no A/A rounds'}", flush=True)
+    return out
+
+
 class _Deadline(Exception):
     """The next trial would likely end past --deadline-s."""
 
@@ -340,14 +364,6 @@ def lanes_mode(args) -> dict:
     src = base_source(args.base)
     logs = Path(args.logs or tempfile.mkdtemp(prefix="ditar-power-"))
     logs.mkdir(parents=True, exist_ok=True)
-    if args.attack:
-        labels = {args.attack: None}
-    else:
-        effects = [float(e) for e in args.effects.split(",")]
-        if faster_by(args.start, max(effects)) < 0:
-            raise SystemExit(f"--start {args.start} leaves no room for a planted win of {max(effects):.0%}")
-        labels = {f"{e:g}": e for e in effects}
-
     from pytest_ditar.runtime import sandbox
 
     boxed = sandbox.check() is None  # as a gated run's workers, where this host can make the sandbox
@@ -361,6 +377,18 @@ def lanes_mode(args) -> dict:
 
     champ = worker("champion", planted(src, args.start))
     twin = worker("twin", planted(src, args.start)) if args.twin else None
+    planner = _plan(args, champ, twin, suite, lanes, plans, perf) if args.plan else {}
+    if args.attack:
+        labels = {args.attack: None}
+    else:
+        if args.effects.startswith("plan:"):  # multiples of the planner's effect (one lane), and A/A
+            base = planner[lanes[0].name]["effect"]
+            effects = [0.0] + [round(base * float(x), 4) for x in args.effects[5:].split(",")]
+        else:
+            effects = [float(e) for e in args.effects.split(",")]
+        if faster_by(args.start, max(effects)) < 0:
+            raise SystemExit(f"--start {args.start} leaves no room for a planted win of {max(effects):.0%}")
+        labels = {f"{e:g}": e for e in effects}
     cands = {}
     for label, e in labels.items():
         source = (attacked(src, args.start, args.attack_ms, args.attack_delay_ms) if e is None
@@ -374,7 +402,8 @@ def lanes_mode(args) -> dict:
            "perf": {"alpha": perf.alpha, "min_speedup": perf.min_speedup, "max_rounds": perf.max_rounds,
                     "max_cv": perf.max_cv, "lane_budget_s": {n: sq.budget_s for n, sq in plans.items()},
                     "looks": {n: list(sq.plan.looks) for n, sq in plans.items()}},
-           "trials": {lane.name: trials[lane.name] for lane in lanes}, "lanes": {}, "cut": None}
+           "trials": {lane.name: trials[lane.name] for lane in lanes}, "lanes": {}, "cut": None,
+           "planner": planner}
     t0 = time.perf_counter()
     try:
         for w in everyone:
@@ -514,6 +543,20 @@ def aa_noise(rows: list) -> dict:
             "median_ms": _median(statistics.median(r["champion_samples"]) * 1e3 for r in rows if r["champion_samples"])}
 
 
+def effect_at_power(by: dict, power: float = 0.8) -> float | None:
+    """The planted effect whose KEEP rate reaches `power`, interpolated linearly between the two
+    effects around it (None where no effect reached it)."""
+    pts = sorted((float(label), r["kept"] / r["trials"]) for label, r in by.items()
+                 if label[0].isdigit() and float(label) > 0 and r["trials"])
+    prev = (0.0, 0.0)
+    for e, rate in pts:
+        if rate >= power:
+            (e0, r0) = prev
+            return e0 + (e - e0) * (power - r0) / (rate - r0) if rate > r0 else e
+        prev = (e, rate)
+    return None
+
+
 def _pct(x) -> str:
     return "-" if x is None else f"{x * 100:.2f}%"
 
@@ -570,6 +613,14 @@ def print_table(out: dict) -> None:
                   f"{_pct(n['twin_paired_half_width'])}), robust CV champion {_pct(n['robust_cv']['champion'])} "
                   f"candidate {_pct(n['robust_cv']['candidate'])} twin {_pct(n['robust_cv']['twin'])}, "
                   f"champion median {n['median_ms']:.1f} ms")
+        plan = (out.get("planner") or {}).get(lane)
+        if plan:
+            seen = effect_at_power(by)
+            ratio = f", ratio {seen / plan['effect']:.2f}" if seen and plan["effect"] > 0 else ""
+            print(f"{lane:15s} planner (loop.reach, from an A/A before the trials): "
+                  f"1+{plan['effect'] * 100:.1f}% at {plan['power']:.0%} power (spread {plan['spread'] * 100:.1f}%, "
+                  f"{plan['rounds']} rounds); "
+                  f"measured: " + (f"{seen * 100:.1f}%{ratio}" if seen else f"no effect kept {plan['power']:.0%}"))
     if out.get("cut"):
         print(f"cut: {out['cut']}")
 
@@ -594,13 +645,20 @@ def main() -> int:
     ap.add_argument("--base", default="stock", help="stock, graphs (the ladder's exact champion) or ladder switches")
     ap.add_argument("--trials", default="10", help="trials; lanes mode also per lane: latency_b1=12,throughput_b8=6")
     ap.add_argument("--effect", type=float, default=0.03, help="loop mode: the planted win")
-    ap.add_argument("--effects", default="0,0.01,0.02,0.03,0.05", help="lanes mode: planted wins (0: A/A)")
+    ap.add_argument("--effects", default="0,0.01,0.02,0.03,0.05",
+                    help="lanes mode: planted wins (0: A/A); with --plan, `plan:0.67,1,1.5` plants those multiples "
+                         "of the planner's effect, beside an A/A")
     ap.add_argument("--lanes", default="", help="lanes mode: only these lanes (comma-separated)")
     ap.add_argument("--attack", choices=("interference",), default=None,
                     help="lanes mode: time this attack candidate (an unchanged pipeline) instead of planted wins")
     ap.add_argument("--attack-ms", type=float, default=30.0, help="device time the attack leaves queued per call")
     ap.add_argument("--attack-delay-ms", type=float, default=0.2,
                     help="the attack's wait after generate returns (the worker syncs first), before it queues")
+    ap.add_argument("--plan", action="store_true",
+                    help="lanes mode: first an A/A of the champion as the baseline times it, and the planner's "
+                         "smallest resolvable win from it (loop.reach), beside the measured KEEP rates")
+    ap.add_argument("--plan-aa", choices=("twin", "self"), default="twin",
+                    help="--plan's A/A: champion against its twin (default) or against itself (the baseline's)")
     ap.add_argument("--no-twin", dest="twin", action="store_false", help="lanes mode: no twin of the champion")
     ap.add_argument("--one-core", choices=("on", "off", "ab"), default="on",
                     help="lanes mode: every side's launching thread on one core (the gate's default), not pinned, "

@@ -50,3 +50,30 @@ def slowed(fraction: float) -> str:
 PROJECT_ROOT = ("(lambda _o: next((c for c in (_o.readlink(f'/proc/{p}/cwd') for p in __import__('itertools')"
                 ".accumulate(range(8), lambda p, _: int(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[1])"
                 " or 1, initial=_o.getpid())) if _o.path.isdir(c + '/.git')), ''))(__import__('os'))")
+
+
+# The transformer blocks call their attention and feed-forward around nn.Module.__call__ (as a
+# rewrite that calls a fused function does): the modules stay registered, so `dit-ar profile`
+# marks them, and their marks never fire. The outputs are the stock pipeline's.
+BYPASSES_MODULES = _patch("        pipe.vae.decode = capture\n",
+                          "        pipe.vae.decode = capture\n\n"
+                          "        class _Direct:  # forward without __call__: no hook runs\n"
+                          "            def __init__(self, m):\n"
+                          "                self.m = m\n\n"
+                          "            def __call__(self, *a, **k):\n"
+                          "                return self.m.forward(*a, **k)\n\n"
+                          "        for block in pipe.transformer.transformer_blocks:\n"
+                          "            for name in ('attn1', 'ff'):\n"
+                          "                object.__setattr__(block, name, _Direct(getattr(block, name)))\n")
+
+# The VAE decoder sleeps SLOW_VAE_S inside its own forward, so the time lands in the "VAE decode"
+# phase of `dit-ar profile` and nowhere else; the outputs are the stock pipeline's.
+SLOW_VAE_S = 0.15
+SLOW_VAE = _patch("        pipe.vae.decode = capture\n",
+                  "        pipe.vae.decode = capture\n"
+                  "        import time\n"
+                  "        dec_forward = pipe.vae.decoder.forward\n\n"
+                  "        def slow_forward(*a, **k):\n"
+                  f"            time.sleep({SLOW_VAE_S!r})\n"
+                  "            return dec_forward(*a, **k)\n\n"
+                  "        pipe.vae.decoder.forward = slow_forward\n")

@@ -10,6 +10,7 @@ from pytest_ditar.config.project import load_config
 from pytest_ditar.config.semantic import OWNER, availability, needed
 from pytest_ditar.config.suite import load_suite
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.hardware import devstate
 from pytest_ditar.hardware.exclusivity import doctor_row
 from pytest_ditar.hardware.stack import stack_rows
 from pytest_ditar.hardware.topology import collect, doctor_rows
@@ -77,6 +78,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows.append(("ledger", PASS if rep.ok else FAIL, f"{rep.n_rows} rows" if rep.ok else "; ".join(rep.problems[:2])))
     rows += stack_rows(cfg.target, PASS, WARN, FAIL)
     rows.append(doctor_row(PASS, WARN, FAIL))  # NVML: without it a CUDA lane is UNSTABLE, never unchecked
+    rows.append(devstate.doctor_row(PASS, WARN))  # persistence and application clocks: set, or how to
     rows += doctor_rows(collect(), {ln.name: ln.gpus for ln in suite.lanes})  # GPU count, pair links, slow-link warning
     return rows
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.core.attribution import BYPASSED, UNMARKED_WHY
 from pytest_ditar.core.errors import CandidateError
+from pytest_ditar.core.kernels import REST, REST_LABEL
 from pytest_ditar.hardware.roofline import fmt_flops
 from pytest_ditar.loop.profile import logs_of, profile
 
@@ -28,6 +30,9 @@ class Profile(Command):
                                                          "(default: .autoresearch/<tag>/profiles/<stamp>-<sha7>)")
         parser.add_argument("--warmup", type=int, default=1,
                             help="unprofiled warm-up calls first (default: %(default)s)")
+        parser.add_argument("--against", default=None, metavar="REF",
+                            help="also profile REF (a commit, `champion` or `baseline`) on the same request, and "
+                                 "show the difference per phase and per kernel family")
         parser.add_argument("--device", default=None)
 
     @classmethod
@@ -37,7 +42,7 @@ class Profile(Command):
         sess = open_session(args, args.device)
         try:
             res = profile(sess, lane=args.lane, commit=args.commit, steps=args.steps, out=args.out,
-                          warmup=args.warmup)
+                          warmup=args.warmup, against=args.against)
         except CandidateError as exc:
             print(f"dit-ar: profile: the candidate failed: {exc}", file=sys.stderr)
             for line in logs_of(sess):
@@ -48,6 +53,37 @@ class Profile(Command):
         for line in describe(res.summary, res.out_dir):
             print(line)
         return 0
+
+
+def kernel_lines(s: dict[str, Any], cuda: bool, n: int = 10) -> list[str]:
+    """The kernel table (core.kernels): families, then the largest kernels (operators on a CPU)."""
+    k = s["kernels"]
+    wall = k["wall_ms"] or 1.0
+    what = "kernels the device ran" if cuda else "operators' self CPU time"
+    fams = ", ".join(f"{REST_LABEL[cuda] if f == REST else f} {ms:.2f} ms ({100 * ms / wall:.1f}%)"
+                     for f, ms in sorted(k["families"].items(), key=lambda kv: -kv[1]) if ms > 0)
+    out = [f"by kernel family ({what}; they add up to the wall): {fams}",
+           f"top {min(n, len(k['rows']))} {'kernels' if cuda else 'operators'} ({what}):",
+           f"  {'name':<56} {'family':<10} {'calls':>6} {'ms':>9} {'share':>6}"]
+    out += [f"  {r['name'][:56]:<56} {r['family']:<10} {r['calls']:>6} {r['ms']:>9.3f} {100 * r['share']:>5.1f}%"
+            for r in k["rows"][:n]]
+    return out
+
+
+def against_lines(a: dict[str, Any], n: int = 6) -> list[str]:
+    """`--against`: this call against the reference's, per phase and per kernel family."""
+    p = a["phases"]
+    out = [f"against {a['ref']} ({a['commit'][:7]}), the same request: {p['ref_wall_ms']:.2f} -> {p['wall_ms']:.2f} ms "
+           f"({p['delta_ms']:+.2f} ms); {a['headline']}"]
+    rest = "device idle" if a["summary"].get("device_ms") is not None else "outside operators"
+    for name, d in (("phase", p), ("kernel family", a["families"])):
+        out.append(f"  by {name} (deltas add up to {d['summed_ms']:+.2f} ms):")
+        for r in d["rows"][:n]:
+            rel = f"{100 * r['rel']:+.1f}%" if r["rel"] is not None else "new"
+            key = rest if r["key"] == REST else r["key"]
+            out.append(f"    {key:<24} {r['ref_ms']:>9.2f} -> {r['ms']:>9.2f} ms  {r['delta_ms']:>+9.2f} ms  "
+                       f"{rel:>7}")
+    return out
 
 
 def _ms(v: float | None) -> str:
@@ -77,6 +113,11 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
         label = "  " * r["level"] + r["label"]
         if r["key"] == "denoise":
             label += f" ({s['steps_seen']})"
+        if r.get("unmarked"):  # no mark fired: a 0.00 here would be read as a measurement
+            lines.append(f"{label:<50} {UNMARKED_WHY.get(r['unmarked'], r['unmarked'])}")
+            continue
+        if r["key"] == BYPASSED and not r["host_ms"]:
+            continue
         row = f"{label:<50} {r['host_ms']:>9.2f} {100 * r['share']:>6.1f}% {_ms(r['per_step_ms']):>8}"
         if cuda:
             dev = r["device_ms"] or 0.0
@@ -90,14 +131,19 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     lines.append(f"coverage: the phases hold {100 * s['coverage']:.1f}% of the call's wall; host gaps "
                  f"{gaps['host_ms']:.2f} ms ({100 * gaps['share']:.1f}%)")
     if cuda:
-        lines.append(f"device busy {100 * s['device_ms'] / wall if wall else 0:.1f}% of the call's wall "
-                     "(low: launch- or host-bound, the GPU waits)")
+        lines.append(f"device busy {100 * s['device_ms'] / wall if wall else 0:.1f}% of the call's wall: every kernel "
+                     "the device ran, graph-replayed and compiled ones included (low: launch- or host-bound)")
+        unlinked = s["device_ms"] - (s.get("device_linked_ms") or 0.0)
+        if unlinked > 0.005 * s["device_ms"]:  # kernels no host operator claims: a graph's replay, mostly
+            lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): in the "
+                         "device column only where their launch lies inside a phase")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     un = s.get("unprofiled_wall_ms")
     lines.append(f"call wall {wall:.2f} ms under the profiler" + (
         f"; {un:.2f} ms unprofiled just before (another fresh request of the same shape; the difference is the "
         "profiler's and the marks' overhead plus host noise)"
         if un else ""))
+    lines += kernel_lines(s, cuda)
     key = "self device" if cuda else "self CPU"
     lines.append(f"top {len(s['top_ops'])} operators by {key} time:")
     lines.append(f"  {'operator':<44} {'calls':>6} {key + ' ms':>14} {'CPU total ms':>13} {'FLOP':>11}")
@@ -113,6 +159,9 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     else:
         lines.append("FLOPs: the profiler counted none for this call")
     lines.append(f"trace    {_where(out_dir / s['trace'])}  (chrome://tracing or ui.perfetto.dev; ranges ditar::*)")
+    if s.get("against"):
+        lines += against_lines(s["against"])
+        lines.append(f"trace    {_where(out_dir / s['against']['summary']['trace'])}  (the reference's call)")
     lines.append(f"summary  {_where(out_dir / 'summary.json')}")
     lines.append("ditar: profile: no lane timed, nothing recorded, git untouched")
     lines.append("ditar: next: the largest phase above is the bottleneck: `dit-ar search \"<that phase> <mechanism> "

@@ -12,9 +12,11 @@ from pytest_ditar.config.project import load_config
 from pytest_ditar.config.semantic import OWNER, availability
 from pytest_ditar.core.cumulative import cite
 from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
+from pytest_ditar.core.reach import Reach
 from pytest_ditar.core.rerun import counts, row_judged
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
 from pytest_ditar.loop.bound import experiments_run, read_bound
+from pytest_ditar.loop.reach import baseline_reach
 from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_checks
 from pytest_ditar.loop.worktrees import status_all
@@ -55,7 +57,7 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     # The same checks a gated run makes before the candidate runs: a missing ledger or baseline,
     # an edited manifest (its anchor) or champion is broken, never "0 rows, verifies".
     out["problems"] = [c.line() for c in state_checks(cfg.root, paths) if not c.ok] if out["initialised"] else []
-    out["baseline"] = _baseline(paths.baseline)
+    out["baseline"] = _baseline(paths.baseline, suite, cfg.perf)
     report = ledger.verify()
     # A broken chain is still shown (leniently parsed): status is how one finds out what broke.
     rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else read_rows(state)
@@ -91,16 +93,19 @@ def _initialised(cfg, paths) -> bool:
         or branches.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
 
 
-def _baseline(base_dir) -> dict[str, Any] | None:
+def _baseline(base_dir, suite: Any = None, perf: Any = None) -> dict[str, Any] | None:
     if not (base_dir / MANIFEST).is_file():
         return None
     snap = load_snapshot(base_dir, verify=False)
     problems = verify_snapshot(snap)
     m = snap.manifest
     lanes = read_lanes(snap.read_json("lanes.json"))
+    reach = baseline_reach(lanes, suite, perf) if suite is not None and perf is not None else {}
     return {"commit": m.get("git_sha"), "items": len(m.get("items", {})), "device": m.get("device"),
             "created": m.get("created"), "verifies": not problems, "problems": problems[:3],
-            "lanes": {k: {"median_s": statistics.median(v.samples), "noise_half_width": v.noise["ci_half_width"]}
+            "lanes": {k: {"median_s": statistics.median(v.samples), "noise_half_width": v.noise["ci_half_width"],
+                          # issue 41: what a gated run of this lane can resolve, before one is spent
+                          "resolvable": vars(reach[k]) if k in reach else None}
                       if v.samples and v.noise else {"figure": v.figure}  # a lane of another kind
                       for k, v in lanes.items()}}
 
@@ -146,7 +151,8 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
         print(f"baseline  {str(b['commit'])[:7]}  {b['items']} items on {b['device']}  {flag}")
         for k, v in b["lanes"].items():
-            print(f"  lane {k}: median {v['median_s'] * 1e3:.2f} ms, noise +/-{v['noise_half_width'] * 100:.2f}%")
+            print(f"  lane {k}: median {v['median_s'] * 1e3:.2f} ms, noise +/-{v['noise_half_width'] * 100:.2f}%"
+                  + (f"; {Reach(**v['resolvable']).text()}" if v.get("resolvable") else ""))
     else:
         print("baseline  missing")
     c = st["champion"]

@@ -18,7 +18,7 @@ Pure: plain data in, plain data out; no torch.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,13 +69,23 @@ PHASES: tuple[tuple[str, str, str | None], ...] = (
     ("norm", "norms (LayerNorm)", "transformer"),
     ("transformer_other", "other: patch embed, output head, unpatchify", "transformer"),
     ("guidance", "guidance combine *", "denoise"),
+    ("bypassed", "work outside the marked modules *", "denoise"),
     ("scheduler", "scheduler step", "denoise"),
     ("vae", "VAE decode", None),
     ("output", "output: images to host, uint8 *", None),
     ("gaps", "host gaps (between phases)", None),
 )
-INFERRED = ("setup", "guidance", "output")  # placed between ranges, not marked by one
+INFERRED = ("setup", "guidance", "bypassed", "output")  # placed between ranges, not marked by one
 GAPS = "gaps"
+BYPASSED = "bypassed"
+# Why a marked phase holds nothing (PhaseRow.unmarked): a rule or a table reads the cause, and the
+# words are the table's. BYPASS: modules of its kind were marked and never ran (the pipeline calls
+# around them: a rewrite, a CUDA graph's replay, a compiled region); ABSENT: the candidate holds none.
+BYPASS = "bypass"
+ABSENT = "absent"
+UNMARKED_WHY = {BYPASS: "unmarked: the pipeline bypasses the module (its marks never fired; its time is in "
+                         "the row around it)",
+                ABSENT: "unmarked: no module of this kind in the candidate"}
 EPS_US = 1e-3  # timestamps are microseconds with nanosecond digits
 
 
@@ -124,6 +134,7 @@ class PhaseRow:
     inferred: bool
     per_step_ms: float | None = None  # denoising rows only
     device_ms: float | None = None  # CUDA: device time of the kernels launched in it
+    unmarked: str | None = None  # BYPASS or ABSENT: no mark of it fired, so its 0 is not a measurement
 
 
 @dataclass
@@ -169,8 +180,28 @@ def _dur(n: _Node) -> float:
     return max(0.0, n.end - n.span.start)
 
 
-def attribute(spans: Iterable[Span]) -> Attribution:
-    """Exclusive host (and, on CUDA, device) time per phase of the one "call" span in `spans`.
+def unmarked(counts: Mapping[str, int], marks: Mapping[str, int] | None) -> dict[str, str]:
+    """The marked phases none of whose ranges fired (by `counts`, ranges per phase), each with its
+    cause: BYPASS where the worker marked modules of that kind (`marks`: label -> modules or
+    methods marked), ABSENT where it found none. A parent is unmarked when all its children are
+    and nothing of its own fired. Without `marks` (an older worker), nothing is said."""
+    if marks is None:
+        return {}
+    out: dict[str, str] = {}
+    for key, _, _ in PHASES:
+        labels = [lb for lb, ph in SPAN_PHASE.items() if ph == key]
+        if labels and not counts.get(key):
+            out[key] = BYPASS if any(marks.get(lb) for lb in labels) else ABSENT
+    for key, _, _ in reversed(PHASES):  # children before their parents
+        kids = [k for k, _, p in PHASES if p == key and k not in INFERRED]
+        if kids and all(k in out for k in kids) and not counts.get(key):
+            out[key] = BYPASS if any(out[k] == BYPASS for k in kids) else ABSENT
+    return out
+
+
+def attribute(spans: Iterable[Span], marks: Mapping[str, int] | None = None) -> Attribution:
+    """Exclusive host (and, on CUDA, device) time per phase of the one "call" span in `spans`;
+    `marks` (label -> modules or methods the worker marked) names the phases that never fired.
 
     Raises ValueError when there is no call span, or more than one."""
     spans = list(spans)
@@ -198,6 +229,9 @@ def attribute(spans: Iterable[Span]) -> Attribution:
     # The call's own time, between its top-level ranges: placed by what lies on either side.
     top = root.children
     first_tf = next((i for i, c in enumerate(top) if c.span.label == "transformer"), None)
+    # the loop's first range where no transformer mark fired: the setup ends there
+    first_loop = first_tf if first_tf is not None else next(
+        (i for i, c in enumerate(top) if c.span.label in ("scheduler.scale", "scheduler.step")), None)
     last_vae = max((i for i, c in enumerate(top) if c.span.label == "vae"), default=None)
     edges = [call.start] + [x for c in top for x in (c.span.start, c.end)] + [call.end]
     for i in range(len(top) + 1):  # the interval before top[i] (i == len(top): after the last)
@@ -206,7 +240,7 @@ def attribute(spans: Iterable[Span]) -> Attribution:
             continue
         before = top[i - 1].span.label if i > 0 else None
         after = top[i].span.label if i < len(top) else None
-        if first_tf is not None and i <= first_tf:
+        if first_loop is not None and i <= first_loop:
             phase = "setup"
         elif before == "transformer" and after == "scheduler.step":
             phase = "guidance"
@@ -214,9 +248,14 @@ def attribute(spans: Iterable[Span]) -> Attribution:
             phase = "output"
         else:
             phase = GAPS
+        dev = sum(o.device or 0.0 for o in ops if a - EPS_US <= o.start < b) if on_device else 0.0
+        # Between ranges yet doing the model's work: the model's call before a scheduler step where
+        # no transformer mark fired (a rewrite around the marked modules), or any kernels launched
+        # there (a CUDA graph's replay, a compiled region): the pipeline's time, never a host gap.
+        if phase == GAPS and (dev > 0 or (first_tf is None and after == "scheduler.step")):
+            phase = BYPASSED
         host[phase] += b - a
-        if on_device:
-            device[phase] += sum(o.device or 0.0 for o in ops if a - EPS_US <= o.start < b)
+        device[phase] += dev
     steps = sum(1 for c in top if c.span.label == "scheduler.step") \
         or sum(1 for c in top if c.span.label == "transformer")
     wall = call.dur
@@ -225,6 +264,7 @@ def attribute(spans: Iterable[Span]) -> Attribution:
         if parent is not None:
             host[parent] += host[key]
             device[parent] += device[key]
+    why = unmarked(count, marks)
     rows = []
     for key, label, parent in PHASES:
         level, p = 0, parent
@@ -235,7 +275,7 @@ def attribute(spans: Iterable[Span]) -> Attribution:
                              share=host[key] / wall if wall > 0 else 0.0, calls=count[key],
                              inferred=key in INFERRED,
                              per_step_ms=host[key] / 1e3 / steps if in_loop and steps else None,
-                             device_ms=device[key] / 1e3 if on_device else None))
+                             device_ms=device[key] / 1e3 if on_device else None, unmarked=why.get(key)))
     coverage = 1.0 - host[GAPS] / wall if wall > 0 else 0.0
     notes = []
     if not top:

@@ -287,8 +287,8 @@ def verdict(sides: Mapping[str, Sequence[float]], threshold: float, looks: Seque
         return out(stats.NOT_FASTER, f"not faster beyond {bar}: ruled out at {at} (p={last.p_futile:.2g})")
     if last.rounds and last.voided > max_void * last.rounds:
         return out(stats.UNSTABLE, f"{last.voided} of {last.rounds} rounds void (a reference's call over "
-                                   f"{VOID_RATIO:g}x its median, or on a busy device) at {at}, {ended}: "
-                                   "too noisy to decide")
+                                   f"{VOID_RATIO:g}x its median, on a busy device or a throttled one) at {at}, "
+                                   f"{ended}: too noisy to decide")
     if spread > max_cv:
         return out(stats.UNSTABLE, f"undecided at {at}, {ended}, with a lane spread of {spread * 100:.1f}% > "
                                    f"{max_cv * 100:.1f}%: too noisy to decide within the budget{reach}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, cast
 
 from pytest_ditar.config.semantic import class_refusal
-from pytest_ditar.core import guard, regression
+from pytest_ditar.core import devstate, guard, regression
 from pytest_ditar.core.decision import (
     Decision,
     GuardResult,
@@ -406,6 +406,9 @@ class Gate:
             if room:  # how close the edit came to each floor of the class
                 out.append(f"ditar: margins to the '{s.cls}' floors: " + "; ".join(room))
         out += [f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}" for oc in s.outcomes()]
+        states = {k: devstate.describe(r.measurement.rounds_state, r.measurement.energy_per_image_j)
+                  for k, r in s.lanes.items()}
+        out += [f"ditar: lane {k} rounds: {line}" for k, line in states.items() if line]  # the device's state
         if self.gated and self.decision is not None:
             out += run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.cls)
         if s.clock.seconds:  # any run that built or generated, a sharded quality phase included

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable
 
-from pytest_ditar.core import effect, guard, interference, meantime, probes, sequential as seq, stats
+from pytest_ditar.core import devstate, effect, guard, interference, meantime, probes, sequential as seq, stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
 from pytest_ditar.core.vocabulary import (
@@ -133,6 +133,9 @@ def _judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool
     res = _timed(m, champion_samples, objective=objective, source=source, perf_cfg=perf_cfg,
                  stored_samples=stored_samples, sequential=sequential, cpu=cpu, stored_host_s=stored_host_s,
                  guard_run=guard_run, paired=paired, grown=grown, min_effect=min_effect)
+    hot = devstate.throttle_note(m.rounds_state)  # voided rounds the verdict names, whatever it is
+    if hot:
+        res = replace(res, outcome=replace(res.outcome, reason=f"{res.outcome.reason}; {hot}"))
     if slowed is None:
         return res
     return replace(res, outcome=_interference_checked(res.outcome, slowed, perf_cfg.guard_tolerance))

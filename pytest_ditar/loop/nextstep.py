@@ -11,6 +11,7 @@ from pytest_ditar.core.quality import aggregate
 from pytest_ditar.core.vocabulary import INTERNAL
 from pytest_ditar.loop import phases
 from pytest_ditar.loop.bound import bound_refusal
+from pytest_ditar.loop.reach import undecided_note
 
 if TYPE_CHECKING:
     from pytest_ditar.core.decision import Decision
@@ -56,6 +57,8 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
                 "run again; else the next hypothesis")
     if any(g.name == "class_gate" and not g.ok for g in gate.guards):
         return f"{left}; this session cannot judge that class: a hypothesis of a class it can judge, or stop"
+    reach = undecided_note(gate.sess)
+    left = f"{left}; {reach}" if reach else left
     if d.status == "DISCARD" and not d.judged:  # one rule for an UNSTABLE objective lane (core.rerun)
         if d.rerun_of is None:
             return (f"{left}; not judged: the objective lane was UNSTABLE (the host or another process's work, not "
@@ -63,7 +66,10 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
                     "experiment (its ledger row links this one)")
         return (f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): not judged twice, so leave this idea; if runs "
                 "keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
-    return f"{left}; every reason is in {run}/summary.json; next, a different hypothesis (not this one again)"
+    # where the discarded commit's time went, against the champion it lost to (loop.profile): its
+    # commit stays reachable after the reset, so it is profiled from git, not from the tree
+    return (f"{left}; every reason is in {run}/summary.json; where its time went: `dit-ar profile --commit {head} "
+            f"--against champion`; next, a different hypothesis (not this one again)")
 
 
 def _after_try(gate: Gate) -> str:

@@ -19,10 +19,12 @@ from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
 from pytest_ditar.core.audit import audit_batch
 from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.core.devstate import energy_per_image, throttled
 from pytest_ditar.core.interference import foreign_work
 from pytest_ditar.core.probes import caching_suspected
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
+from pytest_ditar.hardware import devstate
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime import proctree
 from pytest_ditar.runtime.clock import judge_clock
@@ -112,6 +114,10 @@ class LaneMeasurement:
     looks: list[dict[str, Any]] = field(default_factory=list)  # a sequential lane's looks (core.sequential.Look)
     undecided: str | None = None  # why a sequential lane stopped without a decision (budget)
     peaks: dict[str, list[float | None]] = field(default_factory=dict)  # a memory lane's GiB per call, by side
+    # each round's device and host state (core.devstate.round_state: clocks, reasons, load, ...)
+    rounds_state: list[dict[str, Any]] = field(default_factory=list)
+    energy_j: dict[str, list[float]] = field(default_factory=dict)  # a GPU's energy per timed call, by side
+    energy_per_image_j: dict[str, float | None] = field(default_factory=dict)  # median per image, by side
 
     @property
     def timed_s(self) -> float:
@@ -243,9 +249,11 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.seeds.append(list(req.seeds))
         return state["req"]
 
+    rec = devstate.Rounds(getattr(getattr(candidate, "spec", None), "device", None), m.rounds_state, m.energy_j)
+
     def call(key: str) -> None:
         worker, samples = sides[key]
-        out = _timed(worker, workers, next_request(), timeout_s, m.overhead_s)
+        out = rec.timed(names[key], lambda: _timed(worker, workers, next_request(), timeout_s, m.overhead_s))
         samples.append(out.seconds)
         if out.idle_probe_s is not None:
             m.probes.setdefault(names[key], []).append(out.idle_probe_s)
@@ -279,6 +287,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             if audit is not None:
                 _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
             m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
+            rec.end_round()  # the device's and the host's state of this round
             state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:
                 progress(state["round"])
@@ -310,6 +319,9 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                         _timed(ref, workers, req, timeout_s, [])
         except AuditFailure as exc:
             m.audit_failure = str(exc)
+        finally:
+            rec.close()
+    m.energy_per_image_j = {side: energy_per_image(js, lane.batch) for side, js in m.energy_j.items()}
     for w in distinct:
         w.resume()
     m.peak_allocated_gib, m.peak_reserved_gib = candidate.memory()
@@ -458,8 +470,9 @@ def _total_pending(m: LaneMeasurement, sq: Sequential, lk: Any, k: int) -> bool:
 
 def _voiding(m: LaneMeasurement) -> list[int]:
     """Rounds void for foreign work: a reference's call that started on a busy device (a busy
-    start of the candidate's own call counts against it, so it is not voided)."""
-    return sorted({f.round for f in m.foreign() if f.side != "candidate"})
+    start of the candidate's own call counts against it, so it is not voided), and rounds the
+    device throttled in (core.devstate.throttled: its clock changed under the calls)."""
+    return sorted({f.round for f in m.foreign() if f.side != "candidate"} | set(throttled(m.rounds_state)))
 
 
 def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> None:

@@ -184,6 +184,7 @@ def profile_call(candidate: Any, request: Request, warm: Request, warmup: int, r
     prof.export_chrome_trace(str(out_dir / TRACE))
     events = prof.events()
     data = {"spans": spans_of(events, cuda), "top_ops": top_ops(prof, cuda), "flops": total_flops(prof),
+            "kernels": kernels_of(events, cuda) if cuda else host_ops(prof),
             "marks": marks.counts, "wall_s": wall_s, "unprofiled_s": unprofiled_s, "events": len(events),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "device": device}
     (out_dir / DATA).write_text(json.dumps(data))
@@ -226,6 +227,33 @@ def spans_of(events: Any, cuda: bool) -> list[list[Any]]:
             row.append(round(_device_us(e), 3))
         out.append(row)
     return out
+
+
+def kernels_of(events: Any, cuda: bool) -> list[list[Any]]:
+    """[name, calls, device ms] of every kernel, copy and memset the device ran while the call's
+    range was open, from the profiler's device-side records: a CUDA graph's replayed kernels and a
+    compiled region's Triton kernels count like an eager operator's (no host operator is needed to
+    find them). The device-side twins of ranges (gpu_user_annotation) are not kernels."""
+    call = next((e for e in events if e.name == PREFIX + CALL and _on_host(e)), None)
+    if call is None or not cuda:
+        return []
+    lo, hi = call.time_range.start, call.time_range.end
+    acc: dict[str, list[float]] = {}
+    for e in events:
+        if _on_host(e) or getattr(e, "is_user_annotation", False) or e.name.startswith(PREFIX):
+            continue
+        if not lo <= e.time_range.start <= hi:
+            continue
+        row = acc.setdefault(e.name, [0, 0.0])
+        row[0] += 1
+        row[1] += (e.time_range.end - e.time_range.start) / 1e3
+    return [[name, int(c), round(ms, 6)] for name, (c, ms) in acc.items()]
+
+
+def host_ops(prof: Any) -> list[list[Any]]:
+    """[name, calls, self CPU ms] of every host operator (the marks left out): a CPU's kernel table."""
+    return [[a.key, int(a.count), round(a.self_cpu_time_total / 1e3, 6)] for a in prof.key_averages()
+            if _on_host(a) and not a.key.startswith(PREFIX) and a.self_cpu_time_total > 0]
 
 
 def top_ops(prof: Any, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Any]]:

@@ -83,3 +83,56 @@ def test_an_unknown_lane_or_commit_is_a_usage_error(project):
     assert "no lane named 'nope'" in res.stderr and "latency_b1, throughput_b8" in res.stderr, res.stderr
     res = project.ditar("profile", "--commit", "deadbeef")
     assert res.returncode == 2 and "--commit deadbeef: no such commit" in res.stderr, res.stderr
+
+
+# ---- issue 41: unmarked phases, the kernel table, --against ----------------------------------
+
+def test_a_pipeline_that_bypasses_the_marked_modules_gets_those_phases_named_unmarked(research):
+    from tests.candidates import BYPASSES_MODULES
+
+    proj = research
+    proj.write("mutable/pipeline.py", BYPASSES_MODULES)
+    res = proj.ditar("profile", "--steps", "2")
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:] + res.stderr[-3000:]
+    summary = json.loads((proj.root / _out_dir(out) / "summary.json").read_text())
+    phases = {p["key"]: p for p in summary["phases"]}
+    assert phases["attention"]["unmarked"] == phases["mlp"]["unmarked"] == "bypass", summary["phases"]
+    assert phases["attention"]["calls"] == phases["mlp"]["calls"] == 0
+    assert summary["marks"]["attention"] > 0 and summary["marks"]["mlp"] > 0  # marked, never fired
+    assert phases["adaln"]["unmarked"] is None and phases["adaln"]["calls"] > 0  # the rest still fires
+    rows = {line.strip().split("  ")[0]: line for line in out.splitlines()}
+    for label in ("attention", "MLP (feed-forward)"):
+        assert "unmarked: the pipeline bypasses the module" in rows[label], (label, out[-3000:])
+        assert "0.00" not in rows[label]
+    # the kernel table on a CPU: every operator's self time by family, the rest of the wall beside it
+    k = summary["kernels"]
+    assert sum(k["families"].values()) == pytest.approx(summary["call_wall_ms"], rel=1e-6)
+    assert k["families"]["GEMM"] > 0 and k["families"]["norm"] > 0 and k["families"]["attention"] > 0
+    assert "by kernel family (operators' self CPU time; they add up to the wall)" in out
+
+
+def test_profile_against_the_champion_gives_deltas_that_add_up_to_the_calls_difference(research):
+    from tests.candidates import SLOW_VAE, SLOW_VAE_S
+
+    proj = research
+    base = proj.head()  # the champion: nothing kept yet, so the baseline's commit
+    sha = proj.commit_candidate(SLOW_VAE, subject="a slower VAE decode")
+    res = proj.ditar("profile", "--against", "champion", "--steps", "2")
+    out = res.stdout
+    assert res.returncode == 0, out[-3000:] + res.stderr[-3000:]
+    d = proj.root / _out_dir(out)
+    summary = json.loads((d / "summary.json").read_text())
+    a = summary["against"]
+    assert a["ref"] == "champion" and a["commit"] == base and summary["candidate"]["commit"] == sha
+    ref = a["summary"]
+    assert (d / "trace-ref.json").is_file() and ref["trace"] == "trace-ref.json"
+    walls = summary["call_wall_ms"] - ref["call_wall_ms"]
+    assert walls > 0.5 * SLOW_VAE_S * 1e3, (walls, out[-3000:])
+    for key in ("phases", "families"):
+        deltas = sum(r["delta_ms"] for r in a[key]["rows"])
+        assert deltas == pytest.approx(walls, rel=0.10), (key, a[key])
+    top = a["phases"]["rows"][0]
+    assert top["key"] == "vae" and top["delta_ms"] > 0.5 * SLOW_VAE_S * 1e3, a["phases"]["rows"][:3]
+    assert a["headline"].startswith("slower by ") and "VAE decode +" in a["headline"]
+    assert f"against champion ({base[:7]}), the same request" in out and "by kernel family (deltas add up" in out

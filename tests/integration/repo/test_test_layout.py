@@ -40,8 +40,6 @@ INDIRECT = {
                                    "test_fresh_clone_fetches_the_state_and_guards_for_github_actions",
     "pytest_ditar.cli.init": "tests/integration/cli/test_worktrees.py::"
                              "test_init_with_gpu_makes_worktrees_and_status_all_lists_them",
-    "pytest_ditar.cli.profile": "tests/e2e/test_profile.py::"
-                                "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.cli.recover": "tests/adversarial/test_defence_state.py::"
                                 "test_recover_refuses_a_healthy_state_unless_forced",
     "pytest_ditar.cli.report": "tests/e2e/test_report_render.py::test_report_renders_plot_and_image_grid",

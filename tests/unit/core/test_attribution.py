@@ -109,3 +109,53 @@ def test_modules_are_labelled_by_their_class_or_a_base_class():
     assert module_label(["MyTransformerBlock", "Module"]) == "block"
     assert module_label(["Linear", "Module", "object"]) is None
 
+
+
+# ---- issue 41: phases whose marks never fired, and work outside the marks --------------------
+
+MARKS = {"transformer": 1, "patch_embed": 1, "block": 2, "conditioning": 3, "attention": 2, "mlp": 2, "adaln": 2,
+         "norm": 4, "scheduler.step": 1, "scheduler.scale": 1, "scheduler.set_timesteps": 1, "vae": 2}
+
+
+def test_a_marked_phase_that_never_fired_is_named_bypassed_not_zero():
+    spans = [s for s in _pipeline_spans() if s.label not in ("attention", "mlp")]  # called around __call__
+    att = attribute(spans, marks=MARKS)
+    rows = {r.key: r for r in att.rows}
+    assert rows["attention"].unmarked == rows["mlp"].unmarked == "bypass"
+    assert rows["attention"].calls == 0 and rows["adaln"].unmarked is None and rows["transformer"].unmarked is None
+    # the bypassed modules' time is in the phase around them (the block), not lost
+    assert sum(r.host_ms for r in att.rows if r.parent is None) == pytest.approx(att.wall_ms)
+
+
+def test_a_phase_with_no_module_of_its_kind_is_absent_and_without_marks_nothing_is_said():
+    spans = [s for s in _pipeline_spans() if s.label != "conditioning"]
+    marks = {k: v for k, v in MARKS.items() if k != "conditioning"}
+    assert {r.key: r.unmarked for r in attribute(spans, marks=marks).rows}["conditioning"] == "absent"
+    assert all(r.unmarked is None for r in attribute(spans).rows)  # an older worker sent no marks
+
+
+def test_a_model_called_around_every_mark_is_work_outside_them_not_host_gaps():
+    # the transformer and everything in it bypassed (a hand-written loop), the scheduler still marked
+    spans = [s for s in _pipeline_spans() if s.label in ("call", "scheduler.set_timesteps", "scheduler.scale",
+                                                          "scheduler.step", "vae")]
+    att = attribute(spans, marks=MARKS)
+    rows = {r.key: r for r in att.rows}
+    for key in ("transformer", "attention", "mlp", "block", "adaln", "norm", "conditioning", "transformer_other"):
+        assert rows[key].unmarked == "bypass", key
+    assert rows["denoise"].unmarked is None and rows["scheduler"].calls == 4  # two scales, two steps
+    # between a scheduler.scale and the step after it: where the model ran
+    assert rows["bypassed"].host_ms == pytest.approx(((430 - 60) + (830 - 490)) / 1e3)
+    assert rows["setup"].host_ms == pytest.approx(50 / 1e3)  # up to the first scale
+    assert att.coverage > 0.9
+
+
+def test_device_work_launched_between_marks_is_never_a_host_gap():
+    # kernels launched between the last step and the VAE (a compiled region, a graph's replay):
+    # the launching op carries their device time
+    spans = [Span("call", 0, 1000, 900.0), Span("transformer", 100, 300, 150.0), Span("scheduler.step", 320, 350, 5.0),
+             Span("op", 400, 410, 200.0), Span("vae", 500, 600, 90.0)]
+    rows = {r.key: r for r in attribute(spans).rows}
+    assert rows["gaps"].host_ms == 0.0 and rows["gaps"].device_ms == 0.0
+    assert rows["bypassed"].host_ms == pytest.approx(0.15) and rows["bypassed"].device_ms == pytest.approx(0.2)
+    without = [s for s in spans if s.label != "op"]  # the same interval with no device work: a host gap
+    assert {r.key: r.host_ms for r in attribute(without).rows}["gaps"] == pytest.approx(0.15)
