@@ -10,7 +10,8 @@ from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.cli.experiment import Experiment
 from pytest_ditar.config.project import load_config
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, REFERENCE, SCREENING
+from pytest_ditar.core.fleet import reference_row
+from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING
 from pytest_ditar.loop import fleet, launch
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.loop.worktrees import collect_all
@@ -31,7 +32,8 @@ class Fleet(Command):
         parser.add_argument("action", choices=("init", "push", "promote", "launch"))
         parser.add_argument("--remote", default="origin", help="remote name or URL (default: %(default)s)")
         parser.add_argument("--host", help="promote: the host whose champion to re-judge")
-        parser.add_argument("--command", help="launch: what each job runs in its tag's worktree ({tag} is replaced)")
+        parser.add_argument("--command", dest="job_command",
+                            help="launch: what each job runs in its tag's worktree ({tag} is replaced)")
         parser.add_argument("--tags", default="", help="launch: comma-separated tags (default: every worktree's)")
         parser.add_argument("--cluster", choices=("slurm", "local"), default="slurm",
                             help="launch: the scheduler (default %(default)s)")
@@ -49,9 +51,13 @@ class Fleet(Command):
         tag = resolve_tag(cfg, args.tag)
         name, _host = fleet.own_host(tag)
         if args.action == "init":
-            rows, _ = fleet.publish(cfg, args.remote, name, [fleet.reference(cfg, tag)])
-            if [r.get("host") for r in rows if r.get("kind") == REFERENCE] != [_host]:
-                raise DitarError(f"fleet {name} on {args.remote} has another reference host already")
+            key = fleet.fetch(cfg, args.remote)
+            theirs, _ = fleet.read_fleet(cfg.root, f"{FLEET_REF}{key}/{name}", args.remote)
+            ref_row = reference_row(theirs)
+            if ref_row is not None and ref_row.get("host") != _host:
+                raise DitarError(f"fleet {name} on {args.remote} has a reference host already: {ref_row.get('host')}")
+            if ref_row is None:
+                fleet.publish(cfg, args.remote, name, [fleet.reference(cfg, tag)])
             print(f"fleet {name}: host {_host} is the reference on {args.remote} ({FLEET_REF}{name})")
             return 0
         if args.action == "push":
@@ -96,7 +102,7 @@ def _promote(cfg, args: argparse.Namespace, tag: str, name: str) -> int:
 
 
 def _launch(cfg, args: argparse.Namespace) -> int:
-    if not args.command:
+    if not args.job_command:
         raise DitarError("fleet launch: --command is what each job runs (the agent's loop), e.g. "
                          "--command 'dit-ar experiment --classification exact --description x'")
     known = {r["tag"]: Path(r["worktree"]) for r in collect_all(cfg)}
@@ -106,7 +112,7 @@ def _launch(cfg, args: argparse.Namespace) -> int:
         raise DitarError(f"fleet launch: no worktree holds tag(s) {', '.join(missing)} (`dit-ar init --tag T`)")
     gpus = [int(g) for g in args.gpus.split(",") if g]
     folder = Path(args.folder) if Path(args.folder).is_absolute() else cfg.root / args.folder
-    jobs = launch.launch([(t, known[t]) for t in tags], args.command, folder, args.cluster, gpus, args.timeout_min,
+    jobs = launch.launch([(t, known[t]) for t in tags], args.job_command, folder, args.cluster, gpus, args.timeout_min,
                          args.partition)
     for t, j in zip(tags, jobs):
         print(f"fleet launch: tag {t} job {j.job_id} ({args.cluster})")
@@ -115,6 +121,6 @@ def _launch(cfg, args: argparse.Namespace) -> int:
     worst = 0
     for j in jobs:
         res = j.result()
-        print(f"fleet launch: tag {res.tag} exit {res.returncode}: {res.last_line}")
+        print(f"fleet launch: tag {res.tag} exit {res.returncode} gpu {res.gpu or '-'}: {res.last_line}")
         worst = max(worst, res.returncode)
     return worst

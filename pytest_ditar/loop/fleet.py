@@ -159,10 +159,13 @@ def publish(cfg: Config, remote: str, fleet: str, new: Sequence[Mapping[str, obj
                                        f"ditar fleet {fleet}: {rows[-1].get('kind')} by {rows[-1].get('host')}", old)
             ok, said = trees.push(cfg.root, remote, [*spec, f"{commit}:{ref}"], {ref: old})
         if ok:
-            if commit:
-                trees.set_ref(cfg.root, ref, commit, f"ditar fleet {fleet}: pushed")
+            if commit:  # this clone's copy and its view of the remote's, both as pushed
+                for mine in (ref, f"{FLEET_REF}{key}/{fleet}"):
+                    trees.set_ref(cfg.root, mine, commit, f"ditar fleet {fleet}: pushed")
             return rows, attempt
-        if "rejected" not in said and "stale info" not in said:
+        # a ref git refused (`!` in --porcelain: a stale lease, or the remote's ref lock held by the
+        # other host's push) is the race; anything else (no such remote, no room) is not
+        if not any(line.startswith("!") for line in said.splitlines()):
             raise DitarError(f"fleet push to {remote} failed: {said}")
         time.sleep(random.uniform(0.05, 0.5) * attempt)  # another host won the race: read its rows, go again
     raise DitarError(f"fleet push to {remote}: the fleet ref moved under every one of {attempts} attempts")

@@ -27,6 +27,7 @@ class JobResult:
     tag: str
     returncode: int
     last_line: str
+    gpu: str  # the card the scheduler gave the job (CUDA_VISIBLE_DEVICES), "" for none
 
 
 def run_job(tag: str, cwd: str, command: Sequence[str]) -> JobResult:
@@ -35,7 +36,7 @@ def run_job(tag: str, cwd: str, command: Sequence[str]) -> JobResult:
     res = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, check=False)
     Path(cwd, f".ditar-job-{tag}.log").write_text(res.stdout + res.stderr)  # beside the tag, for a person
     lines = res.stdout.strip().splitlines()
-    return JobResult(tag, res.returncode, lines[-1] if lines else "")
+    return JobResult(tag, res.returncode, lines[-1] if lines else "", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 
 
 def launch(jobs: Sequence[tuple[str, Path]], command: str, folder: Path, cluster: str, gpus: Sequence[int],

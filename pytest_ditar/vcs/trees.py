@@ -305,7 +305,7 @@ def push(root: Path, remote: str, refspecs: Iterable[str], lease: Mapping[str, s
     status, out, err = hardened.git_status(root, [*_TRANSPORTS, "push", "--atomic", "--no-verify", "--porcelain",
                                                   "--receive-pack=git-receive-pack", *leases, "--", remote,
                                                   *refspecs])
-    return status == 0, (err or out).strip()
+    return status == 0, f"{out}\n{err}".strip()  # --porcelain: each ref's outcome on stdout, the reason on stderr
 
 
 def remote_refs(root: Path, remote: str, pattern: str) -> dict[str, str]:
