@@ -15,7 +15,7 @@ from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING
 from pytest_ditar.loop import fleet, launch
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.loop.worktrees import collect_all
-from pytest_ditar.vcs import trees
+from pytest_ditar.vcs import queries, trees
 
 
 class Fleet(Command):
@@ -31,10 +31,14 @@ class Fleet(Command):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("action", choices=("init", "push", "promote", "launch"))
         parser.add_argument("--remote", default="origin", help="remote name or URL (default: %(default)s)")
+        parser.add_argument("--force", action="store_true",
+                            help="push: write this host's refs over a remote copy another loop wrote")
         parser.add_argument("--host", help="promote: the host whose champion to re-judge")
         parser.add_argument("--command", dest="job_command",
                             help="launch: what each job runs in its tag's worktree ({tag} is replaced)")
         parser.add_argument("--tags", default="", help="launch: comma-separated tags (default: every worktree's)")
+        parser.add_argument("--checkouts", default="",
+                            help="launch: comma-separated clones, each on its research branch (instead of --tags)")
         parser.add_argument("--cluster", choices=("slurm", "local"), default="slurm",
                             help="launch: the scheduler (default %(default)s)")
         parser.add_argument("--gpus", default="", help="launch --cluster local: the cards, one a job (e.g. 0,1)")
@@ -52,6 +56,9 @@ class Fleet(Command):
         name, _host = fleet.own_host(tag)
         if args.action == "init":
             key = fleet.fetch(cfg, args.remote)
+            clash = fleet.other_writer(cfg, key, tag)
+            if clash and not args.force:
+                raise DitarError(f"fleet push: {clash}")
             theirs, _ = fleet.read_fleet(cfg.root, f"{FLEET_REF}{key}/{name}", args.remote)
             ref_row = reference_row(theirs)
             if ref_row is not None and ref_row.get("host") != _host:
@@ -62,6 +69,9 @@ class Fleet(Command):
             return 0
         if args.action == "push":
             key = fleet.fetch(cfg, args.remote)
+            clash = fleet.other_writer(cfg, key, tag)
+            if clash and not args.force:
+                raise DitarError(f"fleet push: {clash}")
             theirs, _ = fleet.read_fleet(cfg.root, f"{FLEET_REF}{key}/{name}", args.remote)
             own = [f"refs/heads/{cfg.branch_prefix}{tag}", trees.state_ref(tag)]
             rows, tries = fleet.publish(cfg, args.remote, name, fleet.announce(fleet.own_state(cfg, tag), theirs), own)
@@ -105,16 +115,25 @@ def _launch(cfg, args: argparse.Namespace) -> int:
     if not args.job_command:
         raise DitarError("fleet launch: --command is what each job runs (the agent's loop), e.g. "
                          "--command 'dit-ar experiment --classification exact --description x'")
-    known = {r["tag"]: Path(r["worktree"]) for r in collect_all(cfg)}
-    tags = [t for t in args.tags.split(",") if t] or list(known)
-    missing = [t for t in tags if t not in known]
-    if missing:
-        raise DitarError(f"fleet launch: no worktree holds tag(s) {', '.join(missing)} (`dit-ar init --tag T`)")
+    if args.checkouts:  # separate clones: each one's tag is its research branch's
+        paths = [Path(p).resolve() for p in args.checkouts.split(",") if p]
+        found = [(queries.state(p).branch or "", p) for p in paths]
+        off = [str(p) for b, p in found if not b.startswith(cfg.branch_prefix)]
+        if off:
+            raise DitarError(f"fleet launch: not on a research branch ({cfg.branch_prefix}<tag>): {', '.join(off)}")
+        pairs = [(b[len(cfg.branch_prefix):], p) for b, p in found]
+    else:
+        known = {r["tag"]: Path(r["worktree"]) for r in collect_all(cfg)}
+        tags = [t for t in args.tags.split(",") if t] or list(known)
+        missing = [t for t in tags if t not in known]
+        if missing:
+            raise DitarError(f"fleet launch: no worktree holds tag(s) {', '.join(missing)} (`dit-ar init --tag T`)")
+        pairs = [(t, known[t]) for t in tags]
     gpus = [int(g) for g in args.gpus.split(",") if g]
     folder = Path(args.folder) if Path(args.folder).is_absolute() else cfg.root / args.folder
-    jobs = launch.launch([(t, known[t]) for t in tags], args.job_command, folder, args.cluster, gpus, args.timeout_min,
+    jobs = launch.launch(pairs, args.job_command, folder, args.cluster, gpus, args.timeout_min,
                          args.partition)
-    for t, j in zip(tags, jobs):
+    for (t, _), j in zip(pairs, jobs):
         print(f"fleet launch: tag {t} job {j.job_id} ({args.cluster})")
     if not args.wait:
         return 0

@@ -171,6 +171,19 @@ def publish(cfg: Config, remote: str, fleet: str, new: Sequence[Mapping[str, obj
     raise DitarError(f"fleet push to {remote}: the fleet ref moved under every one of {attempts} attempts")
 
 
+def other_writer(cfg: Config, key: str, tag: str) -> str | None:
+    """Where the remote's copy of this host's branch or state ref is not an ancestor of this
+    clone's: another loop wrote it (two hosts under one name, or a forger). None: only this host did."""
+    for theirs, mine in ((f"{HOSTS_REF}{key}/{tag}", trees.state_ref(tag)),
+                         (f"refs/remotes/{key}/{cfg.branch_prefix}{tag}", f"refs/heads/{cfg.branch_prefix}{tag}")):
+        remote_at, local_at = queries.ref_commit(cfg.root, theirs), queries.ref_commit(cfg.root, mine)
+        if remote_at and local_at and not queries.is_ancestor(cfg.root, remote_at, local_at):
+            return (f"{mine} on the remote ({remote_at[:7]}) was not written by this loop (not an ancestor of "
+                    f"{local_at[:7]}): two hosts share the name {own_host(tag)[1]}, or someone rewrote it; pick "
+                    "another --tag, or --force to write this host's over it")
+    return None
+
+
 def own_state(cfg: Config, tag: str) -> HostState:
     """This host's state as its own state directory holds it (its ledger verified)."""
     paths = TagPaths.of(cfg.root, cfg.state_dir, tag)

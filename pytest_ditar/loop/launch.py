@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,9 @@ def run_job(tag: str, cwd: str, command: Sequence[str]) -> JobResult:
     """The job's body (submitit pickles it by reference): the command in the tag's worktree."""
     env = {**os.environ, ENV_TAG: tag}
     res = subprocess.run(list(command), cwd=cwd, env=env, capture_output=True, text=True, check=False)
-    Path(cwd, f".ditar-job-{tag}.log").write_text(res.stdout + res.stderr)  # beside the tag, for a person
+    # into the job's own log (submitit's folder), never the worktree: a file there would dirty the tree
+    print(res.stdout, end="")
+    print(res.stderr, end="", file=sys.stderr)
     lines = res.stdout.strip().splitlines()
     return JobResult(tag, res.returncode, lines[-1] if lines else "", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
 

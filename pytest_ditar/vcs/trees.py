@@ -308,15 +308,6 @@ def push(root: Path, remote: str, refspecs: Iterable[str], lease: Mapping[str, s
     return status == 0, f"{out}\n{err}".strip()  # --porcelain: each ref's outcome on stdout, the reason on stderr
 
 
-def remote_refs(root: Path, remote: str, pattern: str) -> dict[str, str]:
-    """The refs `remote` holds under `pattern` (e.g. "refs/ditar-fleet/*"): name -> commit."""
-    if remote.startswith("-"):
-        raise DitarError(f"ls-remote: {remote!r} is not a remote")
-    out = hardened.git(root, *_TRANSPORTS, "ls-remote", "--upload-pack=git-upload-pack", "--", remote, pattern,
-                       what=f"git ls-remote {remote}")
-    return {ref: sha for sha, _, ref in (line.partition("\t") for line in out.splitlines() if line)}
-
-
 def make_commit(root: Path, files: Mapping[str, bytes], message: str, parent: str | None) -> str:
     """A commit of `files` (path -> bytes) whose parent is `parent`, on no ref yet (the caller
     pushes it, then points its own ref at it); returns the commit."""

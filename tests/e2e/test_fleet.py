@@ -148,7 +148,10 @@ def test_two_hosts_share_one_champion_through_a_remote(pytester, model_cache, tm
         if how == "edit":
             shown = b.ditar("status", "--all", "--remote", "origin")
             assert shown.returncode == 1 and "host a" in shown.out and "REFUSED" in shown.out, shown.out
-        assert a.ditar("fleet", "push").returncode == 0  # A's own refs, forced back
+        # A's refs on the remote are no longer A's own: a plain push refuses, naming them; --force restores
+        res = a.ditar("fleet", "push")
+        assert res.returncode == 2 and "was not written by this loop" in res.out, res.out
+        assert a.ditar("fleet", "push", "--force").returncode == 0
 
     # host B (the reference card) re-judges A's champion with its gate: KEEP, promoted
     res = b.ditar("fleet", "promote", "--host", "a")
