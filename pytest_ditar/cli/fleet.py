@@ -88,10 +88,11 @@ def _promote(cfg, args: argparse.Namespace, tag: str, name: str) -> int:
     print(f"fleet promote: host {args.host}'s champion {cand.source_commit[:7]} committed here as "
           f"{cand.commit[:7]} ({cand.cls}); the gate judges it against this host's champion")
     exp = argparse.ArgumentParser()
+    exp.add_argument("--config")
+    exp.add_argument("--tag")
     Experiment.add_arguments(exp)
-    ns = exp.parse_args(["--classification", cand.cls, "--description",
+    ns = exp.parse_args(["--config", args.config, "--tag", tag, "--classification", cand.cls, "--description",
                          f"promote host {args.host}'s champion {cand.source_commit[:7]}"])
-    ns.config, ns.tag = args.config, tag
     rc = Experiment.run(ns)
     out, row = fleet.verdict_row(cfg, tag, cand)
     if row is None:

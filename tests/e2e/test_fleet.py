@@ -196,3 +196,18 @@ def test_two_hosts_share_one_champion_through_a_remote(pytester, model_cache, tm
         in host_a, host_a
     assert f"fleet champion {promoted[:7]} (host a's {c1[:7]}, re-judged on b" in out, out
     assert f"lineage 1: {promoted[:7]} from host a" in out and "lineage 2" not in out, out
+
+    # the fleet's own ledger edited on the remote (the declined re-judge made a promotion): refused, named
+    lines = _git(b.root, "cat-file", "blob", "refs/ditar-fleet/origin/t:fleet.jsonl").splitlines()
+    lines[-1] = json.dumps({**json.loads(lines[-1]), "kind": "promotion"}, sort_keys=True)
+    blob = subprocess.run(["git", "hash-object", "-w", "--stdin"], cwd=b.root, input="\n".join(lines) + "\n",
+                          capture_output=True, text=True, check=True).stdout.strip()
+    tree = subprocess.run(["git", "mktree"], cwd=b.root, input=f"100644 blob {blob}\tfleet.jsonl\n",
+                          capture_output=True, text=True, check=True).stdout.strip()
+    forged = _git(b.root, "commit-tree", tree, "-p", "refs/ditar-fleet/origin/t", "-m", "forged")
+    _git(b.root, "push", "-q", "-f", "origin", f"{forged}:refs/ditar-fleet/t")
+    said = f"refused origin refs/ditar-fleet/origin/t: the fleet ledger's hash chain does not verify: row {len(lines)}"
+    shown = b.ditar("status", "--all", "--remote", "origin")
+    assert shown.returncode == 1 and said in shown.out, shown.out
+    res = a.ditar("fleet", "push")
+    assert res.returncode == 2 and said in res.out, res.out
