@@ -15,7 +15,7 @@ from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING
 from pytest_ditar.loop import fleet, launch
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.loop.worktrees import collect_all
-from pytest_ditar.vcs import queries, trees
+from pytest_ditar.vcs import branches, queries, trees
 
 
 class Fleet(Command):
@@ -95,8 +95,10 @@ def _promote(cfg, args: argparse.Namespace, tag: str, name: str) -> int:
                          f"promote host {args.host}'s champion {cand.source_commit[:7]}"])
     rc = Experiment.run(ns)
     out, row = fleet.verdict_row(cfg, tag, cand)
-    if row is None:
-        print(f"DITAR FLEET: nothing recorded (the gate exited {rc} without a verdict on {cand.commit[:7]})")
+    if row is None:  # the gate refused: the staged commit goes, so the branch is as it was
+        branches.revert_to_parent(cfg.root, cand.commit)
+        print(f"DITAR FLEET: nothing recorded (the gate exited {rc} without a verdict on {cand.commit[:7]}, "
+              "which was taken back off the branch)")
         return rc or 4
     fleet.publish(cfg, args.remote, name, [row],
                   [f"refs/heads/{cfg.branch_prefix}{tag}", trees.state_ref(tag)])

@@ -196,6 +196,10 @@ def test_two_hosts_share_one_champion_through_a_remote(pytester, model_cache, tm
         in host_a, host_a
     assert f"fleet champion {promoted[:7]} (host a's {c1[:7]}, re-judged on b" in out, out
     assert f"lineage 1: {promoted[:7]} from host a" in out and "lineage 2" not in out, out
+    doc = json.loads(b.ditar("status", "--all", "--remote", "origin", "--json").stdout)
+    assert [t["tag"] for t in doc["tags"]] == ["t.b"] and doc["fleets"][0]["reference_host"] == "b"
+    assert {h["host"]: h["card"] for h in doc["fleets"][0]["hosts"]} == {"a": "other", "b": "reference"}
+    assert doc["fleets"][0]["champion"]["commit"] == promoted
 
     # the fleet's own ledger edited on the remote (the declined re-judge made a promotion): refused, named
     lines = _git(b.root, "cat-file", "blob", "refs/ditar-fleet/origin/t:fleet.jsonl").splitlines()
