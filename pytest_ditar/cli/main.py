@@ -25,7 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "suite": ("suite", "Suite"), "experiment": ("experiment", "Experiment"), "try": ("trial", "Try"),
     "profile": ("profile", "Profile"), "status": ("status", "Status"), "compare": ("compare", "Compare"),
     "demo": ("demo", "Demo"), "verify": ("verify", "Verify"), "recover": ("recover", "Recover"),
-    "fetch-state": ("fetchstate", "FetchState"), "report": ("report", "Report"), "search": ("search", "Search"),
+    "fetch-state": ("fetchstate", "FetchState"), "fleet": ("fleet", "Fleet"),
+    "report": ("report", "Report"), "search": ("search", "Search"),
 }
 
 

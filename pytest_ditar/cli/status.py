@@ -15,11 +15,12 @@ from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
 from pytest_ditar.core.reach import Reach
 from pytest_ditar.core.rerun import counts, row_judged
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
+from pytest_ditar.loop import fleetview
 from pytest_ditar.loop.bound import experiments_run, read_bound
 from pytest_ditar.loop.reach import baseline_reach
 from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_checks
-from pytest_ditar.loop.worktrees import status_all
+from pytest_ditar.loop.worktrees import collect_all, status_all
 from pytest_ditar.report.data import read_rows
 from pytest_ditar.store import tried
 from pytest_ditar.store.ledger import Ledger
@@ -39,11 +40,20 @@ class Status(Command):
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--all", action="store_true",
                             help="every tag of every worktree (branch, path, GPU, champion, counts)")
+        parser.add_argument("--remote", default=None,
+                            help="with --all: also every fleet host on this remote and the fleet champion "
+                                 "(fetches it; docs/fleet.md)")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         if args.all:
-            return status_all(load_config(config_path(args)), as_json=args.json)
+            cfg = load_config(config_path(args))
+            if args.remote and args.json:  # one document: this clone's tags and the remote's fleets
+                fleets = fleetview.collect(cfg, args.remote)
+                print(json.dumps({"tags": collect_all(cfg), "fleets": fleets}, indent=1, default=str))
+                return 1 if any("refused" in f or not all(h["verifies"] for h in f["hosts"]) for f in fleets) else 0
+            rc = status_all(cfg, as_json=args.json)
+            return max(rc, fleetview.show(cfg, args.remote)) if args.remote else rc
         return status(light_session(args), n=args.n, as_json=args.json)
 
 

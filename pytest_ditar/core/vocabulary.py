@@ -78,3 +78,10 @@ SCHEMA_VERSION = 1
 # The largest JSON message either half of the worker protocol reads (a request, a header, a zygote
 # reply); arrays travel beside it in shared memory (runtime.worker, runtime.worker_main, runtime.zygote).
 WIRE_MAX_MESSAGE = 1 << 20
+
+# The research fleet (issue 44): hosts share one remote; refs and rows the fleet writes.
+FLEET_REF = "refs/ditar-fleet/"  # refs/ditar-fleet/<fleet>: the fleet's own hash-chained ledger, every host appends
+HOSTS_REF = "refs/ditar-hosts/"  # refs/ditar-hosts/<remote>/<tag>: other hosts' state backups, as fetched
+HOST_SEP = "."  # a host's tag is <fleet>.<host>, so its branch (autoresearch/<fleet>.<host>) carries the host
+REFERENCE, ANNOUNCE, PROMOTION, SCREENING, DECLINED = "reference", "champion", "promotion", "screening", "declined"
+FLEET_KINDS: tuple[str, ...] = (REFERENCE, ANNOUNCE, PROMOTION, SCREENING, DECLINED)

@@ -75,6 +75,17 @@ def commit_tracked(root: Path, message: str, *, user: tuple[str, str]) -> str:
     return _commit_as(root, user, "-a", "-m", message)
 
 
+def commit_index(root: Path, message: str, *, user: tuple[str, str]) -> str:
+    """`git commit -m message` of what the index holds, as `user`; returns the commit."""
+    return _commit_as(root, user, "-m", message)
+
+
+def index_changed(root: Path) -> bool:
+    """Whether the index differs from HEAD (`git diff --cached --quiet` says 1)."""
+    status, _, _ = hardened.git_status(root, ["diff", "--cached", "--quiet", "--no-ext-diff"])
+    return status != 0
+
+
 def ensure_ignored(root: Path, entries: Iterable[str]) -> bool:
     """Make sure `entries` are git-ignored (via .git/info/exclude, which no commit can undo)."""
     changed = False

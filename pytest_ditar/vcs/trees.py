@@ -292,3 +292,42 @@ def fetch(root: Path, remote: str, refspecs: Iterable[str]) -> str:
         raise DitarError(f"fetch: {remote!r} is not a remote")
     return hardened.git(root, *_TRANSPORTS, "fetch", "--no-tags", "--no-recurse-submodules",
                         "--upload-pack=git-upload-pack", "--", remote, *refspecs, what=f"git fetch {remote}")
+
+
+def push(root: Path, remote: str, refspecs: Iterable[str], lease: Mapping[str, str | None]) -> tuple[bool, str]:
+    """`git push --atomic` of `refspecs` to `remote`, each ref of `lease` updated only where the
+    remote still holds the commit given (None: the ref must not exist yet): git's compare-and-swap,
+    so two hosts writing one ref never overwrite each other's rows. (ok, git's report): a refused
+    update is an answer, not an error, since the caller fetches and tries again."""
+    if remote.startswith("-"):
+        raise DitarError(f"push: {remote!r} is not a remote")
+    leases = [f"--force-with-lease={ref}:{old or ''}" for ref, old in lease.items()]
+    status, out, err = hardened.git_status(root, [*_TRANSPORTS, "push", "--atomic", "--no-verify", "--porcelain",
+                                                  "--receive-pack=git-receive-pack", *leases, "--", remote,
+                                                  *refspecs])
+    return status == 0, f"{out}\n{err}".strip()  # --porcelain: each ref's outcome on stdout, the reason on stderr
+
+
+def make_commit(root: Path, files: Mapping[str, bytes], message: str, parent: str | None) -> str:
+    """A commit of `files` (path -> bytes) whose parent is `parent`, on no ref yet (the caller
+    pushes it, then points its own ref at it); returns the commit."""
+    blobs = {path: _git_in(root, "hash-object", "-w", "--no-filters", "--stdin", data=data).strip()
+             for path, data in files.items()}
+    return hardened.git(root, "-c", f"user.name={_BACKUP_USER[0]}", "-c", f"user.email={_BACKUP_USER[1]}",
+                        "commit-tree", _mktree(root, blobs), *(["-p", parent] if parent else []), "-m",
+                        message).strip()
+
+
+def set_ref(root: Path, ref: str, commit: str, message: str) -> None:
+    hardened.git(root, "update-ref", "-m", message, ref, commit)
+
+
+def take_paths(root: Path, rev: str, prefixes: Iterable[str]) -> None:
+    """Make the working tree's and index's files under `prefixes` those of `rev` (files `rev` does
+    not hold there are removed): the way a promotion puts another host's candidate code on this
+    host's research branch, its fixed paths left as they are."""
+    for prefix in prefixes:
+        p = prefix.rstrip("/")
+        hardened.git(root, "rm", "-r", "-q", "--ignore-unmatch", "--", p)
+        if any(path == p or path.startswith(p + "/") for path in tree_modes(root, rev)):
+            hardened.git(root, "checkout", rev, "--", p)

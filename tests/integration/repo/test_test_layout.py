@@ -38,6 +38,11 @@ INDIRECT = {
                                    "test_faster_exact_candidate_is_kept_and_becomes_champion",
     "pytest_ditar.cli.fetchstate": "tests/e2e/test_ci.py::"
                                    "test_fresh_clone_fetches_the_state_and_guards_for_github_actions",
+    "pytest_ditar.cli.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
+    "pytest_ditar.loop.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
+    "pytest_ditar.loop.fleetview": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
+    "pytest_ditar.loop.launch": "tests/e2e/test_fleet_launch.py::"
+                                "test_two_experiments_run_as_submitit_jobs_and_record_their_verdicts",
     "pytest_ditar.cli.init": "tests/integration/cli/test_worktrees.py::"
                              "test_init_with_gpu_makes_worktrees_and_status_all_lists_them",
     "pytest_ditar.cli.recover": "tests/adversarial/test_defence_state.py::"
@@ -51,8 +56,6 @@ INDIRECT = {
     "pytest_ditar.hardware.stack": "tests/integration/cli/test_doctor_nvml.py::"
                                    "test_doctor_reports_nvml_it_cannot_import",  # doctor's stack rows
     # the gated run: `dit-ar experiment` is `pytest --ditar-gate` through the plugin
-    "pytest_ditar.loop.backup": "tests/adversarial/test_defence_state.py::"
-                                "test_missing_ledger_or_baseline_is_broken_everywhere_until_recovered",
     "pytest_ditar.loop.baseline": "tests/e2e/test_option_baseline.py::"
                                   "test_baseline_stores_verified_snapshot",
     "pytest_ditar.loop.gate": "tests/integration/loop/test_loop_verdicts.py::"
