@@ -4,8 +4,11 @@ The judge reads it (hardware.devstate) after every timed call, never inside one:
 SM and memory clocks, clock-event ("throttle") reasons, temperature, power and energy counter; on
 any host, the load average and the CPU's current frequency, where readable. A round is summed up
 here: the lowest clocks, the highest temperature and power, and every reason seen. A round with a
-throttle reason that slows the device (power or thermal, software or hardware) is void, like one
-that started on a busy device (core.interference): the clock changed under it, not the code.
+throttle reason that slows the device (power or thermal, software or hardware), read after a
+reference's call, is void, like a reference's call that started on a busy device
+(core.interference): the clock changed under it, not the code. Read after the candidate's own call
+it counts against the candidate, as its busy start does: a candidate could draw the card past its
+power cap in exactly its slow calls, and voiding those rounds would drop its worst calls.
 
 Pure: numbers and names in, numbers and names out.
 """
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
+
+from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
 
 # NVML's clock-event reason bits (nvmlClocksEventReason*, formerly nvmlClocksThrottleReason*).
 REASON_BITS: Final[Mapping[int, str]] = {
@@ -47,12 +52,16 @@ def round_state(reads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     out = {k: v for k, v in out.items() if v is not None}
     if any("reasons" in r for r in reads):
         out["reasons"] = sorted({x for r in reads for x in r.get("reasons", ())})
+    slowed = sorted({x for r in reads if r.get("side") not in (None, SIDE_CANDIDATE)
+                     for x in r.get("reasons", ()) if x in SLOWDOWNS})
+    if slowed:  # after a reference's call: the round is void
+        out["slowed"] = slowed
     return out
 
 
 def throttled(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Indices of the rounds whose state names a slowdown reason (SLOWDOWNS): void rounds."""
-    return [i for i, r in enumerate(rounds) if SLOWDOWNS.intersection(r.get("reasons", ()))]
+    """Indices of the rounds with a slowdown read after a reference's call (round_state's `slowed`): void."""
+    return [i for i, r in enumerate(rounds) if r.get("slowed")]
 
 
 def energy_per_image(joules: Sequence[float], batch: int) -> float | None:
@@ -95,6 +104,6 @@ def throttle_note(rounds: Sequence[Mapping[str, Any]]) -> str | None:
     hot = throttled(rounds)
     if not hot:
         return None
-    seen = sorted({x for i in hot for x in rounds[i].get("reasons", ()) if x in SLOWDOWNS})
+    seen = sorted({x for i in hot for x in rounds[i].get("slowed", ())})
     return (f"{len(hot)} of {len(rounds)} rounds throttled ({', '.join(seen)}): void, re-timed within the budget; "
             "repeated, the card's cooling or power limit is the problem (`dit-ar doctor`)")

@@ -34,6 +34,9 @@ INTERFERENCE = "interference"  # work that outlived the candidate's timed calls 
 SHARED_DEVICE = "shared_device"  # another process used the GPU during the lane (hardware.exclusivity)
 LANE_CAUSES: tuple[str, ...] = (DRIFT, NOT_KEPT_BUILD, INTERFERENCE, SHARED_DEVICE)
 
+# the side of a lane's round whose call is the candidate's (runtime.lanes: beside "champion" and "twin")
+SIDE_CANDIDATE = "candidate"
+
 # What each objection of a decision is (Decision.causes, beside Decision.reasons): core.rerun and the
 # next-step line read these. INTERNAL: the judge failed, not the candidate; OBJECTIVE_UNSTABLE: the
 # objective lane could not be measured (the host, another process), not the idea.

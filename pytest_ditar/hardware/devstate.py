@@ -129,7 +129,7 @@ class Rounds:
         e1 = self.reader.energy_mj()
         if e0 is not None and e1 is not None:
             self.energy.setdefault(side, []).append((e1 - e0) / 1e3)
-        self.reads.append(self.reader.read())
+        self.reads.append({**self.reader.read(), "side": side})  # whose call it followed: core.devstate voids by it
         return out
 
     def end_round(self) -> None:

@@ -24,6 +24,7 @@ from pytest_ditar.core.interference import foreign_work
 from pytest_ditar.core.probes import caching_suspected
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
+from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
 from pytest_ditar.hardware import devstate
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime import proctree
@@ -238,7 +239,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
         sides["h"] = (champion, m.champion_samples)
     if twin is not None:
         sides["t"] = (twin, m.twin_samples)
-    names = {"c": "candidate", "h": "champion", "t": "twin"}
+    names = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin"}
     m.pids = {names[k]: int(w.proc.pid) for k, (w, _) in sides.items() if getattr(w, "proc", None) is not None}
     state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None, "order": ""}
 
@@ -472,7 +473,7 @@ def _voiding(m: LaneMeasurement) -> list[int]:
     """Rounds void for foreign work: a reference's call that started on a busy device (a busy
     start of the candidate's own call counts against it, so it is not voided), and rounds the
     device throttled in (core.devstate.throttled: its clock changed under the calls)."""
-    return sorted({f.round for f in m.foreign() if f.side != "candidate"} | set(throttled(m.rounds_state)))
+    return sorted({f.round for f in m.foreign() if f.side != SIDE_CANDIDATE} | set(throttled(m.rounds_state)))
 
 
 def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> None:
