@@ -135,8 +135,13 @@ def needed_reads(*extra: str) -> tuple[str, ...]:
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
              os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), *extra}
     paths = sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
-    under = [p for p in paths if any(p == r or p.startswith(r + os.sep) for r in roots)]
-    return tuple(p for p in under if not any(p != q and p.startswith(q.rstrip(os.sep) + os.sep) for q in under))
+    return outermost([p for p in paths if any(p == r or p.startswith(r + os.sep) for r in roots)])
+
+
+def outermost(paths: Sequence[str]) -> tuple[str, ...]:
+    """`paths` less each one under another of them, parents first."""
+    ps = sorted(set(paths))
+    return tuple(p for p in ps if not any(p != q and p.startswith(q.rstrip(os.sep) + os.sep) for q in ps))
 
 
 def masked() -> list[str]:
@@ -168,7 +173,10 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
     hidden = []
-    for path in spec.masks:  # the repository's git, mutable paths and state: nothing of another role
+    # the repository's git, mutable paths and state: nothing of another role. A mask under another
+    # (a linked worktree's git folder inside the main repository's) is hidden with it: mounted
+    # first, its parent's tmpfs would bury it and bwrap could not make it read-only.
+    for path in outermost(spec.masks):
         if os.path.isdir(path) and not os.path.islink(path):
             args += ["--tmpfs", path]
             hidden.append(path)

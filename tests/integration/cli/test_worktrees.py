@@ -33,6 +33,21 @@ def test_init_with_gpu_makes_worktrees_and_status_all_lists_them(project):
     assert {r["tag"] for r in data} == {"t", "a", "b"} and all(r["counts"]["KEEP"] == 0 for r in data)
 
 
+def test_a_worktrees_baseline_runs_its_workers_in_the_sandbox(project, model_cache):
+    """The worktree's git folder lies inside the main repository's, and both are hidden from every
+    worker: before, the nested mask broke bwrap ("Can't remount readonly") and no worker of a
+    `--gpu` worktree started."""
+    from dataclasses import replace
+
+    proj = project
+    assert proj.ditar("init", "--tag", "t").returncode == 0
+    assert proj.ditar("init", "--tag", "a", "--gpu", "0").returncode == 0
+    wt = replace(proj, root=proj.root.parent / f"{proj.root.name}-a")
+    res = wt.ditar("baseline")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "lane latency_b1: median" in res.stdout and "sandbox off" not in res.stdout
+
+
 def test_a_branch_checked_out_elsewhere_is_refused(project):
     proj = project
     assert proj.ditar("init", "--tag", "a", "--gpu", "0").returncode == 0

@@ -290,3 +290,23 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
         assert "--tmpfs /tmp " in " ".join(sandbox.argv(spec, 3))
     finally:
         shutil.rmtree(neighbour, ignore_errors=True)
+
+
+@linux_only
+@needs_sandbox
+def test_a_mask_inside_another_is_hidden_with_it_whatever_their_order(tmp_path):
+    """A linked worktree (`dit-ar init --gpu N`): the roles' masks name the main repository's git
+    folder and, after it or before it, the worktree's own folder inside it. A mask under a folder
+    already hidden was mounted, then buried by its parent's tmpfs, and bwrap could not make it
+    read-only ("Can't remount readonly ... No such file or directory"): every worker of the
+    worktree's baseline failed to start."""
+    git = tmp_path / "repo" / ".git"
+    (git / "worktrees" / "wt").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    a = sandbox.availability()
+    for masks in ((str(git / "worktrees" / "wt"), str(git)), (str(git), str(git / "worktrees" / "wt"))):
+        spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), masks=masks, reads=(str(tmp_path),))
+        seen = _inside(spec, lambda: {"git": sorted(os.listdir(str(git)))}, str(scratch))
+        assert seen == {"git": []}, (masks, seen)  # hidden whole, nested mask and all
