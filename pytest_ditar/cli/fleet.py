@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.cli.experiment import Experiment
-from pytest_ditar.config.project import load_config
+from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.fleet import reference_row
 from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING
@@ -55,11 +55,7 @@ class Fleet(Command):
         tag = resolve_tag(cfg, args.tag)
         name, _host = fleet.own_host(tag)
         if args.action == "init":
-            key = fleet.fetch(cfg, args.remote)
-            clash = fleet.other_writer(cfg, key, tag)
-            if clash and not args.force:
-                raise DitarError(f"fleet push: {clash}")
-            theirs, _ = fleet.read_fleet(cfg.root, f"{FLEET_REF}{key}/{name}", args.remote)
+            theirs = _fetched(cfg, args, tag, name)
             ref_row = reference_row(theirs)
             if ref_row is not None and ref_row.get("host") != _host:
                 raise DitarError(f"fleet {name} on {args.remote} has a reference host already: {ref_row.get('host')}")
@@ -68,11 +64,7 @@ class Fleet(Command):
             print(f"fleet {name}: host {_host} is the reference on {args.remote} ({FLEET_REF}{name})")
             return 0
         if args.action == "push":
-            key = fleet.fetch(cfg, args.remote)
-            clash = fleet.other_writer(cfg, key, tag)
-            if clash and not args.force:
-                raise DitarError(f"fleet push: {clash}")
-            theirs, _ = fleet.read_fleet(cfg.root, f"{FLEET_REF}{key}/{name}", args.remote)
+            theirs = _fetched(cfg, args, tag, name)
             own = [f"refs/heads/{cfg.branch_prefix}{tag}", trees.state_ref(tag)]
             rows, tries = fleet.publish(cfg, args.remote, name, fleet.announce(fleet.own_state(cfg, tag), theirs), own)
             print(f"fleet push: {cfg.branch_prefix}{tag} and {trees.state_ref(tag)} to {args.remote}; "
@@ -146,3 +138,14 @@ def _launch(cfg, args: argparse.Namespace) -> int:
         print(f"fleet launch: tag {res.tag} exit {res.returncode} gpu {res.gpu or '-'}: {res.last_line}")
         worst = max(worst, res.returncode)
     return worst
+
+
+def _fetched(cfg: Config, args: argparse.Namespace, tag: str, name: str) -> list[dict[str, object]]:
+    """The remote fetched and this host's refs there checked as its own loop's (else refused,
+    unless --force restores them); returns the fleet ledger's rows."""
+    key = fleet.fetch(cfg, args.remote)
+    clash = fleet.other_writer(cfg, key, tag)
+    if clash and not args.force:
+        raise DitarError(f"fleet {args.action}: {clash}")
+    theirs, _ = fleet.read_fleet(cfg.root, f"{FLEET_REF}{key}/{name}", args.remote)
+    return theirs

@@ -46,14 +46,18 @@ def _inside(spec: sandbox.Spec, probe, cwd: str) -> dict:
     return json.loads(raw)
 
 
+def _attempt(path: str) -> str:
+    """A write to `path` from inside: "wrote", else why not."""
+    try:
+        with open(path, "w") as fh:
+            fh.write("x")
+        return "wrote"
+    except OSError as exc:
+        return exc.strerror
+
+
 def _walls(outside: str, scratch: str, private: str, judge: int) -> dict:
-    def attempt(path: str) -> str:
-        try:
-            with open(path, "w") as fh:
-                fh.write("x")
-            return "wrote"
-        except OSError as exc:
-            return exc.strerror
+    attempt = _attempt
 
     def reach_judge() -> str:
         try:
@@ -268,14 +272,7 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
         spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), reads=reads)
 
         def look() -> dict:
-            def write(path: str) -> str:
-                try:
-                    with open(path, "w") as fh:
-                        fh.write("x")
-                    return "wrote"
-                except OSError as exc:
-                    return exc.strerror
-
+            write = _attempt
             return {"tmp": sorted(os.listdir("/tmp")), "model": (model / "weights").read_text(),
                     "into_model": write(str(model / "planted")), "into_tmp": write("/tmp/planted"),
                     "neighbour": os.path.exists(str(neighbour)), "scratch": write(str(scratch / "ok"))}
