@@ -150,8 +150,7 @@ def masked() -> list[str]:
     docker, tmux, screen, an ssh agent, X). A read-only mount does not stop connect(2) on a
     socket; the network namespace only stops abstract ones."""
     out = [d for d in ("/run", "/var/run", *PRIVATE_TEMP) if os.path.isdir(d) and not os.path.islink(d)]
-    for pattern in ("/var/run/screen",):
-        out += [d for d in glob.glob(pattern) if os.path.isdir(d) and not os.path.islink(d)]
+    out += [d for d in glob.glob("/var/run/screen") if os.path.isdir(d) and not os.path.islink(d)]
     for var in ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "XDG_RUNTIME_DIR"):
         value = os.environ.get(var, "")
         path = value.split("unix:path=", 1)[1].split(",", 1)[0] if "unix:path=" in value else value.split(",", 1)[0]
@@ -170,8 +169,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
     for path in needed_reads(*spec.reads):  # before the masks: a hidden path below one of them stays hidden
-        if os.path.exists(path):
-            args += ["--ro-bind", path, path]
+        args += ["--ro-bind", path, path]  # needed_reads keeps existing paths only
     hidden = []
     # the repository's git, mutable paths and state: nothing of another role. A mask under another
     # (a linked worktree's git folder inside the main repository's) is hidden with it: mounted
