@@ -11,7 +11,7 @@ from pytest_ditar.cli.experiment import Experiment
 from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.fleet import reference_row
-from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING
+from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING, UNJUDGED
 from pytest_ditar.loop import fleet, launch
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.loop.worktrees import collect_all
@@ -102,6 +102,11 @@ def _promote(cfg, args: argparse.Namespace, tag: str, name: str) -> int:
         print(f"DITAR FLEET: SCREENING {out.verdict} on another card ({'; '.join(out.card_diff)}): not a promotion; "
               "the reference host re-judges it")
         return 0
+    if out.kind == UNJUDGED:
+        print(f"DITAR FLEET: NOT JUDGED: the reference host's run could not judge host {out.source_host}'s "
+              f"{out.source_commit[:7]} (its objective lane was UNSTABLE); next: `dit-ar fleet promote --host "
+              f"{out.source_host}` once more")
+        return 1
     print(f"DITAR FLEET: NOT PROMOTED: the gate's verdict on the reference host was {out.verdict}")
     return 1
 

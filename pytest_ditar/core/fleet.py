@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_ditar.core.vocabulary import DECLINED, HOST_SEP, PROMOTION, REFERENCE, SCREENING
+from pytest_ditar.core.vocabulary import DECLINED, HOST_SEP, PROMOTION, REFERENCE, SCREENING, UNJUDGED
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -90,9 +90,12 @@ def lineage(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in rows if r.get("kind") == PROMOTION]
 
 
-def outcome_kind(verdict: str, differs: Sequence[str]) -> str:
+def outcome_kind(verdict: str, differs: Sequence[str], judged: bool = True) -> str:
     """The fleet row a gate's verdict on a promotion writes: a KEEP on the reference card promotes;
-    a KEEP measured on another card is a screening result; anything else declines it."""
+    a KEEP measured on another card is a screening result; a run that could not judge the change
+    (core.rerun) is said so, to be run once more; anything else declines it."""
+    if not judged:
+        return UNJUDGED
     if verdict != "KEEP":
         return DECLINED
     return SCREENING if differs else PROMOTION

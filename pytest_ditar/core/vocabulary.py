@@ -87,4 +87,5 @@ FLEET_REF = "refs/ditar-fleet/"  # refs/ditar-fleet/<fleet>: the fleet's own has
 HOSTS_REF = "refs/ditar-hosts/"  # refs/ditar-hosts/<remote>/<tag>: other hosts' state backups, as fetched
 HOST_SEP = "."  # a host's tag is <fleet>.<host>, so its branch (autoresearch/<fleet>.<host>) carries the host
 REFERENCE, ANNOUNCE, PROMOTION, SCREENING, DECLINED = "reference", "champion", "promotion", "screening", "declined"
-FLEET_KINDS: tuple[str, ...] = (REFERENCE, ANNOUNCE, PROMOTION, SCREENING, DECLINED)
+UNJUDGED = "unjudged"  # the reference host's run could not judge the champion (UNSTABLE): neither kept nor declined
+FLEET_KINDS: tuple[str, ...] = (REFERENCE, ANNOUNCE, PROMOTION, SCREENING, DECLINED, UNJUDGED)

@@ -303,7 +303,7 @@ def verdict_row(cfg: Config, tag: str, cand: Candidate) -> tuple[rules.Promotion
     row where the gate recorded nothing (a refusal)."""
     rows = [r for r in Ledger(TagPaths.of(cfg.root, cfg.state_dir, tag).dir).rows() if r.get("commit") == cand.commit]
     verdict = str(rows[-1].get("status")) if rows else ""
-    kind = rules.outcome_kind(verdict, cand.card_diff)
+    kind = rules.outcome_kind(verdict, cand.card_diff, judged=not rows or str(rows[-1].get("judged")) != "0")
     out = rules.Promotion(kind, verdict, cand.commit, cand.source.host, cand.source_commit, cand.card_diff)
     if not rows:
         return out, None

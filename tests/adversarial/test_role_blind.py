@@ -203,7 +203,9 @@ def test_a_champion_that_tells_its_role_gets_no_later_candidate_kept(pytester, m
     Step 2: the same code again, a comment apart: an A/A whatever step 1 did, never KEPT."""
     from candidates import REDUNDANT, STOCK
 
-    proj = make_project(pytester, mutable_source=REDUNDANT)
+    # the product's lane, twin on: without it one reference slowed for a lane's rounds on a loaded
+    # box reads as a win, and step 2's A/A was once KEPT so (not through any tell)
+    proj = make_project(pytester, mutable_source=REDUNDANT, config={"perf": shared_perf(twin=True)})
     body = ROLE_TELLS[tell].replace("@@CANDIDATES@@", repr([str(pytester.path / "mutable/pipeline.py")]))
     attack = sleeps_after(body, STOCK)
     for args in (("init", "--tag", "t"), ("baseline",)):

@@ -58,7 +58,7 @@ def _outputs(path: Path) -> list[dict[str, str]]:
 
 def test_fresh_clone_fetches_the_state_and_guards_for_github_actions(pytester, model_cache, tmp_path_factory):
     research = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT, config={"perf": PERF})
-    sha, res, line = research.experiment(STOCK, "exact", "Drop the redundant pass")
+    sha, res, line = research.experiment_judged(STOCK, "exact", "Drop the redundant pass")
     assert line.startswith("DITAR VERDICT: KEEP "), res.stdout[-3000:] + res.stderr[-2000:]
 
     remote = tmp_path_factory.mktemp("remote") / "project.git"
@@ -93,8 +93,9 @@ def test_fresh_clone_fetches_the_state_and_guards_for_github_actions(pytester, m
     assert f"fetched commit {base[:7]} from origin" in out, out  # the shallow clone lacked the baseline's commit
     assert _git(clone, "status", "--porcelain") == ""  # the state is git-ignored; nothing else changed
     assert (gh_dir / "output").read_text() == "tag=t\n"  # the tag it chose, for the guard's step (action.yml)
-    runs = sorted((clone / ".autoresearch/t/runs").iterdir())  # the research clone's KEEP, restored
-    assert len(runs) == 1 and (runs[0] / "summary.json").is_file()
+    runs = sorted((clone / ".autoresearch/t/runs").iterdir())  # the research clone's runs, restored
+    assert [r.name for r in runs] == sorted(r.name for r in (research.root / ".autoresearch/t/runs").iterdir())
+    assert (runs[-1] / "summary.json").is_file()
 
     # 1. the unchanged tree
     for f in ("step_summary.md", "output"):
@@ -110,8 +111,8 @@ def test_fresh_clone_fetches_the_state_and_guards_for_github_actions(pytester, m
     junit = (gh_dir / "junit.xml").read_text()
     assert '<property name="ditar.verdict" value="PASS"' in junit and 'name="ditar.speedup"' in junit, junit[:800]
 
-    # 2. a planted slowdown, left uncommitted in the working tree as a CI job's checkout of a PR would have it
-    (clone / "mutable/pipeline.py").write_text(slowed(0.50))
+    # 2. a planted 30% slowdown, left uncommitted in the working tree as a CI job's checkout of a PR would have it
+    (clone / "mutable/pipeline.py").write_text(slowed(0.30))
     res, last = _guard(clone, gh, gh_dir / "fail.verdict.json")
     assert res.returncode == 1 and last.startswith("DITAR GUARD: FAIL: lane "), res.stdout[-3000:]
     failed = json.loads((gh_dir / "fail.verdict.json").read_text())

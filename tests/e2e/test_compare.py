@@ -12,7 +12,7 @@ from conftest import research_project
 
 def test_compare_baseline_champion_runs_and_hosts(pytester, model_cache, tmp_path_factory):
     proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
-    _, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
+    _, res, line = proj.experiment_judged(STOCK, "exact", "Drop the redundant pass")
     assert line.startswith("DITAR VERDICT: KEEP "), res.stdout[-3000:]
     _, res, line = proj.experiment(RAISES, "exact", "A candidate that raises")
     assert line.startswith("DITAR VERDICT: CRASH "), res.stdout[-3000:]

@@ -144,7 +144,7 @@ def test_a_kept_candidates_compilations_join_the_cache_and_a_discarded_ones_neve
     entries = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve() / "entries"
 
     # Run 1: dropping the redundant pass is a real win; the candidate also rewrites the entries it found.
-    sha1, res1, line1 = proj.experiment(_source(poison=True), "exact", "Drop the redundant pass")
+    sha1, res1, line1 = proj.experiment_judged(_source(poison=True), "exact", "Drop the redundant pass")
     assert line1.startswith("DITAR VERDICT: KEEP "), res1.stdout[-3000:]
     _champ1, cand1 = _sides(proj, sha1, proj.ledger()[0]["commit"])
     assert cand1["before"]  # it read the cache's entries through its overlay (the baseline's, kept) ...

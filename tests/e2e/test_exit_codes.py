@@ -81,7 +81,7 @@ def guard_drift_research(pytester, model_cache, tmp_path_factory):
 
 def test_a_real_win_beside_a_guard_lanes_smaller_drift_is_kept_exit_0(guard_drift_research):
     proj = guard_drift_research
-    sha, res, line = proj.experiment(STOCK, "exact", "Drop three redundant passes")
+    sha, res, line = proj.experiment_judged(STOCK, "exact", "Drop three redundant passes")
     out = res.stdout
     assert line.startswith("DITAR VERDICT: KEEP lane=latency_b1 "), out[-3000:]
     assert res.returncode == Exit.KEEP and proj.head() == sha, out[-3000:]

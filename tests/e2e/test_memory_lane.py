@@ -65,7 +65,7 @@ def test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_hones
     _, res, line = proj.experiment(HIDDEN, "exact", "Drop the pass, hold a buffer, hide it")
     assert line.startswith("DITAR VERDICT: DISCARD ") and "guard lane peak_b3 regressed" in line, res.stdout[-3000:]
 
-    _, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
+    _, res, line = proj.experiment_judged(STOCK, "exact", "Drop the redundant pass")
     assert line.startswith("DITAR VERDICT: KEEP "), res.stdout[-3000:]
     honest = _last_summary(proj)["lanes"]["peak_b3"]
     assert honest["outcome"]["verdict"] == "OK" and "within the tolerance of 5%" in honest["outcome"]["reason"]

@@ -30,7 +30,7 @@ def test_the_twin_is_timed_in_the_same_randomized_rounds(pytester, model_cache):
     """Every round of the objective lane times the candidate, the champion and the champion's
     twin once each, in an order that is not fixed; the twin's build is on the time line."""
     proj = _twin_project(pytester)
-    _, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")  # a champion of its own
+    _, res, line = proj.experiment_judged(STOCK, "exact", "Drop the redundant pass")  # a champion of its own
     assert line.startswith("DITAR VERDICT: KEEP"), res.stdout[-3000:]
     _, res, line = proj.experiment(STOCK + "# a comment\n", "exact", "A/A: a comment")
     assert line.startswith("DITAR VERDICT: DISCARD"), res.stdout[-3000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from pytest_ditar.core import fleet as rules
-from pytest_ditar.core.vocabulary import ANNOUNCE, DECLINED, PROMOTION, REFERENCE, SCREENING
+from pytest_ditar.core.vocabulary import ANNOUNCE, DECLINED, PROMOTION, REFERENCE, SCREENING, UNJUDGED
 from pytest_ditar.store import fleetlog
 
 
@@ -44,5 +44,7 @@ def test_only_a_keep_on_the_reference_card_promotes():
     assert rules.outcome_kind("KEEP", ()) == PROMOTION
     assert rules.outcome_kind("KEEP", diff) == SCREENING
     assert rules.outcome_kind("DISCARD", ()) == DECLINED and rules.outcome_kind("CRASH", diff) == DECLINED
+    # an UNSTABLE run judged nothing: not a decline of the champion, which runs once more
+    assert rules.outcome_kind("DISCARD", (), judged=False) == UNJUDGED
     assert rules.split_tag("lab.box1") == ("lab", "box1") and rules.split_tag("t") is None
     assert rules.split_tag("lab.box/1") is None
