@@ -18,7 +18,9 @@ import pytest
 
 from conftest import (  # tests/conftest.py (its `research` fixture serves here too)
     Project,
+    not_judged,
     research_project,
+    shared_perf,
 )
 
 # ---- what a verdict's reason must name, per attack (matched case-insensitively, as substrings) -------
@@ -89,13 +91,25 @@ def reap(scratch: Path) -> None:
                 pass
 
 
+# The attacks are judged by the product's objective lane: the champion's twin on (the default). With
+# it off, one reference process slowed for a lane's rounds on a loaded box reads as a win, and an
+# A/A that any attack reduces to was once KEPT so (tests/adversarial/test_role_blind.py).
+TWIN = {"perf": shared_perf(twin=True)}
+
+
+@pytest.fixture
+def research(pytester, model_cache, tmp_path_factory) -> Project:
+    """tests/conftest.py's `research` (the stock pipeline's baseline stored), with the twin on."""
+    return research_project(pytester, tmp_path_factory, config=TWIN)
+
+
 @pytest.fixture
 def research_unsandboxed(pytester, model_cache, tmp_path_factory) -> Project:
     """The stock research project with `"sandbox": "off"` set before its baseline: the workers run
     unsandboxed, so a candidate's writes outside its worker land. For the judge's second line (what
     it detects, restores and refuses when something changed behind it, as a user's stray process
     could), which the sandbox otherwise keeps candidates from reaching (tests/adversarial/test_sandbox.py)."""
-    return research_project(pytester, tmp_path_factory, config={"sandbox": "off"})
+    return research_project(pytester, tmp_path_factory, config={"sandbox": "off", **TWIN})
 
 
 @pytest.fixture
@@ -197,6 +211,15 @@ def experiment(proj: Project, source: str, subject: str, cls: str = "exact",
     attacks.py's kit is told where the project is, as the agent knows."""
     proj.commit_candidate(source.replace("@@PROJECT_ROOT@@", str(proj.root)), cls, subject)
     return run_experiment(proj, subject, cls, config)
+
+
+def experiment_judged(proj: Project, source: str, subject: str, cls: str = "exact") -> Judged:
+    """`experiment`, once more when its objective lane was UNSTABLE (not judged: the gate's rule is
+    to run it again as it is), for the controls that need an honest win KEPT on a loaded box."""
+    j = experiment(proj, source, subject, cls)
+    if not_judged(j.last):
+        j = experiment(proj, source, subject + ", once more", cls)
+    return j
 
 
 def evidence(scratch: Path | None) -> list[dict]:

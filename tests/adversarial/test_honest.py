@@ -5,19 +5,19 @@ from __future__ import annotations
 import pytest
 
 from .attacks import COMMENT_ONLY, COMMENT_ONLY_2, REFACTORED, REFACTORED_2, STOCK
-from .conftest import KEYS, assert_decided_and_reverted, assert_verdict, experiment
+from .conftest import KEYS, assert_decided_and_reverted, assert_verdict, experiment, experiment_judged
 
 pytestmark = pytest.mark.adversarial
 
 
 def test_honest_faster_candidate_is_kept(slow_research):
     proj = slow_research
-    j = experiment(proj, STOCK, "Drop the redundant pass")
+    j = experiment_judged(proj, STOCK, "Drop the redundant pass")
     assert j.status == "KEEP" and j.res.returncode == 0, j.show()
     assert "quality=6/6" in j.last
     assert proj.head() == j.sha
     rows = proj.ledger()
-    assert [r["status"] for r in rows] == ["BASELINE", "KEEP"] and rows[-1]["commit"] == j.sha
+    assert [r["status"] for r in rows][::len(rows) - 1] == ["BASELINE", "KEEP"] and rows[-1]["commit"] == j.sha
 
 
 @pytest.mark.parametrize("sources", [(COMMENT_ONLY, COMMENT_ONLY_2), (REFACTORED, REFACTORED_2)],

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from .attacks import GEN_RETURN, GEN_SIG, sleeps_after
-from .conftest import KEYS, assert_not_kept, experiment
+from .conftest import KEYS, assert_not_kept, experiment, experiment_judged
 from conftest import host_visible_dir, make_project
 
 pytestmark = pytest.mark.adversarial
@@ -41,9 +41,7 @@ def _judged_twice(proj, first_source: str, honest: str, bomb, clear_load=lambda:
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    first = experiment(proj, first_source, "Drop the redundant pass")
-    if first.status == "DISCARD" and " unstable: " in first.reason:  # not judged on a loaded box: once more
-        first = experiment(proj, first_source, "Drop the redundant pass, once more")
+    first = experiment_judged(proj, first_source, "Drop the redundant pass")
     assert first.status == "KEEP", first.show()  # a real 2x: its bomb not set yet
     kept = proj.head()
     clear_load()
