@@ -36,8 +36,8 @@ def child(args: argparse.Namespace) -> int:
     import torch
 
     from pytest_ditar.loop.session import DitarSession
+    from pytest_ditar.runtime.calls import lane_request
     from pytest_ditar.runtime.harness import make_spec
-    from pytest_ditar.runtime.lanes import lane_request
 
     from inprocess import InProcessCandidate
 

@@ -86,7 +86,8 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
     """Time the workspace's champion against each compile mode, lane by lane; write and return the rows."""
     from pytest_ditar.core import stats
     from pytest_ditar.loop.session import DitarSession
-    from pytest_ditar.runtime.lanes import measure_lane, new_stream
+    from pytest_ditar.runtime.calls import new_stream
+    from pytest_ditar.runtime.lanes import measure_lane
     from pytest_ditar.store.records import read_lanes
 
     sess = DitarSession.open(ws / "config/autoresearch.json", tag=TAG)

@@ -339,8 +339,9 @@ def lanes_mode(args) -> dict:
     from pytest_ditar.config.project import PerfConfig
     from pytest_ditar.config.suite import load_suite
     from pytest_ditar.loop.lanes import judge, plan_for
+    from pytest_ditar.runtime.calls import new_stream
     from pytest_ditar.runtime.harness import make_spec, pick_device
-    from pytest_ditar.runtime.lanes import measure_lane, new_stream
+    from pytest_ditar.runtime.lanes import measure_lane
     from pytest_ditar.runtime.models import resolve_model_dir
     from pytest_ditar.runtime.worker import CandidateWorker
 

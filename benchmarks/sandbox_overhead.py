@@ -118,8 +118,8 @@ def main() -> int:
     from pytest_ditar.config.suite import load_suite
     from pytest_ditar.interface import Request
     from pytest_ditar.runtime import sandbox
+    from pytest_ditar.runtime.calls import lane_request
     from pytest_ditar.runtime.harness import make_spec, pick_device
-    from pytest_ditar.runtime.lanes import lane_request
     from pytest_ditar.runtime.models import resolve_model_dir
 
     if sandbox.check():

@@ -47,9 +47,9 @@ import numpy as np  # noqa: E402
 
 from pytest_ditar.config.suite import load_suite  # noqa: E402
 from pytest_ditar.core import stats  # noqa: E402
+from pytest_ditar.runtime.calls import lane_request  # noqa: E402
 from pytest_ditar.runtime.clock import judge_clock  # noqa: E402
 from pytest_ditar.runtime.harness import make_spec, no_gc, pick_device  # noqa: E402
-from pytest_ditar.runtime.lanes import lane_request  # noqa: E402
 from pytest_ditar.runtime.worker import CandidateWorker, only_running  # noqa: E402
 
 TARGETS = {"latency_b1": 0.01, "throughput_b8": 0.005}  # the issue's, for dit-xl-2-256 on an H200

@@ -14,8 +14,9 @@ from pytest_ditar.loop import gitpins, lanekinds, stamps, warmstart
 from pytest_ditar.loop.backup import save_note
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
 from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.runtime.cacheprobe import count_flops
 from pytest_ditar.runtime.harness import batches, run_batch
-from pytest_ditar.runtime.lanes import count_flops, measure_lane
+from pytest_ditar.runtime.lanes import measure_lane
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import LaneRecord

@@ -26,7 +26,8 @@ from typing import Any
 from pytest_ditar.core import stats
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.hardware import exclusivity
-from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, measure_peaks
+from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult
+from pytest_ditar.runtime.peaks import measure_peaks
 from pytest_ditar.store.records import LaneRecord
 
 TIME = "time"

@@ -29,8 +29,9 @@ from pytest_ditar.core.vocabulary import (
 from pytest_ditar.hardware import exclusivity
 from pytest_ditar.loop import champion, holdout, lanekinds
 from pytest_ditar.runtime import proctree, zygote
+from pytest_ditar.runtime.calls import new_stream, output_audit
 from pytest_ditar.runtime.group import rank_device
-from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane, new_stream, output_audit
+from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane
 from pytest_ditar.vcs import queries
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build

@@ -32,7 +32,7 @@ from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.interface import Request
 from pytest_ditar.loop import champion
 from pytest_ditar.loop.session import DitarSession
-from pytest_ditar.runtime.lanes import fresh_request, lane_request, new_stream
+from pytest_ditar.runtime.calls import fresh_request, lane_request, new_stream
 from pytest_ditar.store.atomic import atomic_file, write_json_atomic
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import queries

@@ -10,33 +10,32 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
-import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
-from pytest_ditar.core.audit import audit_batch
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.devstate import energy_per_image, throttled
 from pytest_ditar.core.interference import foreign_work
-from pytest_ditar.core.probes import caching_suspected
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
 from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
 from pytest_ditar.hardware import devstate
 from pytest_ditar.interface import Request
-from pytest_ditar.runtime import proctree
+from pytest_ditar.runtime.cacheprobe import caching_probe
+from pytest_ditar.runtime.calls import (
+    JUDGE_ORDER,
+    Audit,
+    AuditFailure,
+    fresh_request,
+    lane_request,
+    new_stream,
+    timed_call,
+)
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import no_gc, pin_to_cpu, quietest_cpu
-from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
-
-# An audit sees the candidate's and the champion's outputs (None without a champion) of one
-# request and returns (index in the batch, what is wrong) for the first bad image, or None.
-Audit = Callable[[Outputs, "Outputs | None"], "tuple[int, str] | None"]
-PROBE_PAIRS = 2  # (new request, repeated request) pairs in the caching probe's screen
-CONFIRM_PAIRS = 6  # more pairs, only when the screen trips: 6+6 can reach p ~ 0.001
+from pytest_ditar.runtime.worker import CandidateWorker
 
 
 @dataclass(frozen=True)
@@ -54,34 +53,6 @@ class Sequential:
     # (core.meantime); a win by its median whose total is not yet shown grows to the next look
     tail: float | None = None
     n_boot: int = 2000
-
-
-class AuditFailure(Exception):
-    """A timed output failed its audit: the lane stops, and its verdict names the round."""
-
-
-def lane_request(suite: Suite, lane: Lane) -> Request:
-    """The lane's fixed batch: the first `batch` corpus items, cycling if the corpus is short.
-    Warm-up and FLOP counting use it; timed rounds never do."""
-    items = [suite.corpus[i % len(suite.corpus)] for i in range(lane.batch)]
-    return Request(labels=tuple(it.label for it in items), seeds=tuple(it.seed for it in items),
-                   steps=lane.steps or suite.pipeline.steps)
-
-
-def fresh_request(stream: RequestStream, suite: Suite, lane: Lane, key: str,
-                  nonces: list[str] | None = None) -> Request:
-    """A request drawn now, with entropy taken now (kept in `nonces`, hex, for the record)."""
-    nonce = os.urandom(16)
-    if nonces is not None:
-        nonces.append(nonce.hex())
-    seeds, labels = stream.draw(f"{lane.name}/{key}", lane.batch, nonce)
-    return Request(labels=labels, seeds=seeds, steps=lane.steps or suite.pipeline.steps)
-
-
-def new_stream(suite: Suite, secret: bytes | None = None) -> RequestStream:
-    import secrets
-
-    return RequestStream(secret or secrets.token_bytes(32), (it.seed for it in suite.corpus))
 
 
 # pytest-benchmark's group for a lane: its stats are its own timer over the candidate's first
@@ -158,19 +129,6 @@ class LaneResult:
                 "comparison": self.comparison, "flops": self.flops, "achieved_tflops": self.achieved_tflops}
 
 
-def _timed(worker: CandidateWorker, others: list, req: Request, timeout_s: float | None,
-           overhead: list[float]) -> Outputs:
-    """One call on the judge's clock with every other worker paused, the worker itself paused
-    again once it replied; the gap between the judge's time and the worker's own account is the
-    round trip's overhead, kept for the record."""
-    with only_running(worker, others):
-        out = worker.generate(req, timeout_s)
-    # Paused again at once: between its own calls a candidate gets no untimed time to work ahead in.
-    worker.pause()
-    overhead.append(out.seconds - out.worker_s)
-    return out
-
-
 @contextlib.contextmanager
 def _steady(workers: list, pin_cpu: bool, on: bool, one_core: bool = True):
     if not on:  # steady=False: benchmarks' control arm
@@ -206,9 +164,6 @@ def host_speed(cpu: int | None) -> float:
     finally:
         if old is not None:
             os.sched_setaffinity(0, old)
-
-
-_ORDER = random.SystemRandom()  # the judge's entropy: a candidate cannot predict whose call comes next
 
 
 def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
@@ -254,7 +209,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
 
     def call(key: str) -> None:
         worker, samples = sides[key]
-        out = rec.timed(names[key], lambda: _timed(worker, workers, next_request(), timeout_s, m.overhead_s))
+        out = rec.timed(names[key], lambda: timed_call(worker, workers, next_request(), timeout_s, m.overhead_s))
         samples.append(out.seconds)
         if out.idle_probe_s is not None:
             m.probes.setdefault(names[key], []).append(out.idle_probe_s)
@@ -268,15 +223,15 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
         w.memory(reset=True)
     with _steady(distinct, pin_cpu, steady, one_core) as lane_cpu:
         for _ in range(lane.warmup):
-            m.warmup_s.append(_timed(candidate, workers, warm, timeout_s, []).seconds)
+            m.warmup_s.append(timed_call(candidate, workers, warm, timeout_s, []).seconds)
             if champion is not None:
-                m.champion_warmup_s.append(_timed(champion, workers, warm, timeout_s, []).seconds)
+                m.champion_warmup_s.append(timed_call(champion, workers, warm, timeout_s, []).seconds)
             if twin is not None:
-                m.twin_warmup_s.append(_timed(twin, workers, warm, timeout_s, []).seconds)
+                m.twin_warmup_s.append(timed_call(twin, workers, warm, timeout_s, []).seconds)
 
         def setup():  # the references drawn to run before the candidate in this round
             order = list(sides)
-            _ORDER.shuffle(order)
+            JUDGE_ORDER.shuffle(order)
             state["order"] = "".join(order)
             m.orders.append(state["order"])
             for key in state["order"].split("c")[0]:
@@ -317,7 +272,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                 m.probe = caching_probe(candidate, workers, stream, suite, lane, state["last"], timeout_s, audit, sent)
                 for ref in [w for w in (champion, twin) if w is not None]:  # the same requests, untimed:
                     for req in sent:  # no side's history of requests differs
-                        _timed(ref, workers, req, timeout_s, [])
+                        timed_call(ref, workers, req, timeout_s, [])
         except AuditFailure as exc:
             m.audit_failure = str(exc)
         finally:
@@ -326,108 +281,6 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     for w in distinct:
         w.resume()
     m.peak_allocated_gib, m.peak_reserved_gib = candidate.memory()
-    m.wall_s = judge_clock() - t_wall
-    return m
-
-
-class OutsidePeak:
-    """The judge's own reading of a worker's memory during a call, taken from outside the process
-    the candidate runs in: every 2 ms, the resident set of the worker's process tree (`/proc`), and
-    on a GPU its processes' device memory as NVML reports it (`device_memory`: pids -> bytes). The
-    worker's own figure (CandidateWorker.peak) comes from inside that process, where a candidate
-    can reset the kernel's high-water mark or torch's peak statistics; this one it cannot lower."""
-
-    INTERVAL_S = 0.002
-    RESCAN = 25  # samples between scans for new processes in the tree
-
-    def __init__(self, root_pid: int | None, device_memory: Callable[[set[int]], int | None] | None = None):
-        self.root = root_pid
-        self.device_memory = device_memory
-        self.host_bytes = 0
-        self.device_bytes: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="ditar-outside-peak", daemon=True)
-
-    def __enter__(self) -> OutsidePeak:
-        if self.root is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        assert self.root is not None
-        pids: set[int] = set()
-        n = 0
-        while True:
-            if n % self.RESCAN == 0:
-                pids = proctree.descendants([self.root])
-            self.host_bytes = max(self.host_bytes, sum(_resident_bytes(p) for p in pids))
-            if self.device_memory is not None:
-                used = self.device_memory(pids)
-                if used is not None:
-                    self.device_bytes = max(self.device_bytes or 0, used)
-            n += 1
-            if self._stop.wait(self.INTERVAL_S):
-                return
-
-    def gib(self, where: str) -> float | None:
-        """The peak seen, in GiB, of the kind the worker reported ("device" or "host"); None where unseen."""
-        seen = self.device_bytes if where == "device" else self.host_bytes or None
-        return seen / 2**30 if seen else None
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def _resident_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):  # gone between the scan and the read
-        return 0
-
-
-def measure_peaks(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
-                  timeout_s: float | None = None, stream: RequestStream | None = None,
-                  device_memory: Callable[[set[int]], int | None] | None = None) -> LaneMeasurement:
-    """A memory lane's rounds: after `lane.warmup` untimed calls a side, `lane.repeats` rounds on fresh
-    requests, each side's call in an order drawn from the judge's entropy, only that side running.
-    A call's figure is the larger of the worker's own peak (reset just before, read just after:
-    CandidateWorker.peak) and the judge's reading from outside its process (OutsidePeak), so a
-    candidate that resets or fakes its own figure gains nothing. No clock is kept."""
-    stream = stream or new_stream(suite)
-    sides = {"candidate": candidate, **({"champion": champion} if champion not in (None, candidate) else {})}
-    workers = list(sides.values())
-    m = LaneMeasurement(lane.name, [], [])
-    t_wall = judge_clock()
-    for w in workers:
-        for _ in range(lane.warmup):
-            _timed(w, workers, lane_request(suite, lane), timeout_s, [])
-    where = "host"
-    for r in range(lane.repeats):
-        req = fresh_request(stream, suite, lane, f"peak/{r}", m.nonces)
-        m.seeds.append(list(req.seeds))
-        order = list(sides)
-        _ORDER.shuffle(order)
-        m.orders.append("".join(name[0] for name in order))
-        for name in order:
-            w = sides[name]
-            w.peak(reset=True)
-            root = w.proc.pid if getattr(w, "proc", None) is not None else None
-            with OutsidePeak(root, device_memory) as outside:
-                _timed(w, workers, req, timeout_s, m.overhead_s)
-            own, where = w.peak()
-            seen = [x for x in (own, outside.gib(where)) if x is not None]
-            m.peaks.setdefault(name, []).append(max(seen) if seen else None)
-    for w in workers:
-        w.resume()
-    cand = [x for x in m.peaks.get("candidate", []) if x is not None]
-    if where == "device" and cand:  # device memory is what core.decision holds to the VRAM budget
-        m.peak_reserved_gib = max(cand)
     m.wall_s = judge_clock() - t_wall
     return m
 
@@ -489,61 +342,3 @@ def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> Non
                            f"(label {req.labels[i]}): {what}")
 
 
-def output_audit(cls: str, thresholds: Any) -> Audit:
-    """The audit of a candidate claiming `cls` (core.audit: cheap checks, class-claim thresholds)."""
-    def check(cand: Outputs, ref: Outputs | None) -> tuple[int, str] | None:
-        return audit_batch(cls, thresholds, cand.latents, cand.images,
-                           None if ref is None else ref.latents, None if ref is None else ref.images)
-    return check
-
-
-def caching_probe(candidate: CandidateWorker, workers: list, stream: RequestStream, suite: Suite, lane: Lane,
-                  repeated: Request, timeout_s: float | None, audit: Audit | None,
-                  sent: list[Request] | None = None) -> dict[str, Any]:
-    """Alternate new requests with the last timed round's request, asked again (MLPerf's TEST04,
-    in spirit): an honest pipeline takes as long for a request it has seen; a cache does not.
-    Both kinds run back to back on the candidate alone, so caches and clocks treat them alike
-    (against the interleaved rounds, consecutive calls ran up to 1.3x faster on a busy CPU host).
-    `sent` gets every request, in order: the references are asked the same afterwards, so no role
-    can tell from its history of requests that it was never probed (issue 38). Which of a pair runs
-    first is drawn, half the pairs each way: always new-then-repeated, the first call after a pause
-    ran cold and the repeat warm, and under a CPU hog an honest 2x read as a 1.74x cache."""
-    t0 = judge_clock()
-
-    def pairs(n: int, label: str) -> dict[str, list[float]]:
-        rep: list[float] = []
-        uniq: list[float] = []
-        new_first = [k % 2 == 0 for k in range(n)]
-        _ORDER.shuffle(new_first)
-        for k in range(n):
-            fresh = fresh_request(stream, suite, lane, f"{label}/{k}")
-            if new_first[k]:
-                new = _timed(candidate, workers, fresh, timeout_s, [])
-                again = _timed(candidate, workers, repeated, timeout_s, [])
-            else:
-                again = _timed(candidate, workers, repeated, timeout_s, [])
-                new = _timed(candidate, workers, fresh, timeout_s, [])
-            if sent is not None:
-                sent.extend((fresh, repeated) if new_first[k] else (repeated, fresh))
-            uniq.append(new.seconds)
-            rep.append(again.seconds)
-            for out in (new, again):
-                problem = audit(out, None) if audit is not None else None
-                if problem:
-                    raise AuditFailure(f"audit: caching probe call {k + 1}: {problem[1]}")
-        return {"repeat_s": rep, "unique_s": uniq}
-
-    screen = pairs(PROBE_PAIRS, "probe")
-    out: dict[str, Any] = dict(screen)
-    if caching_suspected(screen["repeat_s"], screen["unique_s"], 0.0):
-        out["confirm"] = pairs(CONFIRM_PAIRS, "probe-confirm")
-    out["seconds"] = judge_clock() - t0
-    return out
-
-
-def count_flops(candidate: CandidateWorker, suite: Suite, lane: Lane) -> float | None:
-    """FLOPs of one lane call, counted in the worker with torch's FlopCounterMode (None if it cannot)."""
-    try:
-        return candidate.flops(lane_request(suite, lane))
-    except Exception:  # noqa: BLE001 - counting is informative, never a verdict by itself
-        return None

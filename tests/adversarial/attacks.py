@@ -553,7 +553,7 @@ A08_STOP_CHAMPION = _attack(prelude=_DAEMONS, build='''def build(spec: PipelineS
 # 18. Read the judge's secrets: /proc/<judge>/cmdline (its --ditar-config), environ and cwd, then
 #     its memory through /proc/<judge>/mem: every 64-hex-digit string in its writable private
 #     mappings that no state file shows (not a ledger, manifest or summary hash) may key the
-#     judge's timed request stream. With the judge's own modules (runtime.lanes.new_stream,
+#     judge's timed request stream. With the judge's own modules (runtime.calls.new_stream,
 #     fresh_request), build() predicts each such key's objective-lane rounds and caching-probe
 #     requests and computes as many as its time allows, untimed; the first timed request that a
 #     key predicted names the judge's key, and that call computes the rest of its requests (one
@@ -627,7 +627,7 @@ def _known_hashes(dirs):
     try:
         from pytest_ditar.config.project import load_config
         from pytest_ditar.config.suite import load_suite
-        from pytest_ditar.runtime import lanes
+        from pytest_ditar.runtime import calls as lanes
 
         cfg = load_config(_Path(cfg_arg or root / "config" / "autoresearch.json"))
         suite = load_suite(cfg.suite_dir)
@@ -689,7 +689,7 @@ A19_SIBLING_STOPPED = _attack(methods='''
 ''')
 
 # 20 (extra). Background thread: build() starts a thread that imports the judge's own modules
-#     (load_config, load_suite, runtime.lanes.lane_request) to learn the lanes' requests and computes
+#     (load_config, load_suite, runtime.calls.lane_request) to learn the lanes' requests and computes
 #     them while the judge is busy elsewhere (the quality phase, between tests); generate() replays.
 A20_BACKGROUND_THREAD = _attack(methods=_REPLAY.replace("@@FRACTION@@", "0.2"),
                                 build='''def build(spec: PipelineSpec) -> StockDiT:
@@ -702,7 +702,7 @@ A20_BACKGROUND_THREAD = _attack(methods=_REPLAY.replace("@@FRACTION@@", "0.2"),
         try:
             from pytest_ditar.config.project import load_config
             from pytest_ditar.config.suite import load_suite
-            from pytest_ditar.runtime.lanes import lane_request
+            from pytest_ditar.runtime.calls import lane_request
 
             cfg = load_config(_roots()[0] / "config" / "autoresearch.json")
             suite = load_suite(cfg.suite_dir)

@@ -1,4 +1,4 @@
-"""The caching probe (runtime.lanes.caching_probe) against a host where the first call after a
+"""The caching probe (runtime.cacheprobe.caching_probe) against a host where the first call after a
 pause runs cold: with the new request always first, an honest pipeline's repeat read as a cache
 (an honest 2x REJECTED "caching: ... 1.74x faster" beside a CPU hog). The pair order is drawn,
 half each way, so position falls on both kinds alike; a real cache is still found."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from pytest_ditar.core import probes
-from pytest_ditar.runtime import lanes
+from pytest_ditar.runtime import cacheprobe
 
 REPEATED = object()
 
@@ -19,11 +19,11 @@ def _probe(monkeypatch, seconds) -> dict:
         calls.append(req)
         return SimpleNamespace(seconds=seconds(req, len(calls) - 1))
 
-    monkeypatch.setattr(lanes, "_timed", timed)
-    monkeypatch.setattr(lanes, "fresh_request", lambda *_a: object())
-    monkeypatch.setattr(lanes, "caching_suspected", lambda *_a: True)  # always confirm: the verdict's samples
+    monkeypatch.setattr(cacheprobe, "timed_call", timed)
+    monkeypatch.setattr(cacheprobe, "fresh_request", lambda *_a: object())
+    monkeypatch.setattr(cacheprobe, "caching_suspected", lambda *_a: True)  # always confirm: the verdict's samples
     sent: list[object] = []
-    out = lanes.caching_probe(None, [], None, None, None, REPEATED, None, None, sent)
+    out = cacheprobe.caching_probe(None, [], None, None, None, REPEATED, None, None, sent)
     assert sent == calls  # the references are asked what the candidate was, in its order
     return out
 
