@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
@@ -115,7 +116,6 @@ def measure_peaks(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champ
     for w in workers:
         w.resume()
     cand = [x for x in m.peaks.get("candidate", []) if x is not None]
-    if where == "device" and cand:  # device memory is what core.decision holds to the VRAM budget
-        m.peak_reserved_gib = max(cand)
-    m.wall_s = judge_clock() - t_wall
-    return m
+    # device memory is what core.decision holds to the VRAM budget
+    reserved = max(cand) if where == "device" and cand else m.peak_reserved_gib
+    return replace(m, peak_reserved_gib=reserved, wall_s=judge_clock() - t_wall)

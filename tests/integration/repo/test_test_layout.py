@@ -29,6 +29,9 @@ TEST_FUNCTION_FLOOR = 438
 # Modules no test imports by name, each with the test that exercises it (path::test). Remove an
 # entry once a test imports its module; a new module gets a test that imports it, or a line here.
 INDIRECT = {
+    # a memory lane's rounds, in a gated run's workers (loop.lanekinds)
+    "pytest_ditar.runtime.peaks": "tests/e2e/test_memory_lane.py::"
+                                  "test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_honest_one",
     # the console script's subcommands, run as a user runs them (Project.ditar in tests/conftest.py)
     "pytest_ditar.cli.baseline": "tests/e2e/test_option_baseline.py::"
                                  "test_baseline_refuses_to_overwrite_unless_forced",
