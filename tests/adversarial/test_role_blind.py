@@ -17,7 +17,7 @@ import re
 import pytest
 
 from .attacks import BUILD, GEN_SIG, sleeps_after
-from .conftest import experiment
+from .conftest import experiment, experiment_judged
 from conftest import make_project, shared_perf
 
 pytestmark = pytest.mark.adversarial
@@ -199,18 +199,23 @@ ROLE_TELLS = {
 
 @pytest.mark.parametrize("tell", sorted(ROLE_TELLS))
 def test_a_champion_that_tells_its_role_gets_no_later_candidate_kept(pytester, model_cache, tell):
-    """Step 1: the 2x with its tell (kept or not: blind, it sandbags in both roles or in neither).
-    Step 2: the same code again, a comment apart: an A/A whatever step 1 did, never KEPT."""
+    """Step 1: the 2x with its tell, KEPT (blind, it sandbags in neither role).
+    Step 2: the same code again, a comment apart: an A/A against that champion, never KEPT."""
     from candidates import REDUNDANT, STOCK
 
     # the product's lane, twin on: without it one reference slowed for a lane's rounds on a loaded
     # box reads as a win, and step 2's A/A was once KEPT so (not through any tell)
-    proj = make_project(pytester, mutable_source=REDUNDANT, config={"perf": shared_perf(twin=True)})
+    # (10 s, 48 rounds: three processes a round, and step 1's 2x must be judged beside a CPU hog)
+    proj = make_project(pytester, mutable_source=REDUNDANT,
+                        config={"perf": shared_perf(twin=True, max_rounds=48, lane_budget_s=10.0)})
     body = ROLE_TELLS[tell].replace("@@CANDIDATES@@", repr([str(pytester.path / "mutable/pipeline.py")]))
     attack = sleeps_after(body, STOCK)
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    experiment(proj, attack, "Drop the redundant pass")
+    # blind, the tell fires in neither role: a real 2x, KEPT (once more if not judged). Were it
+    # left unkept, step 2 would meet the baseline and be a real 2x too, not an A/A (seen beside a hog)
+    first = experiment_judged(proj, attack, "Drop the redundant pass")
+    assert first.status == "KEEP", "the tell told the candidate its role" + first.show()
     second = experiment(proj, attack + "\n# the same code: only the role could differ\n", "Same code, a new commit")
     assert second.status != "KEEP", "a champion that tells its role got the next candidate KEPT" + second.show()
