@@ -31,6 +31,7 @@ from pytest_ditar.config.project import Config
 from pytest_ditar.core import fleet as rules
 from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.core.rerun import row_judged
 from pytest_ditar.core.vocabulary import ANNOUNCE, FLEET_REF, HOSTS_REF, REFERENCE, STATUSES, TRAILER
 from pytest_ditar.hardware.fingerprint import Fingerprint
 from pytest_ditar.store import fleetlog
@@ -303,7 +304,7 @@ def verdict_row(cfg: Config, tag: str, cand: Candidate) -> tuple[rules.Promotion
     row where the gate recorded nothing (a refusal)."""
     rows = [r for r in Ledger(TagPaths.of(cfg.root, cfg.state_dir, tag).dir).rows() if r.get("commit") == cand.commit]
     verdict = str(rows[-1].get("status")) if rows else ""
-    kind = rules.outcome_kind(verdict, cand.card_diff, judged=not rows or str(rows[-1].get("judged")) != "0")
+    kind = rules.outcome_kind(verdict, cand.card_diff, judged=not rows or row_judged(rows[-1]))
     out = rules.Promotion(kind, verdict, cand.commit, cand.source.host, cand.source_commit, cand.card_diff)
     if not rows:
         return out, None
