@@ -16,7 +16,8 @@ def slow_research(pytester, model_cache, tmp_path_factory):
 
 def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
     proj = slow_research
-    sha, res, line = proj.experiment(STOCK, "exact", "Drop the redundant pass")
+    # a real 2x; on a loaded box the gate's own rule applies (once more when the lane was not judged)
+    sha, res, line = proj.experiment_judged(STOCK, "exact", "Drop the redundant pass")
     assert res.returncode == 0, res.stdout[-3000:]
     assert line.startswith("DITAR VERDICT: KEEP lane=latency_b1 speedup=") and "quality=6/6 class=exact" in line
     speedup = float(line.split("speedup=")[1].split("x")[0])
@@ -24,7 +25,9 @@ def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
     assert speedup > 1.5 and ci_low > 1.0
     assert proj.head() == sha  # kept: the commit stays
     rows = proj.ledger()
-    assert [r["status"] for r in rows] == ["BASELINE", "KEEP"] and rows[-1]["commit"] == sha
+    statuses = [r["status"] for r in rows]
+    assert statuses[0] == "BASELINE" and statuses[-1] == "KEEP" and len(statuses) in (2, 3)
+    assert rows[-1]["commit"] == sha
     champ = proj.root / f".autoresearch/t/champions/{sha}"
     assert (champ / "manifest.json").is_file() and (champ / "lanes.json").is_file()
     st = proj.ditar("status")
@@ -38,7 +41,8 @@ def test_faster_exact_candidate_is_kept_and_becomes_champion(slow_research):
     # Where the run's time went: phases booked once each, the lanes' timed share, the holdout.
     assert re.search(r"^ditar: time: start-up [0-9.]+s, guards [0-9.]+s, build ", res.stdout, re.M)
     assert "perf overhead " in res.stdout
-    (summary,) = (proj.root / ".autoresearch/t/runs").glob("*/summary.json")
+    (summary,) = [p for p in (proj.root / ".autoresearch/t/runs").glob("*/summary.json")
+                  if json.loads(p.read_text())["commit"] == sha]  # the KEEP's run (a re-run leaves two)
     # what other programs read says which schema it follows: the summary, the ledger row, status --json
     assert json.loads(summary.read_text())["schema_version"] == rows[-1]["schema_version"] \
         == status["schema_version"] == 1
