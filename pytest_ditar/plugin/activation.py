@@ -189,8 +189,8 @@ def hermetic_refusal(early_config: pytest.Config, start: Start | None) -> str | 
         return (f"environment variable {found[0]} changes how Python runs the judge (it loads code or moves "
                 f"paths): unset it (unset {' '.join(found)}), or run `dit-ar experiment`, which clears it")
     if start.judged is not None and not start.baseline:
-        from pytest_ditar.loop import judgetree
-        from pytest_ditar.loop.tags import resolve_tag  # start-up: git, in a ditar run only
+        from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run only
+        from pytest_ditar.loop.tags import resolve_tag  # start-up: the same
 
         try:
             tag = resolve_tag(cfg, early_config.known_args_namespace.ditar_tag)
@@ -211,9 +211,9 @@ def delegate(early_config: pytest.Config, start: Start) -> NoReturn:
     import sys
     import tempfile
 
-    from pytest_ditar.loop import judgetree
-    from pytest_ditar.loop.tags import resolve_tag
-    from pytest_ditar.vcs.hardened import judge_env
+    from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run handed over only
+    from pytest_ditar.loop.tags import resolve_tag  # start-up: the same
+    from pytest_ditar.vcs.hardened import judge_env  # start-up: the same
 
     cfg, ns = start.cfg, early_config.known_args_namespace
     args = list(early_config.invocation_params.args)

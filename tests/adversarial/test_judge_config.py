@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .attacks import COMMENT_ONLY
+from .attacks import COMMENT_ONLY, HALF_STEPS
 from .conftest import ditar, parse
 from .test_judge_inputs import SLOWER, ditar_env, gated_pytest
 
@@ -157,3 +157,20 @@ def test_verify_fails_on_a_champion_whose_tree_differs_outside_the_mutable_paths
     line = next((ln for ln in res.stdout.splitlines() if ln.startswith("FAIL champion trees")), "")
     assert res.returncode == 1 and f"{sha[:7]}: pytest.ini added outside the mutable paths" in line, res.stdout
     assert json.dumps(research.ledger())  # the chain itself verifies: only the tree check caught it
+
+
+def test_ci_guard_starts_the_judges_way_and_refuses_a_checkout_that_configures_it(research, scratch):
+    """`dit-ar guard` (action.yml): an ordinary pull request's checkout judged on the judge's own
+    configuration (a broken contract fails it); one that brings a pytest.ini naming a payload is
+    REFUSED before pytest starts, the payload never imported."""
+    research.git("checkout", "-q", "-b", "feature")
+    research.write("mutable/pipeline.py", HALF_STEPS)  # other images: the exact contracts fail
+    res = research.ditar("--tag", "t", "guard", "--json", str(scratch / "guard.json"), "--", "-m", "quality")
+    last = res.stdout.strip().splitlines()[-1]
+    assert res.returncode == 1 and last.startswith("DITAR GUARD: FAIL: quality: "), res.stdout[-3000:]
+    assert json.loads((scratch / "guard.json").read_text())["verdict"] == "FAIL"
+    marker = plant(research, scratch, "pytest.ini")
+    res = research.ditar("--tag", "t", "guard", "--", "-m", "quality")
+    last = res.stdout.strip().splitlines()[-1]
+    assert res.returncode == 4 and last.startswith("DITAR REFUSED: judge_tree: pytest.ini added in HEAD"), last
+    assert not marker.exists()
