@@ -21,12 +21,14 @@ from pytest_ditar.core.verdict_json import record
 from pytest_ditar.core.vocabulary import CLASSES
 from pytest_ditar.loop import hermetic, judgetree, stamps
 from pytest_ditar.loop.bound import bound_refusal
+from pytest_ditar.loop.guards import config_refusal
 from pytest_ditar.loop.nextstep import PREFIX as NEXT
 from pytest_ditar.loop.options import Exit
 from pytest_ditar.loop.phases import run_two_phase
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.space import shortage
+from pytest_ditar.vcs import queries
 from pytest_ditar.vcs.hardened import judge_env
 
 CLASS_HELP = ("what the change is (program.md, Classes): exact = same algorithm (layout, fusion, scheduling, "
@@ -67,7 +69,8 @@ class Experiment(Command):
         root, refusal = _bound_check(cfg, args.tag)
         code = Exit.BOUND_REACHED  # a person bounded the session (`dit-ar init --max-experiments/--until`)
         if not refusal:
-            refusal, code = _space_refusal(cfg) or hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
+            refusal = _space_refusal(cfg) or hermetic_refusal(cfg, args.pytest_args, args.tag, gated=True)
+            code = Exit.REFUSED
         if refusal:
             print(_dumps(record(None, code, refusal=refusal)) if args.json else f"DITAR REFUSED: {refusal}")
             return code
@@ -175,13 +178,19 @@ def plugin_flag() -> list[str]:
     return ["-p", "pytest_ditar.plugin.hooks"]
 
 
-def hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | None:
-    """Why the extra pytest arguments, the environment or a changed module of the judge's (against
-    the baseline's stamp) may not start a gated run (loop.hermetic, loop.stamps), decided before
-    pytest starts: none of what they name has run in the judge. The gate checks them all again."""
+def hermetic_refusal(path: Path, extra: list[str], tag: str | None, gated: bool = False) -> str | None:
+    """Why the extra pytest arguments, the environment, the tree outside the mutable paths
+    (loop.judgetree) or a changed module of the judge's (against the baseline's stamp) may not
+    start a run of the judge (loop.hermetic, loop.stamps), decided before pytest starts: none of
+    what they name has run in the judge. A `gated` run takes only the repository's config. The
+    gate checks them all again."""
     import json
 
     cfg = load_config(path)
+    if gated:
+        why = config_refusal(cfg, queries.state(cfg.root).toplevel)
+        if why:
+            return why
     suites, protected = (cfg.root / cfg.suites_dir).resolve(), (*cfg.fixed_paths, *cfg.mutable_paths)
     why = (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
                                    here=cfg.root)

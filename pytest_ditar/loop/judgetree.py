@@ -94,10 +94,11 @@ def launch_refusal(cfg: Any, tag: str, worktree: bool = True) -> str | None:
     base = baseline_commit(cfg.root, cfg.state_dir, tag)
     if base is None:
         return None
-    b7, where = base[:7], ", ".join(cfg.mutable_paths)
+    mutable, suites = pinned_paths(cfg, base)
+    b7, where = base[:7], ", ".join(mutable)
     try:
-        found = tree_changes(cfg.root, base, "HEAD", cfg.mutable_paths)
-        stray = [] if found or not worktree else stray_files(cfg.root, base, cfg.mutable_paths, cfg.suites_dir)
+        found = tree_changes(cfg.root, base, "HEAD", mutable)
+        stray = [] if found or not worktree else stray_files(cfg.root, base, mutable, suites)
     except DitarError as exc:
         return f"judge_tree: the tree cannot be read against the baseline {b7}: {exc}"
     why = ("pytest reads its ini files and conftest.py, and Python the root's modules, before any guard runs; "
@@ -115,6 +116,24 @@ def launch_refusal(cfg: Any, tag: str, worktree: bool = True) -> str | None:
         return (f"judge_tree: {path} is {kind} in the working tree against the baseline {b7}{_more(stray)}: "
                 f"{why}; restore the baseline's ({fix})")
     return None
+
+
+def pinned_paths(cfg: Any, base: str) -> tuple[list[str], str]:
+    """The mutable paths and the suites folder as the baseline commit's own config file says (the
+    config the baseline pinned, read from git's objects): a config that moved them since (another
+    `--config`, or the file edited) cannot widen what the candidate may change, or point the judge's
+    collection at the candidate's own files. The config in hand where the commit has none."""
+    try:
+        rel = Path(cfg.repo_config).resolve().relative_to(Path(cfg.root).resolve()).as_posix()
+        data = json.loads(trees.file_at(cfg.root, base, rel) or "null")
+    except (ValueError, OSError):
+        data = None
+    data = data if isinstance(data, dict) else {}
+    mutable = data.get("mutable_paths", list(cfg.mutable_paths))
+    suites = data.get("suites_dir", cfg.suites_dir)
+    if not (isinstance(mutable, list) and all(isinstance(m, str) for m in mutable)):
+        mutable = list(cfg.mutable_paths)
+    return mutable, suites if isinstance(suites, str) else cfg.suites_dir
 
 
 def _more(found: Sequence[str]) -> str:

@@ -82,7 +82,8 @@ def test_stray_files_are_what_pytest_or_python_would_read_that_git_does_not_hold
 
 
 def _cfg(repo: Path) -> SimpleNamespace:
-    return SimpleNamespace(root=repo, state_dir=".autoresearch", mutable_paths=("mutable/",), suites_dir="suites")
+    return SimpleNamespace(root=repo, state_dir=".autoresearch", mutable_paths=("mutable/",), suites_dir="suites",
+                           repo_config=repo / "config/autoresearch.json")
 
 
 def _baseline(repo: Path, sha: str) -> None:
@@ -136,3 +137,21 @@ def test_only_the_judges_own_options_are_taken_off(repo: Path, tmp_path: Path):
     assert judgetree.judge_started(["-c", str(forged), *judgetree.judge_args(ini, repo)[2:]], cfg) is None
     forged.write_text("[pytest]\ntestpaths = mutable\n")
     assert judgetree.judge_started(["-c", str(forged), *judgetree.judge_args(ini, repo)[2:]], cfg) is None
+
+
+def test_the_mutable_paths_are_the_baselines_config_not_the_one_in_hand(repo: Path):
+    """A config that widens its own mutable paths (or moves the suites into them) changes nothing:
+    the check reads them from the baseline commit's config file."""
+    (repo / "config").mkdir()
+    (repo / "config/autoresearch.json").write_text(json.dumps({"mutable_paths": ["mutable/"], "suites_dir": "suites"}))
+    base = _commit(repo)
+    _baseline(repo, base)
+    wide = json.dumps({"mutable_paths": ["mutable/", "config/", "suites/"], "suites_dir": "mutable/suites"})
+    (repo / "config/autoresearch.json").write_text(wide)
+    (repo / "suites/tiny/conftest.py").write_text("import mutable.payload\n")
+    _commit(repo)
+    cfg = SimpleNamespace(root=repo, state_dir=".autoresearch", mutable_paths=("mutable/", "config/", "suites/"),
+                          suites_dir="mutable/suites", repo_config=repo / "config/autoresearch.json")
+    assert judgetree.pinned_paths(cfg, base) == (["mutable/"], "suites")
+    why = judgetree.launch_refusal(cfg, "t")
+    assert why is not None and why.startswith("judge_tree: config/autoresearch.json modified in HEAD"), why
