@@ -174,3 +174,23 @@ def test_ci_guard_starts_the_judges_way_and_refuses_a_checkout_that_configures_i
     last = res.stdout.strip().splitlines()[-1]
     assert res.returncode == 4 and last.startswith("DITAR REFUSED: judge_tree: pytest.ini added in HEAD"), last
     assert not marker.exists()
+
+
+def test_the_users_own_c_rootdir_and_noconftest_are_still_refused(research, scratch):
+    """The judge adds `-c <its ini> --rootdir=<root> --noconftest` after checking the user's
+    arguments; the user's own are refused as before, and a forged judge's ini (one that says more
+    than the suites and markers) is no judge's: its `-c` is refused before any conftest loads."""
+    rows = research.ledger()
+    plant(research, scratch, "none")
+    (research.root / "none").unlink()
+    research.git("rm", "-q", "none")
+    research.git("commit", "-q", "--amend", "--no-edit")
+    forged = scratch / "ditar-judge.ini"
+    forged.write_text("[pytest]\ntestpaths = suites\naddopts = -p mutable.payload\n")
+    for extra, said in ((("-c", str(forged)), "-c"), (("--rootdir", str(research.root)), "--rootdir"),
+                        (("--noconftest",), "--noconftest")):
+        j = ditar_env(research, "--", *extra)
+        assert j.status == "REFUSED" and f"pytest option {said} is not allowed" in j.last, j.show()
+    j = gated_pytest(research, "-c", str(forged), f"--rootdir={research.root.resolve()}", "--noconftest")
+    assert j.status == "REFUSED" and "pytest option -c is not allowed" in j.last, j.show()
+    assert research.ledger() == rows and research.head() == j.sha  # (its payload ran in that refused pytest)
