@@ -19,14 +19,16 @@ from pytest_ditar.config.project import load_config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.verdict_json import record
 from pytest_ditar.core.vocabulary import CLASSES
-from pytest_ditar.loop import hermetic, stamps
+from pytest_ditar.loop import hermetic, judgetree, stamps
 from pytest_ditar.loop.bound import bound_refusal
+from pytest_ditar.loop.guards import config_refusal
 from pytest_ditar.loop.nextstep import PREFIX as NEXT
 from pytest_ditar.loop.options import Exit
 from pytest_ditar.loop.phases import run_two_phase
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.space import shortage
+from pytest_ditar.vcs import queries
 from pytest_ditar.vcs.hardened import judge_env
 
 CLASS_HELP = ("what the change is (program.md, Classes): exact = same algorithm (layout, fusion, scheduling, "
@@ -64,15 +66,11 @@ class Experiment(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         cfg = config_path(args)
-        cmd = pytest_command(args, cfg, "--ditar-gate", f"--ditar-description={args.description}")
-        if not args.benchmark_tables:
-            cmd.append(BENCHMARK_QUIET)
-        if args.no_revert:
-            cmd.append("--ditar-no-revert")
         root, refusal = _bound_check(cfg, args.tag)
         code = Exit.BOUND_REACHED  # a person bounded the session (`dit-ar init --max-experiments/--until`)
         if not refusal:
-            refusal, code = _space_refusal(cfg) or _hermetic_refusal(cfg, args.pytest_args, args.tag), Exit.REFUSED
+            refusal = _space_refusal(cfg) or hermetic_refusal(cfg, args.pytest_args, args.tag, gated=True)
+            code = Exit.REFUSED
         if refusal:
             print(_dumps(record(None, code, refusal=refusal)) if args.json else f"DITAR REFUSED: {refusal}")
             return code
@@ -88,6 +86,12 @@ class Experiment(Command):
         tee = _Tee(quiet=args.quiet, to_stderr=args.json) if args.json or args.quiet else None
         call = tee.call if tee else subprocess.call
         with tempfile.TemporaryDirectory(prefix="ditar-experiment-") as tmp:
+            cmd = pytest_command(args, cfg, "--ditar-gate", f"--ditar-description={args.description}",
+                                 ini_dir=Path(tmp))
+            if not args.benchmark_tables:
+                cmd.append(BENCHMARK_QUIET)
+            if args.no_revert:
+                cmd.append("--ditar-no-revert")
             doc = Path(tmp) / "verdict.json"
             if args.json:  # the gate writes its outcome there itself (--ditar-json): nothing reads its line back
                 cmd.append(f"--ditar-json={doc}")
@@ -138,18 +142,31 @@ def _dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=1)
 
 
-def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str) -> list[str]:
+def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str, ini_dir: Path) -> list[str]:
     """The gate's pytest command line for `args` (class, tag, device, extra pytest arguments), run
-    outside any xdist worker's environment even when dit-ar itself runs inside one."""
+    outside any xdist worker's environment even when dit-ar itself runs inside one, on the judge's
+    own configuration (loop.judgetree: its ini written in `ini_dir`, the project root as rootdir, no
+    conftest), added after the user's arguments were checked."""
     for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
         os.environ.pop(var)
-    cmd = [sys.executable, "-m", "pytest", *plugin_flag(), "-p", "no:cacheprovider", f"--ditar-config={cfg}", *flags,
-           f"--ditar-class={args.classification}", "-q", *(a for a in args.pytest_args if a != "--")]
+    cmd = [*judge_pytest(cfg, args.tag, ini_dir), *plugin_flag(), "-p", "no:cacheprovider", f"--ditar-config={cfg}",
+           *flags, f"--ditar-class={args.classification}", "-q", *(a for a in args.pytest_args if a != "--")]
     if args.tag:
         cmd.append(f"--ditar-tag={args.tag}")
     if args.device:
         cmd.append(f"--ditar-device={args.device}")
     return cmd
+
+
+def judge_pytest(cfg: Path, tag: str | None, ini_dir: Path) -> list[str]:
+    """`python -m pytest` with the judge's own options first (loop.judgetree.judge_args)."""
+    conf = load_config(cfg)
+    try:
+        base = judgetree.baseline_commit(conf.root, conf.state_dir, resolve_tag(conf, tag))
+    except DitarError:
+        base = None
+    ini = judgetree.write_judge_ini(conf, ini_dir, base)
+    return [sys.executable, "-m", "pytest", *judgetree.judge_args(ini, conf.root)]
 
 
 def plugin_flag() -> list[str]:
@@ -161,17 +178,29 @@ def plugin_flag() -> list[str]:
     return ["-p", "pytest_ditar.plugin.hooks"]
 
 
-def _hermetic_refusal(path: Path, extra: list[str], tag: str | None) -> str | None:
-    """Why the extra pytest arguments, the environment or a changed module of the judge's (against
-    the baseline's stamp) may not start a gated run (loop.hermetic, loop.stamps), decided before
-    pytest starts: none of what they name has run in the judge. The gate checks them all again."""
+def hermetic_refusal(path: Path, extra: list[str], tag: str | None, gated: bool = False) -> str | None:
+    """Why the extra pytest arguments, the environment, the tree outside the mutable paths
+    (loop.judgetree) or a changed module of the judge's (against the baseline's stamp) may not
+    start a run of the judge (loop.hermetic, loop.stamps), decided before pytest starts: none of
+    what they name has run in the judge. A `gated` run takes only the repository's config. The
+    gate checks them all again."""
     import json
 
     cfg = load_config(path)
+    if gated:
+        why = config_refusal(cfg, queries.state(cfg.root).toplevel)
+        if why:
+            return why
     suites, protected = (cfg.root / cfg.suites_dir).resolve(), (*cfg.fixed_paths, *cfg.mutable_paths)
     why = (hermetic.option_refusal([a for a in extra if a != "--"], cfg.root, suites, cfg.state_path, protected,
                                    here=cfg.root)
            or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
+    if why:
+        return why
+    try:
+        why = judgetree.launch_refusal(cfg, resolve_tag(cfg, tag))
+    except DitarError:
+        why = None  # no tag: the gate says which
     if why:
         return why
     try:

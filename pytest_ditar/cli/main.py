@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "Doctor"), "init": ("init", "Init"), "baseline": ("baseline", "Baseline"),
     "suite": ("suite", "Suite"), "experiment": ("experiment", "Experiment"), "try": ("trial", "Try"),
+    "guard": ("guard", "Guard"),
     "profile": ("profile", "Profile"), "status": ("status", "Status"), "compare": ("compare", "Compare"),
     "demo": ("demo", "Demo"), "verify": ("verify", "Verify"), "recover": ("recover", "Recover"),
     "fetch-state": ("fetchstate", "FetchState"), "fleet": ("fleet", "Fleet"),

@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
+import tempfile
+from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
-from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, pytest_command
+from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, hermetic_refusal, pytest_command
 from pytest_ditar.config.project import load_config
 from pytest_ditar.core.vocabulary import CLASSES
+from pytest_ditar.loop.options import Exit
 from pytest_ditar.vcs.hardened import judge_env
 
 
@@ -40,10 +43,15 @@ class Try(Command):
     def run(cls, args: argparse.Namespace) -> int:
         cfg = config_path(args)
         described = [f"--ditar-description={args.description}"] if args.description else []
-        cmd = pytest_command(args, cfg, "--ditar-try", *described,
-                             *([] if args.benchmark_tables else [BENCHMARK_QUIET]))
+        refusal = hermetic_refusal(cfg, args.pytest_args, args.tag)  # before pytest reads a file of the project
+        if refusal:
+            print(f"DITAR REFUSED: {refusal}")
+            return int(Exit.REFUSED)
         root = load_config(cfg).root
         os.environ.update(judge_env(root))
-        # the outcome's status (loop.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
-        # 4 refused, pytest's own code for a run that could not happen
-        return subprocess.call(cmd, cwd=root)
+        with tempfile.TemporaryDirectory(prefix="ditar-try-") as tmp:
+            cmd = pytest_command(args, cfg, "--ditar-try", *described,
+                                 *([] if args.benchmark_tables else [BENCHMARK_QUIET]), ini_dir=Path(tmp))
+            # the outcome's status (loop.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
+            # 4 refused, pytest's own code for a run that could not happen
+            return subprocess.call(cmd, cwd=root)

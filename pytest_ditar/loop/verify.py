@@ -10,6 +10,7 @@
 - a run that ended before it recorded (its judge killed): its state changes are rolled back from
   the pre-run backup before anything is checked (loop.backup.settle);
 - the fixed paths against the hashes recorded at baseline time;
+- every kept commit's tree against the baseline commit's outside the mutable paths (loop.judgetree);
 - the repository's git config and hooks against the baseline's pins (loop.gitpins);
 - a sample of baseline items re-generated from the baseline commit's code (a git worktree),
   which must match the stored outputs within the exact class's tolerance.
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterator
 
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import check_contract, compute_metrics
-from pytest_ditar.loop import backup as state_backup, gitpins, stamps
+from pytest_ditar.loop import backup as state_backup, gitpins, judgetree, stamps
 from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
 from pytest_ditar.loop.holdout import baseline_pipeline
 from pytest_ditar.runtime.harness import batches, run_batch
@@ -177,10 +178,34 @@ def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
     recorded = snap.manifest.get("fixed_paths", {})
     changes = fixed_path_changes(recorded, hash_fixed_paths(sess.cfg.root, sess.cfg.fixed_paths))
     yield from _many("fixed paths", changes, f"{len(recorded)} files unchanged since the baseline")
+    yield from _champion_trees(sess, snap.manifest)
     yield _git_pins(sess.cfg.root, snap.manifest)
     yield _stamps(sess, snap.manifest)
     if sample > 0:
         yield from _regenerate(sess, snap, sample, rng or random.SystemRandom())
+
+
+def _champion_trees(sess: Any, manifest: dict[str, Any]) -> Iterator[Check]:
+    """Every kept commit's tree against the baseline commit's, outside the mutable paths, from git's
+    objects (loop.judgetree): a KEEP whose commit brought an ini file, a conftest.py or a suite's file
+    of its own was decided by code the candidate chose (issue 49), whatever its row says."""
+    base = manifest.get("git_sha")
+    try:
+        kept = [str(r.get("commit")) for r in Ledger(sess.state_dir).rows() if r.get("status") == "KEEP"]
+    except LedgerError:
+        return  # the chain's check says why
+    if not base or not kept:
+        return
+    problems = []
+    for sha in dict.fromkeys(kept):
+        try:
+            found = judgetree.tree_changes(sess.cfg.root, base, sha, sess.cfg.mutable_paths)
+        except DitarError as exc:
+            problems.append(f"{sha[:7]} cannot be read: {exc}")
+            continue
+        problems += [f"{sha[:7]}: {f} outside the mutable paths against the baseline {base[:7]}" for f in found]
+    yield from _many("champion trees", problems, f"{len(set(kept))} kept commits differ from the baseline "
+                                                 "only under the mutable paths")
 
 
 def _git_pins(root: Path, manifest: dict[str, Any]) -> Check:

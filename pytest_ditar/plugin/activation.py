@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 import pytest
 
@@ -31,6 +31,7 @@ OPTIONS = ("ditar_config", "ditar_baseline", "ditar_force", "ditar_tag", "ditar_
 DEFAULT_SUITES = "suites"
 
 _DECIDED_KEY = pytest.StashKey["Path | None"]()
+_START_KEY = pytest.StashKey["Start | None"]()
 
 
 def config_path(config: pytest.Config) -> Path | None:
@@ -93,16 +94,21 @@ MARKERS = ("ditar_quality: a pytest-ditar quality contract (candidate vs the ori
 
 def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None:
     """The one hook that hands over pytest's option parser: artifacts asks it for pytest-benchmark's
-    --benchmark-json value, as that plugin's own option type makes it. In a ditar project (its
-    config named on the command line, in the ini, or at the default path), pytest's
+    --benchmark-json value, as that plugin's own option type makes it. A ditar run's command line
+    and environment are checked here, before the first conftest loads; a ditar run that the judge
+    did not start (a plain `pytest`) is handed to one it starts (`delegate`). In a ditar project
+    (its config named on the command line, in the ini, or at the default path), pytest's
     assertion-rewrite caches go before the first conftest loads (loop.stamps): whether this is a
     ditar run is not known yet, pytest has not decided its collection arguments."""
     keep_parser(early_config, parser)
-    why = hermetic_refusal(early_config)
+    start = early_config.stash[_START_KEY] = ditar_start(early_config)
+    why = hermetic_refusal(early_config, start)
     if why:  # before the first conftest loads; pytest ends with its usage-error code, 4, as a refusal does
         line = f"DITAR REFUSED: {why}"
         print(line, flush=True)
         raise pytest.UsageError(line)
+    if start is not None and start.judged is None and not start.baseline:
+        delegate(early_config, start)
     root = Path(early_config.rootpath)
     if getattr(early_config.known_args_namespace, "ditar_config", None) or os.environ.get(ENV_CONFIG) \
             or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
@@ -111,14 +117,21 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
         drop_rewrite_caches(root)
 
 
-def hermetic_refusal(early_config: pytest.Config) -> str | None:
-    """Why this pytest start may not be a ditar run (loop.hermetic): an option that loads code, a
-    collection path outside the suites folder, pytest's or Python's code-loading variables. Only a
-    ditar run is checked (asked for with a --ditar-* option, or collecting the suites), and not an
-    xdist worker (its controller's command line was checked). Decided from the command line alone:
-    no conftest has loaded yet. A `-p` module and `PYTEST_PLUGINS` were imported by pytest before
-    this plugin: the run is refused, but their code ran (`dit-ar experiment` refuses before pytest
-    starts)."""
+class Start(NamedTuple):
+    """A ditar run's start: its config, suites folder and invocation folder; the user's arguments
+    when the judge started it (its own options taken off: loop.judgetree), else None."""
+    cfg: Any
+    path: Path
+    suites: Path
+    here: Path
+    judged: list[str] | None
+    baseline: bool
+
+
+def ditar_start(early_config: pytest.Config) -> Start | None:
+    """This pytest start when it is a ditar run (asked for with a --ditar-* option, or collecting
+    the suites), and not an xdist worker (its controller's command line was checked); else None.
+    Decided from the command line alone: no conftest has loaded yet."""
     if hasattr(early_config, "workerinput"):
         return None
     ns = early_config.known_args_namespace
@@ -133,6 +146,7 @@ def hermetic_refusal(early_config: pytest.Config) -> str | None:
         if not path.is_file():
             return None
     from pytest_ditar.config.project import load_config  # start-up: yaml, for a project with a ditar config only
+    from pytest_ditar.loop import judgetree  # start-up: the same
 
     try:
         cfg = load_config(path)
@@ -148,21 +162,82 @@ def hermetic_refusal(early_config: pytest.Config) -> str | None:
                   or suites in (here / str(t).split("::", 1)[0]).resolve().parents for t in targets)
     if not (reaches or any(getattr(ns, dest, None) for dest in OPTIONS)):
         return None
+    return Start(cfg, Path(path).resolve(), suites, here,
+                 judgetree.judge_started(early_config.invocation_params.args, cfg),
+                 bool(getattr(ns, "ditar_baseline", False)))
+
+
+def hermetic_refusal(early_config: pytest.Config, start: Start | None) -> str | None:
+    """Why this pytest start may not be a ditar run (loop.hermetic): an option that loads code, a
+    collection path outside the suites folder, pytest's or Python's code-loading variables; in a
+    run the judge started, a tree that differs from the baseline's outside the mutable paths
+    (loop.judgetree). The judge's own options (`-c` its ini, `--rootdir`, `--noconftest`) are taken
+    off before the rest is checked as the user's. A `-p` module and `PYTEST_PLUGINS` were imported
+    by pytest before this plugin: the run is refused, but their code ran (`dit-ar experiment`
+    refuses before pytest starts)."""
+    if start is None:
+        return None
+    cfg, here = start.cfg, start.here
+    args = early_config.invocation_params.args if start.judged is None else start.judged
     protected = (*cfg.fixed_paths, *cfg.mutable_paths)
-    why = (hermetic.option_refusal(early_config.invocation_params.args, cfg.root, suites, cfg.state_path, protected,
-                                   here=here)
-           or hermetic.env_refusal(os.environ, cfg.root, suites, cfg.state_path, protected))
+    why = (hermetic.option_refusal(args, cfg.root, start.suites, cfg.state_path, protected, here=here)
+           or hermetic.env_refusal(os.environ, cfg.root, start.suites, cfg.state_path, protected))
     if why:
         return why
     found = hermetic.code_env(os.environ, allowed_paths=(cfg.root, here))
     if found:
         return (f"environment variable {found[0]} changes how Python runs the judge (it loads code or moves "
                 f"paths): unset it (unset {' '.join(found)}), or run `dit-ar experiment`, which clears it")
+    if start.judged is not None and not start.baseline:
+        from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run only
+        from pytest_ditar.loop.tags import resolve_tag  # start-up: the same
+
+        try:
+            tag = resolve_tag(cfg, early_config.known_args_namespace.ditar_tag)
+        except DitarError:
+            return None  # no tag: the gate says which
+        return judgetree.launch_refusal(cfg, tag)
     return None
+
+
+def delegate(early_config: pytest.Config, start: Start) -> NoReturn:
+    """Hand a ditar run started as plain `pytest` to a pytest the judge starts: this process has
+    read the project's ini files and conftest.py already (an ini's `-p module` ran before any
+    plugin), so it decides nothing. The judge's pytest checks the tree against the baseline, runs
+    on the judge's own configuration (loop.judgetree), and its output and exit status are this
+    run's. A ditar run that is never handed over (its config named by a conftest alone) is refused
+    at configure (`before_configure`)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run handed over only
+    from pytest_ditar.loop.tags import resolve_tag  # start-up: the same
+    from pytest_ditar.vcs.hardened import judge_env  # start-up: the same
+
+    cfg, ns = start.cfg, early_config.known_args_namespace
+    args = list(early_config.invocation_params.args)
+    if not getattr(ns, "ditar_config", None):
+        args.append(f"--ditar-config={start.path}")
+    try:
+        base = judgetree.baseline_commit(cfg.root, cfg.state_dir, resolve_tag(cfg, ns.ditar_tag))
+    except DitarError:
+        base = None
+    sys.stdout.flush()
+    with tempfile.TemporaryDirectory(prefix="ditar-judge-") as tmp:
+        ini = judgetree.write_judge_ini(cfg, Path(tmp), base)
+        cmd = [sys.executable, "-m", "pytest", *judgetree.judge_args(ini, cfg.root), *args]
+        rc = subprocess.call(cmd, cwd=start.here, env={**os.environ, **judge_env(cfg.root)})
+    raise SystemExit(rc)
 
 
 def before_configure(config: pytest.Config) -> None:
     path = ditar_config(config)
+    if path is not None and not hasattr(config, "workerinput"):
+        why = unjudged_refusal(config, path)
+        if why:
+            print(f"DITAR REFUSED: {why}", flush=True)
+            raise pytest.UsageError(f"DITAR REFUSED: {why}")
     if path is not None:
         from pytest_ditar.plugin import xdist  # start-up: the gate's (numpy, the loop), in a ditar run only
 
@@ -175,6 +250,23 @@ def before_configure(config: pytest.Config) -> None:
         from pytest_ditar.plugin import gateplugin  # start-up: the gate, in a ditar run only
 
         gateplugin.before_configure(config, path)
+
+
+def unjudged_refusal(config: pytest.Config, path: Path) -> str | None:
+    """A ditar run that neither the judge started nor was handed to it (`delegate`): its config was
+    named only by a conftest hook, which ran in this process. It never decides (issue 49)."""
+    start = config.stash.get(_START_KEY, None)
+    if start is not None and (start.judged is not None or start.baseline):
+        return None
+    from pytest_ditar.config.project import load_config  # start-up: in a ditar run only
+
+    try:
+        load_config(path)
+    except (DitarError, OSError):
+        return None  # the gate reports the config's error, as it always did
+    return (f"this ditar run was not started by the judge (its config {path} was named by a conftest.py, which "
+            "ran in this process before any check): name the config on the command line (--ditar-config), or run "
+            "`dit-ar experiment` / `dit-ar try` / `dit-ar guard`")
 
 
 def records(config: pytest.Config) -> bool:

@@ -5,7 +5,6 @@ import json
 import pytest
 
 from candidates import STOCK, _patch
-from conftest import verdict_line
 
 # The defences' own attack-first tests: they run with the battery (CI's second step).
 pytestmark = pytest.mark.adversarial
@@ -113,14 +112,16 @@ def test_baseline_without_config_hash_is_accepted_with_a_note(research):
     assert proj.head() == sha
 
 
-def test_candidate_editing_the_config_is_discarded_and_reverted(research):
-    """A guard on the candidate's own diff counts as judged: DISCARD + revert, as for any fixed path."""
+def test_candidate_editing_the_config_is_refused_before_pytest_starts(research):
+    """A candidate's own edit of the config is outside the mutable paths: REFUSED before pytest reads a
+    file of the project (issue 49; a DISCARD judged by a pytest that had read it before), nothing
+    recorded, the commit left for the agent to take the edit out of."""
     proj = research
-    base = proj.head()
+    rows = proj.ledger()
     proj.write("config/autoresearch.json", json.dumps(_loose_config(proj), indent=1))
     sha = proj.commit_candidate(HALF_STEPS, "exact", "Half the steps, looser floors")
     res = proj.ditar("experiment", "--classification", "exact", "--description", "half")
-    line = verdict_line(res.stdout)
-    assert res.returncode == 1 and line.startswith("DITAR VERDICT: DISCARD"), line
-    assert 'reason="guard config: config/autoresearch.json changed by the candidate' in line, line
-    assert proj.head() == base and proj.ledger()[-1]["commit"] == sha
+    line = res.stdout.strip().splitlines()[-1]
+    assert res.returncode == 4, line
+    assert line.startswith("DITAR REFUSED: judge_tree: config/autoresearch.json modified in HEAD"), line
+    assert proj.head() == sha and proj.ledger() == rows

@@ -1,6 +1,7 @@
 """Guards are checked before any candidate code runs. A violation in the candidate's own diff is a
 DISCARD with its reason (and the revert); a branch, tree or history the gate cannot judge cleanly is
-REFUSED (nothing recorded, nothing reverted)."""
+REFUSED (nothing recorded, nothing reverted), and so is a commit that changes anything outside the
+mutable paths (issue 49: pytest would read it before any guard runs)."""
 import pytest
 import yaml
 
@@ -27,7 +28,7 @@ def _run(proj):
 
 
 @pytest.mark.parametrize("what", ["config_threshold", "corpus_seed", "perf_harness"])
-def test_fixed_path_edit_is_discarded_before_the_candidate_runs(research, tmp_path, what):
+def test_fixed_path_edit_is_refused_before_pytest_starts(research, tmp_path, what):
     proj = research
     base = proj.head()
     marker = tmp_path / "ran"
@@ -48,25 +49,27 @@ def test_fixed_path_edit_is_discarded_before_the_candidate_runs(research, tmp_pa
         p.write_text(p.read_text() + "\n# tuned the harness\n")
         changed = "suites/tiny/test_perf.py"
     proj.git("commit", "-qam", "sneaky\n\nDitar-Class: exact")
+    sha = proj.head()
     res, line = _run(proj)
-    assert res.returncode == 1
-    assert line.startswith("DITAR VERDICT: DISCARD") and "guard" in line and changed in line, line
+    assert res.returncode == 4
+    assert line.startswith(f"DITAR REFUSED: judge_tree: {changed} modified in HEAD against the baseline"), line
+    assert f"git checkout {base[:7]} -- {changed} && git commit --amend --no-edit" in line, line
     assert not _ran(proj, marker), "the candidate ran despite a guard violation"
-    assert proj.head() == base
-    assert proj.ledger()[-1]["status"] == "DISCARD"
+    assert proj.head() == sha and [r["status"] for r in proj.ledger()] == ["BASELINE"]  # nothing recorded
 
 
-def test_edit_outside_mutable_paths_is_discarded(research, tmp_path):
+def test_edit_outside_mutable_paths_is_refused(research, tmp_path):
     proj = research
-    base = proj.head()
     marker = tmp_path / "ran"
     proj.write("mutable/pipeline.py", _marker_source(marker))
     proj.write("tools/helper.py", "x = 1\n")
     proj.git("add", "-A")
     proj.git("commit", "-qm", "helper\n\nDitar-Class: exact")
+    sha = proj.head()
     res, line = _run(proj)
-    assert "guard mutable_only: edits outside mutable paths: tools/helper.py" in line
-    assert not _ran(proj, marker) and proj.head() == base
+    assert res.returncode == 4 and line.startswith("DITAR REFUSED: judge_tree: tools/helper.py added in HEAD"), line
+    assert "git rm -q -- tools/helper.py && git commit --amend --no-edit" in line
+    assert not _ran(proj, marker) and proj.head() == sha
 
 
 def test_dirty_tree_is_refused_and_the_edit_survives(research, tmp_path):

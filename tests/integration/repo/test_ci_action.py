@@ -23,8 +23,13 @@ def test_the_action_runs_fetch_state_then_the_guard_and_passes_on_its_outputs():
     args = build_parser().parse_args(words[3:])
     assert args.command == "fetch-state" and args.tag == "t"
     assert guard["env"]["DITAR_TAG_OUT"] == "${{ steps.state.outputs.tag }}"  # fetch-state's `tag=` output
-    for flag in ("--ditar-guard", "--ditar-tag=", "--ditar-guard-tolerance=", "--ditar-json="):
-        assert flag in guard["run"], flag
+    run = guard["run"].split("\n# shellcheck", 1)[-1]
+    run = run.replace("${DITAR_TAG_OUT:+--tag \"$DITAR_TAG_OUT\"}", "--tag t").replace("$DITAR_TOL", "0.05")
+    words = shlex.split(run.replace("\\\n", " "))
+    words = words[words.index("-c") + 2:]  # `python -c '<main() with the working folder off sys.path>'`
+    args = build_parser().parse_args(words)
+    assert (args.command, args.tag, args.tolerance, args.json) == ("guard", "t", 0.05, "$DITAR_JSON")
+    assert "del sys.path[0]" in guard["run"] and "pytest --ditar-guard" not in run  # the judge's way only
     for name, out in action["outputs"].items():
         m = re.fullmatch(r"\$\{\{ steps\.guard\.outputs\.(\w+) \}\}", out["value"])
         assert (m and m.group(1) == name and name in OUTPUT_KEYS) or name == "json", (name, out)
@@ -40,3 +45,7 @@ def test_the_docs_commands_parse():
     for line in found:
         args = build_parser().parse_args(shlex.split(line.split("#")[0]))
         assert args.command == "fetch-state" and args.remote == "origin"
+    guards = re.findall(r"^\s*(?:- |run: )?dit-ar (--tag \w+ guard[^\n]*)$", text, re.M)
+    assert guards and "pytest --ditar-guard" not in text.replace("`pytest --ditar-guard`", "")
+    for line in guards:
+        assert build_parser().parse_args(shlex.split(line)).command == "guard"

@@ -35,6 +35,8 @@ INDIRECT = {
     # the console script's subcommands, run as a user runs them (Project.ditar in tests/conftest.py)
     "pytest_ditar.cli.baseline": "tests/e2e/test_option_baseline.py::"
                                  "test_baseline_refuses_to_overwrite_unless_forced",
+    "pytest_ditar.cli.guard": "tests/adversarial/test_judge_config.py::"
+                              "test_ci_guard_starts_the_judges_way_and_refuses_a_checkout_that_configures_it",
     "pytest_ditar.cli.command": "tests/integration/repo/test_docs_commands.py::test_docs_conventions",  # the parser
     "pytest_ditar.cli.compare": "tests/e2e/test_compare.py::test_compare_baseline_champion_runs_and_hosts",
     "pytest_ditar.cli.experiment": "tests/integration/loop/test_loop_verdicts.py::"
