@@ -266,7 +266,9 @@ def _checks(doc: str, cmd: str, out: str, root: Path) -> None:
     elif cmd.endswith(" suite"):
         assert "PipelineSpec(" in out and "Request(labels, seeds, steps)" in out and "resolves" in out, out
     elif "--ditar-class" in cmd:  # the smoke check before the commit: the claimed class's next step
-        assert "ditar: next: commit with the trailer `Ditar-Class: exact`" in out, out[-3000:]
+        said = ("ditar: next: `dit-ar try --classification exact --description \"...\"` times it against the "
+                "champion; FASTER: commit with the trailer `Ditar-Class: exact`")
+        assert said in out, out[-3000:]
     elif "--max-experiments" in cmd:
         assert re.search(r"^bound: 0 of 40 experiments run, until 2099-01-01T06:00", out, flags=re.M), out
 
