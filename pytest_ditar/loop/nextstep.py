@@ -30,8 +30,8 @@ NOT_JUDGED_RULE = f"{NOT_JUDGED_WHY}; {RUN_ONCE_MORE}; {LEAVE_IT}"
 def next_step(gate: Gate) -> str | None:
     """The next-step line for this run, or None where the run is one step of another (a baseline,
     phase 1 of a two-phase gate, a run that collected nothing of ours)."""
-    if gate.opts.baseline or gate.opts.phase == phases.QUALITY:
-        return None
+    if gate.opts.baseline or gate.opts.phase == phases.QUALITY or gate.opts.guard is not None:
+        return None  # a guard is CI's, not the loop's: its FAIL line and the lanes' lines say it all
     if gate.gated and gate.decision is not None:
         return PREFIX + _after_verdict(gate, gate.decision)
     if gate.refusal:

@@ -210,11 +210,25 @@ def adoption_problem(rec: Mapping[str, Any], key: str) -> str | None:
     """Why the recorded zygote `rec` may not serve this judge (None: it may), from the machine's
     own account of the process, never the process's word."""
     try:
-        pid, start, name = int(rec["pid"]), int(rec["start"]), str(rec["name"])
+        pid = int(rec["pid"])
+        int(rec["start"]), str(rec["name"])  # noqa: B018 - a record without them is no usable record
     except (KeyError, TypeError, ValueError):
         return "no usable record"
     if rec.get("key") != key:
         return "stale: the interpreter, environment, distributions or package changed"
+    gone = not_ours(rec)
+    if gone:
+        return gone
+    st = _status(pid)
+    if st.get("TracerPid", "0") != "0":
+        return f"pid {pid} is being traced"
+    return None
+
+
+def not_ours(rec: Mapping[str, Any]) -> str | None:
+    """Why the recorded pid is no zygote of this record's any more (it ended; the pid now runs
+    something else, or another user's process), or None: a record left behind, nothing to report."""
+    pid, start, name = int(rec["pid"]), int(rec["start"]), str(rec["name"])
     if start_ticks(pid) != start:
         return "gone"
     try:
@@ -225,11 +239,8 @@ def adoption_problem(rec: Mapping[str, Any], key: str) -> str | None:
     fd_at = want.index("-1")  # the starting judge's socket: any number
     if len(argv) != len(want) or argv[:fd_at] + argv[fd_at + 1:] != want[:fd_at] + want[fd_at + 1:]:
         return f"pid {pid} runs something else"
-    st = _status(pid)
-    if set(st.get("Uid", "").split()) != {str(os.getuid())}:
+    if set(_status(pid).get("Uid", "").split()) != {str(os.getuid())}:
         return f"pid {pid} is another user's"
-    if st.get("TracerPid", "0") != "0":
-        return f"pid {pid} is being traced"
     return None
 
 
@@ -280,6 +291,13 @@ _STARTING = threading.Lock()
 _NOT_ADOPTED: list[str] = []  # why this judge did not use the recorded zygote
 
 
+def _left_behind(rec: Mapping[str, Any]) -> bool:
+    try:
+        return not_ours(rec) is not None
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def keep_seconds() -> float:
     """How long a zygote started now stays warm for the next run ($DITAR_ZYGOTE_IDLE_S; 0: not kept)."""
     try:
@@ -302,7 +320,9 @@ def begin(record: Mapping[str, Any] | None, keep: bool) -> None:
         z = None
         if record is not None:
             z, why = adopt(record)
-            if why:
+            # a record whose process is gone or is no zygote of ours (the user's other tag's, a reused
+            # pid) is a record left behind: the run says nothing of it (issue 50)
+            if why and not _left_behind(record):
                 _NOT_ADOPTED.append(why)
         if z is None:
             with contextlib.suppress(OSError):
