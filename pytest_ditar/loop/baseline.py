@@ -14,13 +14,14 @@ from pytest_ditar.core.stats import noise_floor, paired_noise_floor
 from pytest_ditar.loop import gitpins, lanekinds, stamps, warmstart
 from pytest_ditar.loop.backup import save_note
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
+from pytest_ditar.loop.reach import lane_reach
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.cacheprobe import count_flops
 from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.runtime.lanes import measure_lane
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.store.records import LaneRecord
+from pytest_ditar.store.records import LaneRecord, read_lanes
 from pytest_ditar.store.snapshot import write_snapshot
 from pytest_ditar.vcs import queries
 
@@ -123,9 +124,6 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
 def objective_reach(sess: DitarSession, lanes: dict[str, Any]) -> Any:
     """The objective lane's smallest resolvable win (core.reach.Reach) implied by the A/A just timed;
     None for a lane of another kind."""
-    from pytest_ditar.loop.reach import lane_reach
-    from pytest_ditar.store.records import read_lanes
-
     rec = read_lanes(lanes).get(sess.cfg.objective_lane)
     return lane_reach(rec.measurement, sess.suite.lane(rec.name), sess.cfg.perf) if rec and rec.noise else None
 

@@ -69,10 +69,8 @@ def before_configure(config: pytest.Config, path: Path) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
     install_bars(config)  # progress bars only when stderr is a terminal (pytest's capture is off here)
     artifacts.request_artifacts(config, path)
-    if config.getoption("--ditar-guard") and hasattr(config.option, "benchmark_quiet"):
-        # a guard's verdict is its lanes' lines, as `dit-ar experiment`'s is: pytest-benchmark's tables
-        # (the fixture's first rounds alone) off, before its configure reads the option
-        config.option.benchmark_quiet = True
+    if config.getoption("--ditar-guard"):
+        artifacts.quiet_tables(config)
 
 
 def configure(config: pytest.Config, path: Path) -> None:
