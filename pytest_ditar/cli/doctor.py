@@ -69,7 +69,7 @@ def host_rows(args: argparse.Namespace, rows: list[tuple[str, str, str]]) -> tup
         return [load_row, ("host noise", WARN, f"not probed: {', '.join(broken)} FAIL above")], None
     sess = open_session(args)
     try:
-        p = hostprobe.probe(sess)
+        p = hostprobe.probe(sess, load)
     except DitarError as exc:
         return [load_row, ("host noise", WARN, f"not probed: {exc}")], None
     finally:

@@ -43,14 +43,14 @@ def load1() -> float | None:
         return None
 
 
-def probe(sess: DitarSession, rounds: int = ROUNDS) -> Probe | None:
+def probe(sess: DitarSession, load: float | None, rounds: int = ROUNDS) -> Probe | None:
     """Time the objective lane A/A (and the champion beside it) now; None when that lane is of
-    another kind (not timed) or no baseline is stored. Closes nothing: the caller closes `sess`."""
+    another kind (not timed) or no baseline is stored. `load`: the 1-minute load read before the
+    probe's own workers added to it. Closes nothing: the caller closes `sess`."""
     lane = sess.suite.lane(sess.cfg.objective_lane)
     base_sha = champion.baseline_commit(sess)
     if lanekinds.of(lane) is not None or not base_sha:
         return None
-    load = load1()  # before the probe's own workers add to it
     t0 = time.perf_counter()
     champ_sha = champion.commit(sess)
     kept = champ_sha if champ_sha and champ_sha != base_sha else None

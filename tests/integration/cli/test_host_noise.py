@@ -33,8 +33,8 @@ def test_doctor_measures_the_host_and_says_whether_a_modest_win_can_be_judged(re
     assert re.match(r"the baseline's code \d+\.\d\d ms now, \d+\.\d\d ms at baseline time \(\d+\.\d\dx\)$",
                     rows["host speed"][1]), rows
     # the one sentence agrees with the rows it sums up
-    busy = float(load.group(1)) >= int(load.group(2))
-    assert (rows["host load"][0] == "warn") == busy
+    busy = rows["host load"][0] == "warn"  # every core has a runnable task (the load read once, before the probe)
+    assert busy or float(load.group(1)) <= int(load.group(2)), rows
     assert ("the host is busy (load " in host) == busy, host
     now = float(noise.group(3))
     assert f"smallest resolvable win now about 1+{now:.1f}%, at baseline time 1+{noise.group(4)}%" in host, host
