@@ -39,16 +39,15 @@ class HostNow:
         out = []
         if self.busy:
             out.append(BUSY)
-        if self.reach_now is not None and self.reach_now > MODEST and (
-                self.reach_then is None or self.reach_now > self.reach_then * NOISIER or self.reach_then <= MODEST):
+        if self.reach_now is not None and self.reach_now > MODEST:
             out.append(NOISY)
         if self.anchor_ratio is not None and self.anchor_ratio > SLOWER:
             out.append(SLOW_HOST)
         if (self.champion_ratio is not None and self.anchor_ratio is not None
                 and self.champion_ratio > self.anchor_ratio * BUILD):
             out.append(CHAMPION)
-        if self.reach_then is not None and self.reach_then > MODEST and NOISY not in out:
-            out.append(NOISY_BASELINE)
+        if self.reach_then is not None and self.reach_then > MODEST and NOISY not in out and BUSY not in out:
+            out.append(NOISY_BASELINE)  # the host is quiet now, the baseline was taken on a noisy one
         return tuple(out)
 
     @property

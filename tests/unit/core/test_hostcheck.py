@@ -48,3 +48,10 @@ def test_a_champion_slower_than_the_baseline_code_is_the_build_not_the_host():
 def test_unknown_figures_are_no_cause():
     h = host(load1=None, reach_now=None, reach_then=None, anchor_ratio=None)
     assert h.causes == () and not h.modest_judgeable
+
+
+def test_a_host_as_noisy_as_its_noisy_baseline_is_waited_for_not_re_taken():
+    h = host(reach_now=0.16, reach_then=0.13)
+    assert h.causes == (NOISY,) and not h.modest_judgeable
+    assert "the host is noisier than a modest win" in h.verdict()
+    assert h.verdict().endswith("do: wait for a quieter host (or stop what shares it), then `dit-ar doctor` again")
