@@ -216,9 +216,13 @@ def adoption_problem(rec: Mapping[str, Any], key: str) -> str | None:
         return "no usable record"
     if rec.get("key") != key:
         return "stale: the interpreter, environment, distributions or package changed"
-    gone = not_ours(rec)
-    if gone:
-        return gone
+    if start_ticks(pid) != int(rec["start"]):
+        return "gone"
+    other = not_ours(rec)
+    if other:
+        return other
+    if start_ticks(pid) != int(rec["start"]):  # ended while its command line was read
+        return "gone"
     st = _status(pid)
     if st.get("TracerPid", "0") != "0":
         return f"pid {pid} is being traced"
@@ -226,15 +230,14 @@ def adoption_problem(rec: Mapping[str, Any], key: str) -> str | None:
 
 
 def not_ours(rec: Mapping[str, Any]) -> str | None:
-    """Why the recorded pid is no zygote of this record's any more (it ended; the pid now runs
-    something else, or another user's process), or None: a record left behind, nothing to report."""
-    pid, start, name = int(rec["pid"]), int(rec["start"]), str(rec["name"])
-    if start_ticks(pid) != start:
-        return "gone"
+    """Why the live process at the recorded pid is not this record's zygote (it runs something else,
+    the user's other zygote say, or it is another user's), or None. Such a record was left behind:
+    the run says nothing of it (issue 50), while one that is gone or stale is said."""
+    pid, name = int(rec["pid"]), str(rec["name"])
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
     except (OSError, UnicodeDecodeError):
-        return "gone"
+        return None  # ended: adoption_problem says "gone"
     want = command(-1, name, float(rec.get("idle_s", 0)))
     fd_at = want.index("-1")  # the starting judge's socket: any number
     if len(argv) != len(want) or argv[:fd_at] + argv[fd_at + 1:] != want[:fd_at] + want[fd_at + 1:]:
@@ -293,7 +296,7 @@ _NOT_ADOPTED: list[str] = []  # why this judge did not use the recorded zygote
 
 def _left_behind(rec: Mapping[str, Any]) -> bool:
     try:
-        return not_ours(rec) is not None
+        return start_ticks(int(rec["pid"])) == int(rec["start"]) and not_ours(rec) is not None
     except (KeyError, TypeError, ValueError):
         return False
 
@@ -320,8 +323,8 @@ def begin(record: Mapping[str, Any] | None, keep: bool) -> None:
         z = None
         if record is not None:
             z, why = adopt(record)
-            # a record whose process is gone or is no zygote of ours (the user's other tag's, a reused
-            # pid) is a record left behind: the run says nothing of it (issue 50)
+            # a record whose pid runs no zygote of ours (the user's other tag's, a reused pid) was left
+            # behind: the run says nothing of it (issue 50)
             if why and not _left_behind(record):
                 _NOT_ADOPTED.append(why)
         if z is None:
