@@ -209,7 +209,7 @@ def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, A
         row = {"a_median_s": statistics.median(xa), "b_median_s": statistics.median(xb),
                "speedup": c.speedup, "ci95": [c.ci_low, c.ci_high], "p_value": c.p_value,
                "verdict": c.verdict, "reason": c.reason, "rounds": [len(xa), len(xb)], "threshold": bar,
-               "how": how + (" on different hosts" if cross else "")}
+               "how": how + (" on different hosts" if cross else ""), "kind": "paired" if pair else "unpaired"}
         if lane == gate.objective_lane and gate.cited is not None and pair is None:
             row = _cited_row(row, gate.cited, gate.min_speedup)
         out["lanes"][lane] = row
@@ -224,6 +224,7 @@ def _cited_row(row: dict[str, Any], cited: Any, bar: float) -> dict[str, Any]:
     return {**row, "speedup": cited.speedup, "ci95": [lo, hi], "p_value": None, "verdict": verdict, "threshold": bar,
             "reason": f"chained over {cited.keeps} KEEP(s)", "cited": cited.text(),
             "timed_apart": {"speedup": row["speedup"], "ci95": row["ci95"], "verdict": row["verdict"]},
+            "kind": "chained",
             "how": f"chained: {cited.keeps} KEEP(s), each paired in its own run (cite this); timed apart: "
                    f"{row['speedup']:.3f}x"}
 
@@ -256,10 +257,31 @@ def text(doc: dict[str, Any]) -> list[str]:
         if r.get("cited"):
             lines.append(f"champion over the baseline on {lane}: {r['cited']} (cite this, as `status` and the report)")
     lines.append("bar: the gate's threshold (B must be faster than A by more than this to be FASTER)")
+    why = why_figures({r.get("kind") for r in doc["lanes"].values()})
+    if why:
+        lines.append(why)
     lines.append(f"quality: A {doc['a']['quality']}; B {doc['b']['quality']}")
     lines.append("hosts: " + ("CROSS-HOST, the ratio includes the machines' difference: " + "; ".join(doc["cross_host"])
                               if doc["cross_host"] else "the same (or one unknown)"))
     return lines
+
+
+WHY = {  # what each kind of row is, so that two comparisons of the same commits are told apart (issue 50)
+    "chained": "chained: the KEEPs' own paired speedups multiplied, each from the rounds that kept it",
+    "paired": "paired: B's run's own rounds of A and B (that run alone, at the bar its plan used)",
+    "unpaired": "unpaired: medians stored by different runs, each under its own load and at the baseline's noise bar",
+}
+
+
+def why_figures(kinds: set[Any]) -> str | None:
+    """Why this comparison's figures need not match another's of the same commits: `compare baseline
+    champion` chains the KEEPs (objective lane) and compares stored medians (other lanes), `compare
+    baseline <run>` reads that run's own paired rounds."""
+    said = [WHY[k] for k in WHY if k in kinds]
+    if not said:
+        return None
+    return ("why these figures: " + "; ".join(said) + ". `compare baseline champion` and `compare baseline "
+            "<the run that kept it>` read different rounds, so their figures and bars differ")
 
 
 def markdown(doc: dict[str, Any]) -> list[str]:

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from pytest_ditar.cli.command import Command, config_path
+from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.cli.suite import cpu_threads, model_where
 from pytest_ditar.config.project import load_config
 from pytest_ditar.config.semantic import OWNER, availability, needed
 from pytest_ditar.config.suite import load_suite
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.core.hostcheck import CHAMPION, NOISY, NOISY_BASELINE, SLOW_HOST
 from pytest_ditar.hardware import devstate
 from pytest_ditar.hardware.exclusivity import doctor_row
 from pytest_ditar.hardware.stack import stack_rows
@@ -26,18 +28,72 @@ PASS, FAIL, WARN = "pass", "FAIL", "warn"
 
 class Doctor(Command):
     name = "doctor"
-    help = "check branch, tree, baseline, config, versions, device"
+    help = "check branch, tree, baseline, config, versions, device; measure the host now"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--no-probe", action="store_true",
+                            help="skip the host probe (a few seconds of A/A rounds of the objective lane)")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         rows = _checks(config_path(args), args.tag)
+        failed = [r for r in rows if r[1] == FAIL]
+        host = None
+        if not getattr(args, "no_probe", False):
+            probed, host = host_rows(args, rows)
+            rows += probed
         width = max(len(r[0]) for r in rows)
         for name, result, detail in rows:
             print(f"{name:<{width}}  {result:<4}  {detail}")
-        failed = [r for r in rows if r[1] == FAIL]
         print(f"doctor: {len(rows) - len(failed)}/{len(rows)} checks pass"
               + (f"; fix: {', '.join(r[0] for r in failed)}" if failed else ""))
+        if host is not None:
+            print(f"host: {host}")
         return 1 if failed else 0
+
+
+def host_rows(args: argparse.Namespace, rows: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]],
+                                                                                  str | None]:
+    """The host now (loop.hostprobe): load, the objective lane's A/A noise and the champion's speed,
+    as rows, and the one sentence that answers "can a modest win be judged now?"."""
+    from pytest_ditar.loop import hostprobe  # start-up: the session (numpy, the workers) only when probing
+
+    load = hostprobe.load1()
+    cores = os.cpu_count() or 1
+    load_row = ("host load", WARN if load is not None and load >= cores else PASS,
+                f"1-minute load {load:.1f} on {cores} cores" if load is not None else "unknown on this OS")
+    needed = {"config", "suite", "baseline", "sandbox", "model"}
+    broken = [r[0] for r in rows if r[0] in needed and r[1] == FAIL]
+    if broken:
+        return [load_row, ("host noise", WARN, f"not probed: {', '.join(broken)} FAIL above")], None
+    sess = open_session(args)
+    try:
+        p = hostprobe.probe(sess, load)
+    except DitarError as exc:
+        return [load_row, ("host noise", WARN, f"not probed: {exc}")], None
+    finally:
+        sess.close()
+    if p is None:
+        return [load_row, ("host noise", PASS, "the objective lane is not timed: nothing to probe")], None
+    h = p.host
+    then = f" (at baseline time {h.load_then:.1f})" if h.load_then is not None else ""
+    out = [(load_row[0], load_row[1], load_row[2] + then)]
+    now = f"about 1+{h.reach_now * 100:.1f}%" if h.reach_now is not None else "n/a"
+    base = f"1+{h.reach_then * 100:.1f}%" if h.reach_then is not None else "n/a"
+    noisy = NOISY in h.causes or NOISY_BASELINE in h.causes
+    out.append(("host noise", WARN if noisy else PASS,
+                f"A/A of the baseline's code, {p.rounds} paired rounds in {p.seconds:.1f} s: smallest resolvable "
+                f"win now {now}, at baseline time {base}"))
+    speed = f"the baseline's code {p.baseline_ms:.2f} ms now" + (
+        f", {p.baseline_then_ms:.2f} ms at baseline time ({h.anchor_ratio:.2f}x)"
+        if p.baseline_then_ms is not None and h.anchor_ratio is not None else "")
+    out.append(("host speed", WARN if SLOW_HOST in h.causes else PASS, speed))
+    if p.champion:
+        champ = f"champion {p.champion} {p.champion_ms:.2f} ms now" + (
+            f", {p.champion_then_ms:.2f} ms kept ({h.champion_ratio:.2f}x)" if h.champion_ratio is not None else "")
+        out.append(("champion speed", WARN if CHAMPION in h.causes else PASS, champ))
+    return out, h.verdict()
 
 
 def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:

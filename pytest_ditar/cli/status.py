@@ -17,6 +17,7 @@ from pytest_ditar.core.rerun import counts, row_judged
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
 from pytest_ditar.loop import fleetview
 from pytest_ditar.loop.bound import experiments_run, read_bound
+from pytest_ditar.loop.nextstep import NOT_JUDGED_RULE
 from pytest_ditar.loop.reach import baseline_reach
 from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_checks
@@ -172,13 +173,15 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         d = c["stored_vs_baseline"]
         direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
                   if d and d["ratio"] else "n/a")
-        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  speedup over the baseline {chain} (cite this); "
-              f"stored medians, timed apart: {direct}")
+        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  speedup over the baseline {chain} (cite this)")
+        # the other figure, said as what it is: two medians of different runs, each under its own load
+        print(f"          stored medians ratio {direct}: baseline and champion each timed in its own run, under "
+              "that run's load; not a speed-up to cite")
     else:
         print("champion  the baseline (nothing kept yet)")
     cnt = st["counts"]
     print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
-          f"not judged {cnt['not judged']} (the host, not the idea: each may run once more)")
+          f"not judged {cnt['not judged']}" + (f" ({NOT_JUDGED_RULE})" if cnt["not judged"] else ""))
     bound = st["bound"]
     if bound["max_experiments"] is not None or bound["until"]:
         print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))

@@ -43,12 +43,16 @@ class PerfConfig:
     # Time a second build of the champion (its twin) in the objective lane's randomized rounds; a
     # KEEP must beat both (core.sequential: a burst that slows one reference cannot make a KEEP).
     twin: bool = True
+    # `dit-ar baseline` refuses (unless --accept-noise) a baseline whose objective lane's A/A implies
+    # a smallest resolvable win above 1 + this: every later verdict is judged on a floor that coarse.
+    max_baseline_win: float = 0.25
 
     def __post_init__(self) -> None:
         checks = {"min_speedup": 0.0 <= self.min_speedup < 1.0, "alpha": 0.0 < self.alpha < 0.5,
                   "max_rounds": self.max_rounds >= 3, "lane_budget_s": self.lane_budget_s > 0.0,
                   "noise_k": self.noise_k >= 0.0, "max_cv": self.max_cv > 0.0,
-                  "guard_tolerance": 0.0 <= self.guard_tolerance < 1.0, "drift_tolerance": self.drift_tolerance >= 0.0}
+                  "guard_tolerance": 0.0 <= self.guard_tolerance < 1.0, "drift_tolerance": self.drift_tolerance >= 0.0,
+                  "max_baseline_win": self.max_baseline_win > 0.0}
         for key, ok in checks.items():
             if not ok:
                 raise ConfigError(f"key 'perf.{key}' is out of range: {getattr(self, key)!r} "

@@ -380,8 +380,3 @@ def champion_row(rows: Iterable[Mapping[str, object]]) -> Mapping[str, object] |
     kept = kept_rows(rows)
     return kept[-1] if kept else None
 
-
-def status_counts(rows: Iterable[Mapping[str, object]]) -> dict[str, int]:
-    """How many rows end in each verdict, every status named (0 where none)."""
-    statuses = [r.get("status") for r in rows]
-    return {s: statuses.count(s) for s in STATUSES}

@@ -127,7 +127,7 @@ def failures(quality: Sequence[tuple[str, bool]], lanes: Iterable[LaneOutcome], 
         if oc is None or oc.speedup is None:
             out.append(f"lane {name}: not measured" + (f" ({oc.reason})" if oc is not None and oc.reason else ""))
         elif oc.ci_high is not None and regressed(oc.speedup, oc.ci_high, tolerance):
-            out.append(f"lane {name}: {oc.speedup:.3f}x ci=[{oc.ci_low:.3f},{oc.ci_high:.3f}] of the reference, "
+            out.append(f"lane {name}: {oc.speedup:.3f}x ci=[{oc.ci_low:.3f},{oc.ci_high:.3f}] of the champion, "
                        f"slower beyond the {tolerance:.0%} tolerance")
         elif oc.verdict == "REGRESSED":  # by its summed time (core.meantime), its median within tolerance
             out.append(f"lane {name}: {oc.reason}")

@@ -87,15 +87,26 @@ class Drift:
         rounds undershoots a sandbag often enough to let its win through)."""
         return max(self.ratio, self.high)
 
-    def reason(self, host: float = 1.0) -> str:
-        """What it says: in a quiet run (the host as fast as when the samples were kept) the champion's
-        build differs from the one kept; else something slowed the champion's rounds."""
+    def reason(self, host: float = 1.0, anchor: float | None = None) -> str:
+        """What it says, naming only a cause that was measured: `anchor`, where given, is the
+        baseline's code timed in the same rounds, now over then (as slow as the champion: the host;
+        not: the champion's build); else `host`, the judge's probe now over then (slower: the host).
+        With neither showing a slower host, it names both causes it could not tell apart: another
+        process's work in the champion's rounds, or a build other than the one kept."""
         figures = (f"{self.kept_s * 1e3:.2f} ms kept, {self.now_s * 1e3:.2f} ms now ({self.ratio:.2f}x; "
                    f"tolerance {self.tolerance * 100:.0f}%, p={self.p:.2g})")
-        if host <= QUIET_HOST:
-            return f"{DRIFT}: champion build differs from the one kept: {figures}"
-        return (f"{DRIFT}: {figures}, the host itself {host:.2f}x as slow as then: something slowed the "
-                "champion's rounds (interference, a changed host, or the candidate reaching it)")
+        if anchor is not None:
+            if anchor * (1.0 + self.tolerance) >= self.ratio:
+                return (f"{DRIFT}: {figures}: the host slower (the baseline's code in the same rounds {anchor:.2f}x "
+                        "as slow as then)")
+            return (f"{DRIFT}: {figures}: a build other than the one kept (the baseline's code in the same rounds "
+                    f"{anchor:.2f}x as slow as then, the champion {self.ratio:.2f}x)")
+        if host > QUIET_HOST:
+            return (f"{DRIFT}: {figures}, the host itself {host:.2f}x as slow as then: the host slower, or "
+                    "interference (another process, or the candidate reaching the champion)")
+        return (f"{DRIFT}: {figures}, the judge's host probe as fast as then: interference in the champion's rounds "
+                "(another process, or the candidate reaching it) or a build other than the one kept; "
+                "`dit-ar doctor` times the champion beside the baseline's code")
 
 
 def champion_drift(in_run: Sequence[float], stored: Sequence[float], tolerance: float,

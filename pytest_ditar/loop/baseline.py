@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,13 +14,14 @@ from pytest_ditar.core.stats import noise_floor, paired_noise_floor
 from pytest_ditar.loop import gitpins, lanekinds, stamps, warmstart
 from pytest_ditar.loop.backup import save_note
 from pytest_ditar.loop.guards import hash_fixed_paths, is_mutable
+from pytest_ditar.loop.reach import lane_reach
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.cacheprobe import count_flops
 from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.runtime.lanes import measure_lane
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.store.records import LaneRecord
+from pytest_ditar.store.records import LaneRecord, read_lanes
 from pytest_ditar.store.snapshot import write_snapshot
 from pytest_ditar.vcs import queries
 
@@ -69,7 +71,9 @@ def _bar(total: int, desc: str) -> Any:
 
 
 def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[str, Any] | None = None,
-                    extra_files: dict[str, bytes] | None = None) -> Path:
+                    extra_files: dict[str, bytes] | None = None, accept_noise: bool = True) -> Path:
+    """Store the baseline; unless `accept_noise`, refuse (before anything is written) one whose
+    objective lane's A/A is too noisy to judge a win under 1 + perf.max_baseline_win (noise_refusal)."""
     if sess.baseline_dir.exists() and not force:
         raise DitarError(f"{sess.baseline_dir}: a baseline already exists (pass --force / --ditar-force to replace it)")
     check_mutable_committed(sess)
@@ -77,6 +81,9 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
     outs, peak = generate_corpus(sess)
     t_items = time.perf_counter() - t0
     lanes = calibrate_lanes(sess)
+    why = None if accept_noise else noise_refusal(sess, lanes)
+    if why:
+        raise DitarError(why)
     device = sess.resolved_device()
     fp = sess.fingerprint().to_dict()  # the worker's own torch flags, on a GPU: it is what ran
     st = queries.state(sess.cfg.root)
@@ -112,6 +119,26 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
     _back_up(sess)
     sess.outputs.update({o.item_id: o for o in outs})
     return path
+
+
+def objective_reach(sess: DitarSession, lanes: dict[str, Any]) -> Any:
+    """The objective lane's smallest resolvable win (core.reach.Reach) implied by the A/A just timed;
+    None for a lane of another kind."""
+    rec = read_lanes(lanes).get(sess.cfg.objective_lane)
+    return lane_reach(rec.measurement, sess.suite.lane(rec.name), sess.cfg.perf) if rec and rec.noise else None
+
+
+def noise_refusal(sess: DitarSession, lanes: dict[str, Any]) -> str | None:
+    """Why this A/A is too noisy to be the baseline (its smallest resolvable win above 1 +
+    perf.max_baseline_win), or None."""
+    r = objective_reach(sess, lanes)
+    bound = sess.cfg.perf.max_baseline_win
+    if r is None or r.effect <= bound:
+        return None
+    load = f"; 1-minute load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""
+    return (f"the baseline's A/A noise is too large: lane {sess.cfg.objective_lane} {r.text()}, above the bound "
+            f"1+{bound * 100:.0f}% (key 'perf.max_baseline_win'{load}); nothing was stored: take it on a quieter "
+            "host (`dit-ar doctor` measures it now), or pass --accept-noise to store it anyway")
 
 
 def manifest_summary(path: Path) -> str:

@@ -44,7 +44,7 @@ def document(gate: Any, exit_status: int) -> dict[str, Any]:
             lanes=s.lanes_dict(),
             objective=s.cfg.objective_lane, errors=_errors(gate), refusal=gate.refusal,
             unresolved=guard.unresolved(outcomes, tol),
-            run_dir=str(s.run_dir()) if gate.guard_line else None)
+            run_dir=str(s.run_dir()) if gate.guard_failures else None)  # a PASS's folder is removed
     errors = _errors(gate) if gate.gated else ()
     if gate.result is not None:
         return verdict_json.record(gate.result, exit_status, lanes=s.lanes_dict(), run_dir=str(s.run_dir()),

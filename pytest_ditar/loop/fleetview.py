@@ -96,9 +96,15 @@ def show(cfg: Config, remote: str, as_json: bool = False) -> int:
         c = d["champion"]
         if c:
             print(f"  fleet champion {str(c['commit'])[:7]} (host {c['from_host']}'s {str(c['source_commit'])[:7]}, "
-                  f"re-judged on {c['judged_on']}: {c['speedup']}x over the fleet champion before it)")
+                  f"re-judged on {c['judged_on']}: {_x(c['speedup'])} over the fleet champion before it)")
         else:
             print("  fleet champion: the original baseline (nothing promoted yet)")
         for i, r in enumerate(d["lineage"], 1):
-            print(f"    lineage {i}: {str(r['commit'])[:7]} from host {r['from_host']} ({r['speedup']}x) {r['time']}")
+            print(f"    lineage {i}: {str(r['commit'])[:7]} from host {r['from_host']} ({_x(r['speedup'])}) "
+                  f"{r['time']}")
     return 1 if bad else 0
+
+
+def _x(speedup: object) -> str:
+    """A ratio as every verdict line writes it (three decimals), n/a where there is none."""
+    return f"{float(speedup):.3f}x" if isinstance(speedup, (int, float)) else "n/a"

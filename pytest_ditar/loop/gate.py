@@ -88,7 +88,8 @@ class Gate:
             import tempfile
 
             sess.time_beside_champion()  # paired rounds even where the tree is the champion's commit
-            sess.use_run_dir(Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))  # failure images, kept for the user
+            # the workers' logs and failure images: kept for the user only where the guard FAILs
+            sess.use_run_dir(Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))
 
     # ---- header ---------------------------------------------------------------------------
     def header(self) -> list[str]:
@@ -335,9 +336,17 @@ class Gate:
         self.guard_line = guard.line(fails, lanes, float(self.opts.guard or 0.0))
         self.guard_failures = fails
         self.summary_lines += [f"ditar: guard: {f}" for f in fails]
-        self.summary_lines.append(f"ditar: guard: workers' logs and any failure images in {s.run_dir()} "
-                                  "(outside the state dir)")
+        if fails:  # kept to explain the FAIL; a PASS's folder is removed when the run ends (drop_guard_dir)
+            self.summary_lines.append(f"ditar: guard: workers' logs and any failure images in {s.run_dir()} "
+                                      "(outside the state dir; remove it when done)")
         return Exit.TESTS_FAILED if fails else Exit.OK
+
+    def drop_guard_dir(self) -> None:
+        """A guard's temporary run folder, once its workers' logs are in, unless it explains a FAIL."""
+        if self.opts.guard is not None and not self.guard_failures:
+            import shutil
+
+            shutil.rmtree(self.sess.run_dir(), ignore_errors=True)
 
     def _decide(self) -> Decision:
         s = self.sess

@@ -234,7 +234,8 @@ def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float,
     off = drift.taken_off
     low = (oc.ci_low or 0.0) / off
     if oc.objective and oc.verdict == stats.FASTER and (low <= 1.0 + (oc.threshold or 0.0) or off >= cap):
-        said = (f"the win's lower bound over its upper bound {off:.2f}x, {low:.3f}x, does not clear the bar"
+        said = (f"the win's lower bound {oc.ci_low or 0.0:.3f}x over the drift's upper bound {off:.2f}x is {low:.3f}x, "
+                f"under the bar {1.0 + (oc.threshold or 0.0):.3f}x"
                 if off < cap else
                 f"a champion up to {off:.2f}x as slow as kept is not the champion that was kept")
         return replace(oc, verdict=stats.UNSTABLE, cause=DRIFT, drift=off, reason=f"{why}; {said} ({oc.reason})")

@@ -18,13 +18,20 @@ if TYPE_CHECKING:
     from pytest_ditar.loop.gate import Gate
 
 PREFIX = "ditar: next: "
+# The re-run rule (core.rerun) in the words every output gives it: the experiment's next: line
+# after a run not judged, `dit-ar status`'s count of them, program.md section 2.
+NOT_JUDGED_WHY = "the objective lane was UNSTABLE: the host or another process's work, not the idea"
+RUN_ONCE_MORE = "run it once more as it is"
+LEAVE_IT = ("not judged twice on one champion: leave the idea for this champion (on a newer champion it may be tried "
+            "again); `dit-ar doctor` says whether this host can judge a modest win now")
+NOT_JUDGED_RULE = f"{NOT_JUDGED_WHY}; {RUN_ONCE_MORE}; {LEAVE_IT}"
 
 
 def next_step(gate: Gate) -> str | None:
     """The next-step line for this run, or None where the run is one step of another (a baseline,
     phase 1 of a two-phase gate, a run that collected nothing of ours)."""
-    if gate.opts.baseline or gate.opts.phase == phases.QUALITY:
-        return None
+    if gate.opts.baseline or gate.opts.phase == phases.QUALITY or gate.opts.guard is not None:
+        return None  # a guard is CI's, not the loop's: its FAIL line and the lanes' lines say it all
     if gate.gated and gate.decision is not None:
         return PREFIX + _after_verdict(gate, gate.decision)
     if gate.refusal:
@@ -61,11 +68,9 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
     left = f"{left}; {reach}" if reach else left
     if d.status == "DISCARD" and not d.judged:  # one rule for an UNSTABLE objective lane (core.rerun)
         if d.rerun_of is None:
-            return (f"{left}; not judged: the objective lane was UNSTABLE (the host or another process's work, not "
-                    f"the idea); run it once more as it is: `git apply {run}/candidate.patch`, commit, the same "
-                    "experiment (its ledger row links this one)")
-        return (f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): not judged twice, so leave this idea; if runs "
-                "keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
+            return (f"{left}; not judged: {NOT_JUDGED_WHY}; {RUN_ONCE_MORE}: `git apply {run}/candidate.patch`, "
+                    "commit, the same experiment (its ledger row links this one)")
+        return f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): {LEAVE_IT}"
     # where the discarded commit's time went, against the champion it lost to (loop.profile): its
     # commit stays reachable after the reset, so it is profiled from git, not from the tree
     return (f"{left}; every reason is in {run}/summary.json; where its time went: `dit-ar profile --commit {head} "
@@ -88,7 +93,8 @@ def _after_try(gate: Gate) -> str:
                           "baseline: fix the edit, or try the looser class it belongs to",
         "CRASH": "the candidate did not run (errors above): fix it, then `dit-ar try` again",
         "UNSTABLE": "undecided: the host's noise, not the idea (its lane line says why); `dit-ar try` once more as it "
-                    "is; UNSTABLE again: `dit-ar doctor`, the host is the problem",
+                    "is; UNSTABLE again: `dit-ar doctor`, and do what its `host:` line says before a third try (never "
+                    "commit without FASTER)",
     }.get(out.outcome, "no objective lane was timed (deselected by -k/-m?): run `dit-ar try` with no test selection")
 
 
@@ -109,5 +115,6 @@ def _after_smoke(gate: Gate) -> str | None:
     if not cls:
         return PREFIX + (f"judged as '{s.cls}' (the branch's class); smoke-check your claim: "
                          "`pytest -m quality --ditar-class CLASS`")
-    return (PREFIX + f"commit with the trailer `Ditar-Class: {cls}`, then "
+    return (PREFIX + f"`dit-ar try --classification {cls} --description \"...\"` times it against the champion; "
+            f"FASTER: commit with the trailer `Ditar-Class: {cls}`, then "
             f"`dit-ar experiment --classification {cls} --description \"...\"`")

@@ -58,17 +58,24 @@ class ExperimentMeta:
 
 
 def read_meta(root: Path, cls_opt: str | None, desc_opt: str | None) -> ExperimentMeta | None:
-    """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject."""
+    """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject. An
+    option and a trailer that name different classes are refused (ValueError): the ledger would record
+    one class and the git history another."""
     msg = queries.commit_message(root)
     subject = msg.strip().splitlines()[0] if msg.strip() else ""
-    cls = cls_opt
-    if not cls:
-        for line in msg.splitlines():
-            if line.strip().lower().startswith(TRAILER.lower()):
-                cls = line.split(":", 1)[1].strip()
+    trailer = None
+    for line in msg.splitlines():
+        if line.strip().lower().startswith(TRAILER.lower()):
+            trailer = line.split(":", 1)[1].strip()
+    cls = cls_opt or trailer
     if not cls:
         return None
-    return ExperimentMeta(validate_class(cls), desc_opt or subject)
+    cls = validate_class(cls)
+    if cls_opt and trailer and validate_class(trailer) != cls:
+        raise ValueError(f"its trailer '{TRAILER} {trailer}' and the class given ({cls}) differ, so the ledger and "
+                         f"the git history would disagree: run it as '{trailer}' (`--classification {trailer}`), or "
+                         f"change the trailer to '{TRAILER} {cls}' (`git commit --amend`)")
+    return ExperimentMeta(cls, desc_opt or subject)
 
 
 class Preflight:

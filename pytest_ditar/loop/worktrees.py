@@ -17,8 +17,9 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
-from pytest_ditar.core.decision import champion_row, status_counts
+from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.core.rerun import NOT_JUDGED, counts
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.store.atomic import write_json_atomic
@@ -86,7 +87,9 @@ def collect_all(cfg: Any) -> list[dict[str, Any]]:
             rows.append({"tag": tag.tag, "branch": sess.get("branch"), "checked_out": wt["branch"],
                          "worktree": wt["path"], "gpu": sess.get("gpu"),
                          "baseline": (tag.baseline / MANIFEST).is_file(),
-                         "champion": champ["commit"] if champ else None, "counts": status_counts(exps)})
+                         "champion": champ["commit"] if champ else None,
+                         # a run that judged nothing is not a DISCARD (core.rerun.counts), as in `dit-ar status`
+                         "counts": counts(exps)})
     return rows
 
 
@@ -98,11 +101,12 @@ def status_all(cfg: Any, as_json: bool = False) -> int:
     if not rows:
         print("no research tags (run `dit-ar init --tag T [--gpu N]`)")
         return 0
-    print(f"{'tag':<12} {'branch':<24} {'gpu':<4} {'champion':<9} {'KEEP':>4} {'DISC':>4} {'CRASH':>5}  worktree")
+    print(f"{'tag':<12} {'branch':<24} {'gpu':<4} {'champion':<9} {'KEEP':>4} {'DISC':>4} {'CRASH':>5} "
+          f"{'UNJUDGED':>8}  worktree")
     for r in rows:
         c = r["counts"]
         gpu = "-" if r["gpu"] is None else str(r["gpu"])
         champ = r["champion"][:7] if r["champion"] else ("baseline" if r["baseline"] else "none")
         print(f"{r['tag']:<12} {str(r['branch']):<24} {gpu:<4} {champ:<9} {c['KEEP']:>4} {c['DISCARD']:>4} "
-              f"{c['CRASH']:>5}  {r['worktree']}")
+              f"{c['CRASH']:>5} {c[NOT_JUDGED]:>8}  {r['worktree']}")
     return 0

@@ -86,6 +86,14 @@ def request_artifacts(config: pytest.Config, cfg_path: Path | None) -> None:
     config.stash[PLAN_KEY] = plan
 
 
+def quiet_tables(config: pytest.Config) -> None:
+    """A guard's verdict is its lanes' lines, as `dit-ar experiment`'s is: pytest-benchmark's tables
+    (the fixture's first rounds alone) off, before its configure reads the option."""
+    opt = config.option
+    if hasattr(opt, "benchmark_quiet"):  # pytest-benchmark 4.0+ installed and loaded
+        opt.benchmark_quiet = True
+
+
 def benchmark_json_value(config: pytest.Config, path: Path) -> Any:
     """What `--benchmark-json PATH` on the command line gives pytest-benchmark, made by its own
     option type through pytest's parser; None (no JSON asked for) where that cannot be done."""

@@ -69,6 +69,8 @@ def before_configure(config: pytest.Config, path: Path) -> None:
     """Before any plugin's configure: ask junitxml / pytest-benchmark for files a gated run files away."""
     install_bars(config)  # progress bars only when stderr is a terminal (pytest's capture is off here)
     artifacts.request_artifacts(config, path)
+    if config.getoption("--ditar-guard"):
+        artifacts.quiet_tables(config)
 
 
 def configure(config: pytest.Config, path: Path) -> None:
@@ -310,6 +312,7 @@ class GatePlugin:
         if not self.closed:
             self.closed = True
             self.gate.sess.close()
+            self.gate.drop_guard_dir()
             if self.gate.sess.compiled_note:
                 self.notes.append(self.gate.sess.compiled_note)
 

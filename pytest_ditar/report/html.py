@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -269,5 +268,4 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
     context.update(image_css=pool.css(), n_images=len(pool), elapsed=f"{time.perf_counter() - t0:.2f}")
     index = out / "index.html"
     write_text_atomic(index, _render(context))  # a reader never sees half a page
-    os.chmod(index, 0o644)  # a page to share and serve, not a private temp file (the atomic write's 0600)
     return index

@@ -210,26 +210,40 @@ def adoption_problem(rec: Mapping[str, Any], key: str) -> str | None:
     """Why the recorded zygote `rec` may not serve this judge (None: it may), from the machine's
     own account of the process, never the process's word."""
     try:
-        pid, start, name = int(rec["pid"]), int(rec["start"]), str(rec["name"])
+        pid = int(rec["pid"])
+        int(rec["start"]), str(rec["name"])  # noqa: B018 - a record without them is no usable record
     except (KeyError, TypeError, ValueError):
         return "no usable record"
     if rec.get("key") != key:
         return "stale: the interpreter, environment, distributions or package changed"
-    if start_ticks(pid) != start:
+    if start_ticks(pid) != int(rec["start"]):
         return "gone"
+    other = not_ours(rec)
+    if other:
+        return other
+    if start_ticks(pid) != int(rec["start"]):  # ended while its command line was read
+        return "gone"
+    st = _status(pid)
+    if st.get("TracerPid", "0") != "0":
+        return f"pid {pid} is being traced"
+    return None
+
+
+def not_ours(rec: Mapping[str, Any]) -> str | None:
+    """Why the live process at the recorded pid is not this record's zygote (it runs something else,
+    the user's other zygote say, or it is another user's), or None. Such a record was left behind:
+    the run says nothing of it (issue 50), while one that is gone or stale is said."""
+    pid, name = int(rec["pid"]), str(rec["name"])
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
     except (OSError, UnicodeDecodeError):
-        return "gone"
+        return None  # ended: adoption_problem says "gone"
     want = command(-1, name, float(rec.get("idle_s", 0)))
     fd_at = want.index("-1")  # the starting judge's socket: any number
     if len(argv) != len(want) or argv[:fd_at] + argv[fd_at + 1:] != want[:fd_at] + want[fd_at + 1:]:
         return f"pid {pid} runs something else"
-    st = _status(pid)
-    if set(st.get("Uid", "").split()) != {str(os.getuid())}:
+    if set(_status(pid).get("Uid", "").split()) != {str(os.getuid())}:
         return f"pid {pid} is another user's"
-    if st.get("TracerPid", "0") != "0":
-        return f"pid {pid} is being traced"
     return None
 
 
@@ -280,6 +294,13 @@ _STARTING = threading.Lock()
 _NOT_ADOPTED: list[str] = []  # why this judge did not use the recorded zygote
 
 
+def _left_behind(rec: Mapping[str, Any]) -> bool:
+    try:
+        return start_ticks(int(rec["pid"])) == int(rec["start"]) and not_ours(rec) is not None
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
 def keep_seconds() -> float:
     """How long a zygote started now stays warm for the next run ($DITAR_ZYGOTE_IDLE_S; 0: not kept)."""
     try:
@@ -302,7 +323,9 @@ def begin(record: Mapping[str, Any] | None, keep: bool) -> None:
         z = None
         if record is not None:
             z, why = adopt(record)
-            if why:
+            # a record whose pid runs no zygote of ours (the user's other tag's, a reused pid) was left
+            # behind: the run says nothing of it (issue 50)
+            if why and not _left_behind(record):
                 _NOT_ADOPTED.append(why)
         if z is None:
             with contextlib.suppress(OSError):

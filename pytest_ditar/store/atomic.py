@@ -64,6 +64,7 @@ def atomic_file(path: Path | str, mode: str = "wb", **open_kwargs: Any) -> Itera
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it: mkstemp's 0600 is for the temp name only
         with os.fdopen(fd, mode, **open_kwargs) as fh:
             yield fh
             fh.flush()
@@ -74,6 +75,20 @@ def atomic_file(path: Path | str, mode: str = "wb", **open_kwargs: Any) -> Itera
             os.unlink(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def _umask() -> int:
+    """The process's umask, read where Linux shows it (no set-and-restore race), else set and restored."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
 
 
 def write_bytes_atomic(path: Path | str, data: bytes) -> None:

@@ -23,6 +23,10 @@ def test_compare_baseline_champion_runs_and_hosts(pytester, model_cache, tmp_pat
     assert res.returncode == 0, out + res.stderr
     assert out.startswith("A = baseline (") and "B = champion (" in out, out
     assert "latency_b1" in out and "unpaired: timed apart" in out and "throughput_b8" in out, out
+    # why its figures differ from those of `compare baseline <the run that kept it>` (issue 50)
+    why = next(ln for ln in out.splitlines() if ln.startswith("why these figures: "))
+    assert "chained: the KEEPs' own paired speedups multiplied" in why and "unpaired: medians stored by" in why, why
+    assert "paired: B's run's own rounds" not in why, why
 
     # one figure for the champion over the baseline: status, compare and the report cite the same
     st = proj.ditar("status").stdout
@@ -39,7 +43,9 @@ def test_compare_baseline_champion_runs_and_hosts(pytester, model_cache, tmp_pat
 
     doc = json.loads(proj.ditar("compare", "baseline", str(keep), "--json").stdout)
     objective = doc["lanes"]["latency_b1"]
-    assert objective["how"] == "paired: B's own rounds against A", objective
+    assert objective["how"] == "paired: B's own rounds against A" and objective["kind"] == "paired", objective
+    said = proj.ditar("compare", "baseline", str(keep)).stdout
+    assert "why these figures: paired: B's run's own rounds of A and B" in said and "chained:" not in said, said
     summary = json.loads((proj.root / doc["b"]["where"] / "summary.json").read_text())
     judged = summary["lanes"]["latency_b1"]
     assert objective["rounds"] == [len(judged["measurement"]["champion_samples"])] * 2

@@ -3,6 +3,7 @@
 live in tests/integration/repo/test_docs_commands.py."""
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 from pytest_ditar.loop.tryout import EXIT as TRY_EXIT
 
 from candidates import REDUNDANT, STOCK
-from conftest import REPO, make_project
+from conftest import REPO, make_project, research_project
 from integration.repo.test_docs_commands import (
     DOCS,
     EDIT,
@@ -80,3 +81,25 @@ def test_doc_commands_run(doc, pytester, model_cache):
     assert not stale, f"EXPECTED_STATUS entries that matched no command in {doc}: {stale}"
     assert edited, f"{doc}: no command before which the documented edit of mutable/ happens"
     print(doc, timings)
+
+
+def test_verdict_json_example_runs_as_written(pytester, model_cache, tmp_path_factory):
+    """docs/verdict-json.md's block on a committed candidate: the run judges it (never `guard
+    clean_tree: untracked file run.log`), its document lands outside the tree, and jq reads it."""
+    doc = "docs/verdict-json.md"
+    cmds = [c.text for c in extract(doc, (REPO / doc).read_text()) if c.marker == "verdict-json"]
+    proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
+    proj.commit_candidate(STOCK, "exact", "Fuse qkv")
+    outside = tmp_path_factory.mktemp("outside-the-repo")
+    env = {**_env(model_cache), "TMPDIR": str(outside)}
+    res = subprocess.run(["bash", "-c", cmds[0]], cwd=proj.root, env=env, capture_output=True, text=True, timeout=300)
+    log = (outside / "run.log").read_text()
+    verdict = json.loads((outside / "verdict.json").read_text())
+    assert verdict["verdict"] in ("KEEP", "DISCARD") and "untracked" not in log, log[-3000:]
+    assert res.returncode == verdict["exit_status"] == VERDICT_STATUS[verdict["verdict"]], log[-3000:]
+    assert log.strip().splitlines()[-1] == verdict["line"]  # the verdict line, on stderr
+    res = subprocess.run(["bash", "-c", cmds[1]], cwd=proj.root, env=env, capture_output=True, text=True, timeout=60)
+    said = res.stdout.splitlines()
+    assert res.returncode == 0 and said[0] == verdict["verdict"], res
+    assert said[1] == "null" if verdict["speedup"] is None else abs(float(said[1]) - verdict["speedup"]) < 1e-9, said
+    assert proj.git("status", "--porcelain") == ""  # nothing the example wrote lies in the tree

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -205,6 +206,8 @@ def test_two_hosts_share_one_champion_through_a_remote(pytester, model_cache, tm
         in host_a, host_a
     assert f"fleet champion {promoted[:7]} (host a's {c1[:7]}, re-judged on b" in out, out
     assert f"lineage 1: {promoted[:7]} from host a" in out and "lineage 2" not in out, out
+    # ratios as the verdict lines write them (never 2.9960963012233797x)
+    assert re.search(r"re-judged on b: \d+\.\d{3}x over", out) and re.search(r"from host a \(\d+\.\d{3}x\)", out), out
     doc = json.loads(b.ditar("status", "--all", "--remote", "origin", "--json").stdout)
     assert [t["tag"] for t in doc["tags"]] == ["t.b"] and doc["fleets"][0]["reference_host"] == "b"
     assert {h["host"]: h["card"] for h in doc["fleets"][0]["hosts"]} == {"a": "other", "b": "reference"}

@@ -36,3 +36,13 @@ def test_an_edit_over_a_candidate_not_yet_judged_is_folded_into_it(pytester, mod
     proj.write("mutable/pipeline.py", STOCK + "\n# hypothesis, fixed\n")
     line = _refusal(proj.ditar("experiment", "--classification", "exact", "--description", "dirty"))
     assert "fold them into the candidate (git commit --amend)" in line and "champion" not in line, line
+
+
+def test_a_trailer_that_names_another_class_than_the_run_is_refused(research):
+    """issue 50: `Ditar-Class: exact` judged as numerical left the ledger and git history disagreeing."""
+    sha = research.commit_candidate(STOCK + "\n# fp16 <-> bf16\n", "exact", "bf16 transformer")
+    rows = len(research.ledger())
+    line = _refusal(research.ditar("experiment", "--classification", "numerical", "--description", "bf16"))
+    assert f"commit {sha[:7]}: its trailer 'Ditar-Class: exact' and the class given (numerical) differ" in line, line
+    assert "run it as 'exact' (`--classification exact`)" in line and "(`git commit --amend`)" in line, line
+    assert research.head() == sha and len(research.ledger()) == rows  # nothing judged, recorded or reverted

@@ -1,5 +1,6 @@
-"""Every command in README.md and program.md runs, on the tiny suite, in a scratch project: the
-extraction and its conventions here, the run itself in tests/e2e/test_doc_commands.py (CI's e2e step).
+"""Every command in README.md, program.md and docs/*.md runs, on the tiny suite, in a scratch project,
+or is marked as an example: the extraction and its conventions here, the runs themselves in
+tests/e2e/test_doc_commands.py (CI's e2e step).
 
 Convention (the docs rely on it; keep them in step):
 
@@ -13,6 +14,12 @@ Convention (the docs rely on it; keep them in step):
   `pip install` are not run here (they install packages); they must agree with `.ci/run`, and the
   rest of the line runs. `<!-- docs-test: ci -->`: the line is CI's own test command; it must be
   `.ci/run`'s venv + test line verbatim and is not run here (it would run this test again).
+  `<!-- docs-test: verdict-json -->`: docs/verdict-json.md's example, run as written on a committed
+  candidate (tests/e2e/test_doc_commands.py). `<!-- docs-test: example -->`: a block that needs what
+  no scratch project has (a GPU, a second host, a remote, a scheduler); not run, but each line is
+  checked here (check_example): a `dit-ar` line parses with dit-ar's own parser, a `pip install`
+  installs this checkout, a script it runs exists. Every other block of a doc outside DOCS fails
+  test_every_doc_command_runs_or_is_an_example.
 - Placeholders (`<tag>`, `<class>`, `"<...>"`) are replaced through PLACEHOLDERS; any `<...>` left
   over fails the test. The prose step "# edit mutable/ ..." is performed by the test (EDIT):
   the scratch baseline does a redundant full pass, and the edit removes it, a real exact 2x
@@ -36,6 +43,7 @@ import pytest
 from conftest import REPO
 
 DOCS = ("README.md", "program.md")
+MARKERS = ("setup", "ci", "example", "verdict-json")
 COMMAND_WORDS = {"dit-ar", "pytest", "git", "python", "python3", "pip", "bash", "sed", "export", "cat", "tail", "ls"}
 PLACEHOLDERS = {
     "<tag>": "docs",
@@ -64,7 +72,7 @@ class Command:
     doc: str
     line: int
     text: str
-    marker: str | None  # "setup", "ci" or None
+    marker: str | None  # one of MARKERS, or None
 
 
 def extract(doc: str, text: str) -> list[Command]:
@@ -73,10 +81,10 @@ def extract(doc: str, text: str) -> list[Command]:
     i, marker = 0, None
     while i < len(lines):
         line = lines[i]
-        m = re.match(r"\s*<!--\s*docs-test:\s*(\w+)\s*-->\s*$", line)
+        m = re.match(r"\s*<!--\s*docs-test:\s*([\w-]+)\s*-->\s*$", line)
         if m:
             marker = m.group(1)
-            assert marker in ("setup", "ci"), f"{doc}:{i + 1}: unknown docs-test marker {marker!r}"
+            assert marker in MARKERS, f"{doc}:{i + 1}: unknown docs-test marker {marker!r}"
             i += 1
             continue
         fence = re.match(r"^```(\w*)\s*$", line)
@@ -218,6 +226,50 @@ def test_docs_conventions():
     assert plugin_flags and all(f'"{f}"' in src for f in plugin_flags), plugin_flags
 
 
+def all_docs() -> list[str]:
+    return [*DOCS, *sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md"))]
+
+
+def check_example(cmd: Command) -> None:
+    """An example's line, checked without running it (it needs another machine)."""
+    text = re.sub(r"\s+#.*$", "", cmd.text)  # a trailing comment
+    words = shlex.split(PLACEHOLDER_LEFT.sub("X", text))
+    where = f"{cmd.doc}:{cmd.line}: `{cmd.text}`"
+    if words[0] == "dit-ar":
+        from pytest_ditar.cli.main import build_parser
+
+        try:
+            build_parser().parse_args(words[1:])
+        except SystemExit:
+            raise AssertionError(f"{where}: dit-ar does not parse it") from None
+    elif words[:2] == ["pip", "install"]:
+        assert "-e" in words, f"{where}: the package is not published; install this checkout (`pip install -e .`)"
+        for a in words[2:]:
+            assert a == "-e" or re.fullmatch(r"\.(\[[a-z,]+\])?", a), f"{where}: unexpected pip argument {a!r}"
+    elif words[0] in ("python", "python3", "bash"):
+        assert (REPO / words[1]).is_file(), f"{where}: {words[1]} is not in the repository"
+    else:
+        assert words[0] == "git", f"{where}: an example line of an unknown kind"
+
+
+def test_every_doc_command_runs_or_is_an_example():
+    """README, program.md and docs/*.md: each command runs in tests/e2e/test_doc_commands.py (DOCS,
+    and the verdict-json block), is CI's or the set-up line, or is a checked example."""
+    unmarked = []
+    for doc in all_docs():
+        for c in extract(doc, (REPO / doc).read_text()):
+            if c.marker == "example":
+                check_example(c)
+            elif doc not in DOCS and c.marker != "verdict-json":
+                unmarked.append(f"{doc}:{c.line}: {c.text}")
+    assert not unmarked, "commands neither run by a test nor marked as an example:\n" + "\n".join(unmarked)
+    fleet = extract("docs/fleet.md", (REPO / "docs/fleet.md").read_text())
+    assert fleet[0].text == "pip install -e '.[fleet]'", fleet[0]  # from the checkout: not published
+    json_doc = [c for c in extract("docs/verdict-json.md", (REPO / "docs/verdict-json.md").read_text())
+                if c.marker == "verdict-json"]
+    assert len(json_doc) == 2 and all("${TMPDIR:-/tmp}/" in c.text for c in json_doc), json_doc
+
+
 def _env(cache: Path) -> dict[str, str]:
     env = os.environ.copy()
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
@@ -266,7 +318,9 @@ def _checks(doc: str, cmd: str, out: str, root: Path) -> None:
     elif cmd.endswith(" suite"):
         assert "PipelineSpec(" in out and "Request(labels, seeds, steps)" in out and "resolves" in out, out
     elif "--ditar-class" in cmd:  # the smoke check before the commit: the claimed class's next step
-        assert "ditar: next: commit with the trailer `Ditar-Class: exact`" in out, out[-3000:]
+        said = ("ditar: next: `dit-ar try --classification exact --description \"...\"` times it against the "
+                "champion; FASTER: commit with the trailer `Ditar-Class: exact`")
+        assert said in out, out[-3000:]
     elif "--max-experiments" in cmd:
         assert re.search(r"^bound: 0 of 40 experiments run, until 2099-01-01T06:00", out, flags=re.M), out
 

@@ -18,6 +18,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("plugin/gateplugin.py", "report.longrepr"): "pytest's TestReport: a repeated failure shortened to a pointer",
     ("plugin/artifacts.py", "opt.xmlpath"): "pytest's option namespace: --junitxml moved into the run dir",
     ("plugin/artifacts.py", "opt.benchmark_json"): "pytest's option namespace: pytest-benchmark's JSON too",
+    ("plugin/artifacts.py", "opt.benchmark_quiet"): "pytest's option namespace: a guard's tables off",
     ("plugin/console.py", "bar.n"): "tqdm's bar: its documented position",
     ("runtime/lanes.py", "benchmark.group"): "pytest-benchmark's fixture: its documented group",
     ("runtime/worker_main.py", "err.where"): "the candidate's exception, annotated before it crosses the wire",

@@ -29,6 +29,9 @@ TEST_FUNCTION_FLOOR = 438
 # Modules no test imports by name, each with the test that exercises it (path::test). Remove an
 # entry once a test imports its module; a new module gets a test that imports it, or a line here.
 INDIRECT = {
+    # doctor's host probe: the baseline's code A/A and the champion beside it, through `dit-ar doctor`
+    "pytest_ditar.loop.hostprobe": "tests/integration/cli/test_host_noise.py::"
+                                   "test_doctor_times_the_kept_champion_beside_the_baseline_code",
     # a memory lane's rounds, in a gated run's workers (loop.lanekinds)
     "pytest_ditar.runtime.peaks": "tests/e2e/test_memory_lane.py::"
                                   "test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_honest_one",
@@ -45,7 +48,6 @@ INDIRECT = {
                                    "test_fresh_clone_fetches_the_state_and_guards_for_github_actions",
     "pytest_ditar.cli.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
     "pytest_ditar.loop.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
-    "pytest_ditar.loop.fleetview": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
     "pytest_ditar.loop.launch": "tests/e2e/test_fleet_launch.py::"
                                 "test_two_experiments_run_as_submitit_jobs_and_record_their_verdicts",
     "pytest_ditar.cli.init": "tests/integration/cli/test_worktrees.py::"
@@ -65,8 +67,6 @@ INDIRECT = {
                                   "test_baseline_stores_verified_snapshot",
     "pytest_ditar.loop.gate": "tests/integration/loop/test_loop_verdicts.py::"
                               "test_faster_exact_candidate_is_kept_and_becomes_champion",  # its AST: unit/loop
-    "pytest_ditar.loop.nextstep": "tests/e2e/test_loop_agent.py::"
-                                  "test_agent_start_up_smoke_checks_each_class_and_is_told_the_truth",
     "pytest_ditar.loop.phases": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
     "pytest_ditar.loop.profile": "tests/e2e/test_profile.py::test_profile_of_a_stored_commit_into_a_folder",
     "pytest_ditar.loop.record": "tests/integration/loop/test_loop_verdicts.py::"

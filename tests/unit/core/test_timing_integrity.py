@@ -107,8 +107,13 @@ def test_champion_drift_flags_a_slowed_champion_but_not_noise():
     found = probes.champion_drift(slowed, stored, tolerance=0.05)
     assert found is not None and 1.7 < found.ratio < 1.9 and found.p < 0.05
     why = found.reason()
-    assert why.startswith("champion drift: champion build differs from the one kept: ") and "kept, " in why
-    assert "the host itself 1.30x as slow as then" in found.reason(host=1.3)
+    # the wording names only what was measured: a quiet probe is not a measured build difference
+    assert why.startswith("champion drift: ") and "kept, " in why and "the judge's host probe as fast as then" in why
+    assert "champion build differs" not in why and "or a build other than the one kept" in why
+    assert "the host itself 1.30x as slow as then: the host slower" in found.reason(host=1.3)
+    # the baseline's code timed in the same rounds tells the host from the build
+    assert "the host slower (the baseline's code in the same rounds 1.80x" in found.reason(anchor=1.8)
+    assert "a build other than the one kept (the baseline's code in the same rounds 1.00x" in found.reason(anchor=1.0)
     assert probes.champion_drift([x / 1.5 for x in same], stored, tolerance=0.05) is None  # can only hide a win
     assert probes.champion_drift(slowed, stored, tolerance=1.0) is None
     # what a win has taken off is the ratio's upper bound: never below the point estimate, and
@@ -210,7 +215,7 @@ def test_champion_drift_is_judged_against_the_hosts_own_speed():
 
     assert "champion drift" not in verdict(0.003).reason and verdict(0.003).drift is None  # the host is 1.5x slower
     out = verdict(0.002)
-    assert out.drift is not None and 1.4 < out.drift < 1.6 and "champion build differs from the one kept" in out.reason
+    assert out.drift is not None and 1.4 < out.drift < 1.6 and "the judge's host probe as fast as then" in out.reason
     named = verdict(0.003, objective=True)
     assert named.drift is not None and "the host itself 1.5" in named.reason
 

@@ -57,3 +57,21 @@ def test_the_zygote_a_judge_starts_to_keep_names_itself_in_its_record_and_passes
     z.proc.wait(timeout=10)
     assert zygote.start_ticks(z.pid) is None
     assert os.environ.get("DITAR_ZYGOTE_IDLE_S") == "0"  # tests/conftest.py: nothing kept by the suite's runs
+
+
+def test_a_record_whose_pid_is_no_zygote_of_ours_is_passed_over_in_silence(sleeper, monkeypatch):
+    """issue 50: every run's time line said "the recorded zygote not used: pid N runs something else"
+    about the user's own other zygote; a record left behind is nothing to report, a stale key is."""
+    rec = {"pid": sleeper.pid, "start": zygote.start_ticks(sleeper.pid), "key": zygote.daemon_key(),
+           "name": "pytest-ditar/zygote/x", "idle_s": 60}
+    live = zygote.Zygote.start(keep_s=30)  # a zygote of ours, recorded under an older key
+    try:
+        stale = {**(live.kept or {}), "key": "0" * 24}
+        monkeypatch.setattr(zygote.Zygote, "start", classmethod(lambda cls, keep_s: None))
+        for record, said in ((rec, False), (stale, True)):
+            monkeypatch.setattr(zygote, "_ZYGOTE", [])
+            monkeypatch.setattr(zygote, "_NOT_ADOPTED", [])
+            zygote.begin(record, keep=False)
+            assert ("the recorded zygote not used" in zygote.state()) == said, zygote.state()
+    finally:
+        live.close()
