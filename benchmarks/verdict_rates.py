@@ -103,7 +103,8 @@ def snapshot(ws: Path) -> dict:
     if snap.exists():
         shutil.rmtree(snap)
     shutil.copytree(ws / ".autoresearch", snap, symlinks=True)
-    return {"dir": str(snap), "ref": ladder.git(ws, "rev-parse", "refs/ditar/ladder"), "head": ladder.git(ws, "rev-parse", "HEAD")}
+    return {"dir": str(snap), "ref": ladder.git(ws, "rev-parse", "refs/ditar/ladder"),
+            "head": ladder.git(ws, "rev-parse", "HEAD")}
 
 
 def restore(ws: Path, snap: dict) -> None:
