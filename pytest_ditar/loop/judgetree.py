@@ -158,11 +158,12 @@ def project_markers(root: Path, base: str | None) -> list[str]:
             except ImportError:  # Python 3.10: the suites' markers are then the gate's alone
                 return []
             try:
-                raw = toml.loads(text).get("tool", {}).get("pytest", {}).get("ini_options", {}).get("markers")
+                table = toml.loads(text).get("tool", {}).get("pytest", {}).get("ini_options")
             except (toml.TOMLDecodeError, AttributeError):
                 return []
-            if raw is None:
+            if not isinstance(table, dict):
                 continue  # pytest reads a pyproject.toml without the table as no config at all
+            raw = table.get("markers", [])
         else:
             parser = configparser.RawConfigParser()
             try:

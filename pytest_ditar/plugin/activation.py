@@ -146,7 +146,6 @@ def ditar_start(early_config: pytest.Config) -> Start | None:
         if not path.is_file():
             return None
     from pytest_ditar.config.project import load_config  # start-up: yaml, for a project with a ditar config only
-    from pytest_ditar.loop import judgetree  # start-up: the same
 
     try:
         cfg = load_config(path)
@@ -162,6 +161,8 @@ def ditar_start(early_config: pytest.Config) -> Start | None:
                   or suites in (here / str(t).split("::", 1)[0]).resolve().parents for t in targets)
     if not (reaches or any(getattr(ns, dest, None) for dest in OPTIONS)):
         return None
+    from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run only
+
     return Start(cfg, Path(path).resolve(), suites, here,
                  judgetree.judge_started(early_config.invocation_params.args, cfg),
                  bool(getattr(ns, "ditar_baseline", False)))

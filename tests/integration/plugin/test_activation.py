@@ -47,13 +47,19 @@ def test_a_projects_own_tests_start_no_ditar_session(with_own_tests):
 
 
 def test_the_suites_folder_or_a_ditar_option_make_a_ditar_run(with_own_tests):
+    """A ditar run started as plain `pytest` is handed to the judge's pytest (issue 49): it shows the
+    gate's header, reads the judge's ini, and loads no conftest, the probe's included."""
     # a collection that reaches suites/ (here the suite's own file) is a ditar run: its header shows
-    res, probe = _probe(with_own_tests, "suites/tiny/test_quality.py", "--co")
-    assert probe["gate"] and "pytest_ditar.loop.gate" in probe["modules"], res.stdout.str()
+    res = with_own_tests.pytester.runpytest_subprocess("-p", "no:cacheprovider", "suites/tiny/test_quality.py", "--co",
+                                                       timeout=300)
     assert any(line.startswith("ditar:") for line in res.stdout.lines), res.stdout.str()
-    # so is a run that names an option of ours, whatever it collects
-    res, probe = _probe(with_own_tests, "tests", "--ditar-device=cpu", "--co")
-    assert probe["gate"], res.stdout.str()
+    assert any(line.startswith("configfile: ") and line.endswith("ditar-judge.ini") for line in res.stdout.lines)
+    assert not (with_own_tests.root / "probe.json").exists(), "the judge's pytest loaded the root conftest"
+    # so is a run that names an option of ours
+    res = with_own_tests.pytester.runpytest_subprocess("-p", "no:cacheprovider", "suites", "--ditar-device=cpu", "--co",
+                                                       timeout=300)
+    assert any(line.startswith("ditar:") for line in res.stdout.lines), res.stdout.str()
+    assert not (with_own_tests.root / "probe.json").exists()
 
 
 def test_either_marker_name_selects_the_same_suite_tests(with_own_tests):

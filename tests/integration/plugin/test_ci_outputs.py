@@ -20,28 +20,6 @@ GEN_DEF = "    def generate(self, request: Request) -> Generated:\n"
 FORGED = "kernel exploded\n::error title=forged::all lanes faster\n::stop-commands::mine"
 RAISES = STOCK.replace(GEN_DEF, GEN_DEF + f"        raise RuntimeError({FORGED!r})\n")
 
-CODSPEED_SIM = '''
-
-# a stand-in for pytest-codspeed (tests/integration/plugin/test_ci_outputs.py)
-import os as _os
-
-import pytest as _pytest
-
-
-class _CodSpeedPlugin:
-    def __init__(self, enabled):
-        self.is_codspeed_enabled = enabled
-        self.disabled_plugins = ("pytest-benchmark",) if enabled else ()
-
-
-@_pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
-    enabled = _os.environ.get("CODSPEED_ENV") is not None
-    if enabled:
-        config.option.benchmark_disable = True
-    config.pluginmanager.register(_CodSpeedPlugin(enabled), "codspeed_plugin")
-'''
-
 
 def _github(tmp_path, monkeypatch) -> dict:
     files = {"GITHUB_STEP_SUMMARY": tmp_path / "summary.md", "GITHUB_OUTPUT": tmp_path / "output"}
@@ -103,13 +81,20 @@ def test_a_crash_names_its_line_for_github_and_junit_and_json(research, tmp_path
 
 
 def test_codspeed_enabled_is_refused_naming_it_and_installed_but_off_the_guard_runs(research, tmp_path, monkeypatch):
-    (research.root / "conftest.py").write_text((research.root / "conftest.py").read_text() + CODSPEED_SIM)
-    monkeypatch.setenv("CODSPEED_ENV", "1")
-    res = research.pytest("--ditar-guard", "--ditar-tag=t", "-m", "quality")
-    err = res.stderr.str()
-    assert res.ret == 4 and "pytest-codspeed is enabled in this ditar run" in err and "-p no:codspeed" in err, err
+    # pytest-codspeed is an installed plugin; the judge's pytest loads no conftest (issue 49), so the
+    # stand-in is registered on a config of pytest's own making, as the installed plugin would be
+    from types import SimpleNamespace
 
-    monkeypatch.delenv("CODSPEED_ENV")  # installed, not enabled: nothing changes, the guard judges
+    from pytest_ditar.plugin.gateplugin import CODSPEED_PLUGIN, plugin_conflict
+
+    for enabled in (True, False):
+        plugins = {CODSPEED_PLUGIN: SimpleNamespace(is_codspeed_enabled=enabled)}
+        config = SimpleNamespace(pluginmanager=SimpleNamespace(get_plugin=plugins.get))
+        why = plugin_conflict(config)  # type: ignore[arg-type]
+        assert (why is not None and "pytest-codspeed is enabled in this ditar run" in why
+                and "-p no:codspeed" in why) if enabled else why is None, why
+
+    # installed, not enabled: nothing changes, the guard judges
     files = _github(tmp_path, monkeypatch)
     doc_path = tmp_path / "guard.verdict.json"
     res = research.pytest("--ditar-guard", "--ditar-tag=t", "-m", "quality", f"--ditar-json={doc_path}")

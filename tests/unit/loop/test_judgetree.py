@@ -123,6 +123,9 @@ def test_project_markers_come_from_the_baselines_config_as_data(repo: Path):
     assert judgetree.project_markers(repo, base) == ["slow: a slow one"]  # a line break would start a key
     text = judgetree.judge_ini_text("suites", judgetree.project_markers(repo, base))
     assert "addopts" not in text and "testpaths = suites" in text and "    slow: a slow one" in text
+    (repo / "pyproject.toml").write_text('[tool.pytest.ini_options]\ntestpaths = ["suites"]\n')
+    (repo / "tox.ini").write_text("[pytest]\nmarkers =\n    unread: pytest takes pyproject.toml's table first\n")
+    assert judgetree.project_markers(repo, _commit(repo)) == []
 
 
 def test_only_the_judges_own_options_are_taken_off(repo: Path, tmp_path: Path):
