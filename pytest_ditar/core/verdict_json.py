@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ditar.core.ci import md_code, md_text
 from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 
@@ -158,10 +159,11 @@ def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medi
     """A run's summary.md (a CI step summary): the verdict, then per lane its verdict, speedup and CI,
     and the candidate's median as seconds per call, images per second and ms per denoising step
     (`shapes`: lane -> (batch, steps); `medians`: lane -> the candidate's median seconds per call)."""
-    lines = [f"**{doc.get('verdict') or 'no verdict'}** `{doc.get('commit') or '?'}` class {doc.get('class') or '?'}",
-             ""]
+    # every text below may carry the candidate's words (a reason quotes its exception): rendered as text
+    lines = [f"**{md_text(doc.get('verdict') or 'no verdict')}** `{md_code(doc.get('commit') or '?')}` "
+             f"class {md_text(doc.get('class') or '?')}", ""]
     if doc.get("reason"):
-        lines += [f"Reason: {doc['reason']}", ""]
+        lines += [f"Reason: {md_text(doc['reason'])}", ""]
     q = doc.get("quality")
     if q:
         lines += [f"Quality: {q['passed']}/{q['total']} contracts passed.", ""]
@@ -172,9 +174,11 @@ def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medi
         for name, lane in lanes.items():
             lo, hi = lane.get("ci95") or [None, None]
             ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "n/a"
-            speed = f"{lane['speedup']:.3f}x" if lane.get("speedup") is not None else lane.get("figure") or "n/a"
+            speed = f"{lane['speedup']:.3f}x" if lane.get("speedup") is not None \
+                else md_text(lane.get("figure") or "n/a")
             med, (batch, steps) = medians.get(name), shapes.get(name, (0, 0))
             units = (f"{med:.4f} | {batch / med:.2f} | {1e3 * med / steps:.2f}" if med and batch and steps
                      else "n/a | n/a | n/a")
-            lines.append(f"| {name} | {lane.get('verdict')} | {speed} | {ci} | {units} | {lane.get('rounds', 0)} |")
+            lines.append(f"| {md_text(name)} | {md_text(lane.get('verdict'))} | {speed} | {ci} | {units} | "
+                         f"{lane.get('rounds', 0)} |")
     return "\n".join(lines) + "\n"

