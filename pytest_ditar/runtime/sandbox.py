@@ -2,11 +2,13 @@
 
 A worker sees the whole filesystem read-only: the repository and its `.git`, the state
 directory, the champion's worktree, the virtual environment, the model cache, except the host's
-temporary folders (`/tmp`, `/var/tmp`): each sandbox has empty ones of its own (writable, gone
-with it, as a fresh machine's: a library that ignores TMPDIR still works), with only what the
-worker reads from the host's bound back read-only (its interpreter's paths, its model:
-Spec.reads), so no role sees what other processes (the judge's other runs, other jobs) leave there
-or when. It may write only
+temporary folders (`/tmp`, `/var/tmp`) and the user's home: each sandbox has empty ones of its own
+(writable, gone with it, as a fresh machine's: a library that ignores TMPDIR still works), with
+only what the worker reads from the host's bound back read-only (its interpreter's paths, its
+model, the project: Spec.reads), so no role sees what other processes (the judge's other runs,
+other jobs, the agent) leave there or when. Every host folder it sees is shown through an overlay
+of its own where the kernel allows (shield_plan), so a FIFO the agent made is not the agent's pipe
+there, and its seccomp filter refuses socket(AF_UNIX) (runtime.seccomp). It may write only
 what its Spec names: its private scratch directory (its working directory and TMPDIR), the
 folder of its shared-memory buffer and, on the champion's side, the tag's compile cache. The
 candidate sees that cache through an overlay whose writes land in a folder of the judge's outside
