@@ -267,7 +267,7 @@ GENERATE = "    def generate(self, request: Request) -> Generated:\n"
 def host_visible_dir(name: str) -> Path:
     """A fresh folder that every sandboxed worker sees (read-only), as it sees the host's own state:
     the host's temporary folders, where pytest's tmp_path lies, and the user's home are empty in
-    each sandbox (runtime.sandbox.hidden_roots), so a test that changes what the champion meets
+    each sandbox (runtime.hostview.hidden_roots), so a test that changes what the champion meets
     mid-run (a marker standing for a busy host) keeps it beside this repository, which every worker
     sees (the judge's package lies there: bound back where it lies under a hidden folder). Removed
     when the test process ends."""

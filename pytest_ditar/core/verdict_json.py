@@ -159,7 +159,8 @@ def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medi
     """A run's summary.md (a CI step summary): the verdict, then per lane its verdict, speedup and CI,
     and the candidate's median as seconds per call, images per second and ms per denoising step
     (`shapes`: lane -> (batch, steps); `medians`: lane -> the candidate's median seconds per call)."""
-    # every text below may carry the candidate's words (a reason quotes its exception): rendered as text
+    # the reason quotes the candidate's exception, the class its commit's trailer: rendered as text
+    # (lane names, verdicts and figures are the suite's and the judge's own)
     lines = [f"**{md_text(doc.get('verdict') or 'no verdict')}** `{md_code(doc.get('commit') or '?')}` "
              f"class {md_text(doc.get('class') or '?')}", ""]
     if doc.get("reason"):
@@ -174,11 +175,9 @@ def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medi
         for name, lane in lanes.items():
             lo, hi = lane.get("ci95") or [None, None]
             ci = f"[{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else "n/a"
-            speed = f"{lane['speedup']:.3f}x" if lane.get("speedup") is not None \
-                else md_text(lane.get("figure") or "n/a")
+            speed = f"{lane['speedup']:.3f}x" if lane.get("speedup") is not None else lane.get("figure") or "n/a"
             med, (batch, steps) = medians.get(name), shapes.get(name, (0, 0))
             units = (f"{med:.4f} | {batch / med:.2f} | {1e3 * med / steps:.2f}" if med and batch and steps
                      else "n/a | n/a | n/a")
-            lines.append(f"| {md_text(name)} | {md_text(lane.get('verdict'))} | {speed} | {ci} | {units} | "
-                         f"{lane.get('rounds', 0)} |")
+            lines.append(f"| {name} | {lane.get('verdict')} | {speed} | {ci} | {units} | {lane.get('rounds', 0)} |")
     return "\n".join(lines) + "\n"

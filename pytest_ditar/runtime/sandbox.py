@@ -45,7 +45,6 @@ import ctypes
 import glob
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -58,6 +57,7 @@ from typing import Sequence, cast
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import seccomp
 from pytest_ditar.runtime.compiled import remove
+from pytest_ditar.runtime.hostview import homes, masked, needed_reads, outermost, shield_plan, under
 
 # clone(2) flags, in the order setns(2) joins them: the user namespace first (it grants the
 # capabilities the other joins need), the PID namespace last (it applies to children only).
@@ -130,112 +130,6 @@ def device_nodes(device: str) -> tuple[str, ...]:
     return tuple(sorted(glob.glob("/dev/nvidia*")))
 
 
-# The host's temporary folders: shared by every process on the host, so what appears there and
-# when says what else runs (the judge's other runs among them). Every sandbox gets empty ones.
-PRIVATE_TEMP = ("/tmp", "/var/tmp")
-
-
-def homes() -> tuple[str, ...]:
-    """The user's home folders: $HOME and the password database's (code reads either), real paths;
-    never "/" (a home of "/" is the whole filesystem, not a private folder)."""
-    found = {os.environ.get("HOME", "")}
-    with contextlib.suppress(KeyError, ImportError, OSError):
-        import pwd
-
-        found.add(pwd.getpwuid(os.getuid()).pw_dir)
-    return tuple(sorted({os.path.realpath(h) for h in found if h and os.path.isabs(h)} - {"/"}))
-
-
-def hidden_roots() -> tuple[str, ...]:
-    """What every sandbox shows as an empty folder of its own: the host's temporary folders and the
-    user's home (what an agent or another process leaves there never reaches a role)."""
-    temp = [os.path.realpath(r) for r in PRIVATE_TEMP if os.path.isdir(r) and not os.path.islink(r)]
-    return outermost([*temp, *(h for h in homes() if os.path.isdir(h))])
-
-
-def needed_reads(*extra: str) -> tuple[str, ...]:
-    """What a worker reads that lies under a folder its sandbox empties (hidden_roots): its
-    interpreter (prefixes, every folder on the judge's sys.path, this package's parent) and `extra`
-    (its model, the project), real paths, outermost only; everything else it reads is visible already."""
-    roots = hidden_roots()
-    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
-             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), *extra}
-    paths = sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
-    return outermost([p for p in paths if any(p == r or p.startswith(r + os.sep) for r in roots)])
-
-
-def outermost(paths: Sequence[str]) -> tuple[str, ...]:
-    """`paths` less each one under another of them, parents first."""
-    ps = sorted(set(paths))
-    return tuple(p for p in ps if not any(p != q and p.startswith(q.rstrip(os.sep) + os.sep) for q in ps))
-
-
-def masked() -> list[str]:
-    """Folders hidden under an empty tmpfs: where the host keeps the Unix sockets of daemons that
-    would run a command for the candidate outside its sandbox (systemd's and D-Bus's user bus,
-    docker, tmux, screen, an ssh agent, X). A read-only mount does not stop connect(2) on a
-    socket; the network namespace only stops abstract ones."""
-    out = [d for d in ("/run", "/var/run", *PRIVATE_TEMP) if os.path.isdir(d) and not os.path.islink(d)]
-    out += [d for d in glob.glob("/var/run/screen") if os.path.isdir(d) and not os.path.islink(d)]
-    for var in ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "XDG_RUNTIME_DIR"):
-        value = os.environ.get(var, "")
-        path = value.split("unix:path=", 1)[1].split(",", 1)[0] if "unix:path=" in value else value.split(",", 1)[0]
-        if path.startswith("/"):
-            folder = path if os.path.isdir(path) else os.path.dirname(path)
-            if folder not in ("", "/") and os.path.isdir(folder) and not os.path.islink(folder):
-                out.append(folder)
-    return sorted(set(out))
-
-
-def mount_points() -> list[str]:
-    """Every mount point of this process's mount namespace (/proc/self/mountinfo's fifth field)."""
-    try:
-        with open("/proc/self/mountinfo") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return []
-    unescape = re.compile(r"\\([0-7]{3})")
-    return [unescape.sub(lambda m: chr(int(m.group(1), 8)), ln.split()[4]) for ln in lines if len(ln.split()) > 4]
-
-
-def _under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
-
-
-SHIELD_MAX = 64  # overlays one sandbox mounts at most; a branch that needs more is shown as it is
-
-
-def shield_plan() -> tuple[str, ...]:
-    """The host folders a sandbox shows through an overlay of its own: the top-level folders (all
-    but /proc, /sys, /dev, links, and those it empties anyway), and where one holds a mount of the
-    host's, its subfolders instead, down to the mount (the kernel refuses an overlay that would
-    cover a mount its user namespace inherited locked); what lies directly in a folder on the way
-    to a mount stays the host's, as does a branch past SHIELD_MAX overlays.
-
-    Why (issue 49): a read-only mount does not stop opening a FIFO (or connect(2) to a socket
-    file) that the agent made wherever it can write; seen through an overlay, the same name is
-    another inode, so its pipe is not the agent's nor another role's (the open finds no peer)."""
-    hide = [*masked(), *homes()]
-    mounts = [m for m in mount_points() if m != "/"]
-    out: list[str] = []
-
-    def cover(folder: str) -> None:
-        if not any(m.startswith(folder + os.sep) for m in mounts):
-            out.append(folder)
-            return
-        with contextlib.suppress(OSError):
-            for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-                if entry.is_dir(follow_symlinks=False) and not _under(entry.path, hide) and len(out) < SHIELD_MAX:
-                    cover(entry.path)
-
-    for name in sorted(os.listdir("/")):
-        top = f"/{name}"
-        if name not in ("proc", "sys", "dev") and os.path.isdir(top) and not os.path.islink(top) \
-                and not _under(top, hide) and len(out) < SHIELD_MAX:
-            cover(top)
-    return tuple(out)
-
-
 def _shown(path: str) -> list[str]:
     """bwrap's arguments that show the host's folder `path` read-only at the same path: through an
     overlay of the sandbox's own where it shields (a FIFO there is not the host's), else bound."""
@@ -247,7 +141,10 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    shielded = list(shield_plan()) if spec.shield else []
+    # a mount the spec places at a shielded folder's own path later (its scratch, as a test's model
+    # folder) is that mount's, not to be made read-only with the folder's overlay
+    placed = {*spec.writable, *(inside for _h, inside, _w in spec.binds)}
+    shielded = [f for f in shield_plan() if f not in placed] if spec.shield else []
     for folder in shielded:  # writable while the mounts below go in; read-only at the end
         args += _shown(folder)
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
@@ -256,16 +153,16 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     # from it is bound back below; a home inside such a read is emptied after it (a home that is
     # itself a read, the project as a test's $HOME, stays: the worker reads it).
     reads = needed_reads(*spec.reads)
-    home = [h for h in homes() if os.path.isdir(h) and not _under(h, masked()) and h not in reads]
-    for folder in outermost([h for h in home if not _under(h, reads)]):
+    home = [h for h in homes() if os.path.isdir(h) and not under(h, masked()) and h not in reads]
+    for folder in outermost([h for h in home if not under(h, reads)]):
         args += ["--tmpfs", folder]
     for path in reads:  # before the masks: a hidden path below one of them stays hidden
-        if spec.shield and os.path.isdir(path):  # needed_reads keeps existing paths only
+        if spec.shield and os.path.isdir(path) and path not in placed:  # needed_reads keeps existing paths
             args += _shown(path)
             shielded.append(path)
         else:
             args += ["--ro-bind", path, path]
-    for folder in outermost([h for h in home if _under(h, reads)]):
+    for folder in outermost([h for h in home if under(h, reads)]):
         args += ["--tmpfs", folder]
     hidden = []
     # the repository's git, mutable paths and state: nothing of another role. A mask under another

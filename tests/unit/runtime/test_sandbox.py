@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.runtime import sandbox
+from pytest_ditar.runtime import hostview, sandbox
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux only")
 needs_sandbox = pytest.mark.skipif(sandbox.check() is not None, reason=str(sandbox.check()))
@@ -240,7 +240,7 @@ def test_the_hosts_daemon_sockets_are_hidden(tmp_path):
                 return {"result": exc.strerror}
 
         assert _inside(spec, knock, str(tmp_path))["result"] != "connected"
-        assert "/tmp" in sandbox.masked() and "/run" in sandbox.masked()
+        assert "/tmp" in hostview.masked() and "/run" in hostview.masked()
     finally:
         server.close()
         import shutil
@@ -263,9 +263,9 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
     model.mkdir()
     scratch.mkdir()
     (model / "weights").write_text("w")
-    reads = sandbox.needed_reads(str(model), str(model / "weights"))
+    reads = hostview.needed_reads(str(model), str(model / "weights"))
     assert str(model.resolve()) in reads and str((model / "weights").resolve()) not in reads  # outermost only
-    hidden = sandbox.hidden_roots()  # the temporary folders and the homes: the rest is visible already
+    hidden = hostview.hidden_roots()  # the temporary folders and the homes: the rest is visible already
     assert all(any(p == r or p.startswith(r + "/") for r in hidden) for p in reads), reads
     neighbour = Path(tempfile.mkdtemp(prefix="ditar-neighbour-", dir="/tmp"))
     try:
@@ -281,7 +281,7 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
         seen = _inside(spec, look, str(scratch))
         assert "error" not in seen, seen
         assert seen["neighbour"] is False and not [n for n in seen["tmp"] if n.startswith("ditar-")], seen
-        shown = (*sandbox.needed_reads(*reads), str(scratch))  # with the interpreter's own, where under /tmp
+        shown = (*hostview.needed_reads(*reads), str(scratch))  # with the interpreter's own, where under /tmp
         assert seen["tmp"] == sorted({p.split("/")[2] for p in shown if p.startswith("/tmp/")})
         assert seen["model"] == "w" and seen["into_model"] == "Read-only file system", seen
         assert seen["into_tmp"] == "wrote" and not Path("/tmp/planted").exists() and seen["scratch"] == "wrote", seen
@@ -337,7 +337,7 @@ def test_home_is_an_empty_folder_of_the_sandboxs_own(tmp_path, monkeypatch):
         seen = _inside(spec, look, str(tmp_path))
         assert seen.get("home") == ["model"], seen  # only what the worker reads, bound back
         # the password database's home: only the ways to what the worker reads (an interpreter there)
-        bound = {Path(p).relative_to(pw).parts[0] for p in sandbox.needed_reads(str(model)) if p.startswith(pw + "/")}
+        bound = {Path(p).relative_to(pw).parts[0] for p in hostview.needed_reads(str(model)) if p.startswith(pw + "/")}
         assert set(seen["pw"]) <= bound, (seen, bound)
         assert seen["model"] == "w" and seen["write"] == "wrote", seen  # its own, gone with it
         assert not (home / "mine").exists()
