@@ -39,7 +39,7 @@ def build(spec):
 
 
 def startup(spec, cand: Path, logs: Path, n: int, shield: bool) -> list[float]:
-    from pytest_ditar.runtime import hostview, sandbox
+    from pytest_ditar.runtime import sandbox
     from pytest_ditar.runtime.clock import judge_clock
     from pytest_ditar.runtime.worker import CandidateWorker
 

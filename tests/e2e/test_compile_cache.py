@@ -10,8 +10,9 @@ A real Inductor compile is too slow for CI here (a two-op function took 54.5 s c
 on the 2-core CI host while other tests ran), so the gated runs check the wiring with a candidate
 whose build() does what a compiler does with the cache: reads the variables, finds the entries
 earlier builds left, adds its own (of inductor's form: a module named by the hash of its source,
-the only kind of file the judge adds to the cache: runtime.compiled), and replaces a scratch folder. It says what it saw on its
-stdout, which the judge keeps beside the run (the sandbox lets it write nowhere else outside).
+the only kind of file the judge adds to the cache: runtime.compiled), and replaces a scratch
+folder. It says what it saw on its stdout, which the judge keeps beside the run (the sandbox lets
+it write nowhere else outside).
 """
 import json
 import re
