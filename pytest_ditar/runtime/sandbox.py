@@ -141,10 +141,11 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    # a mount the spec places at a shielded folder's own path later (its scratch, as a test's model
-    # folder) is that mount's, not to be made read-only with the folder's overlay
-    placed = {*spec.writable, *(inside for _h, inside, _w in spec.binds)}
-    shielded = [f for f in shield_plan() if f not in placed] if spec.shield else []
+    # a folder the spec mounts something on later, at its path or above (its scratch, a test's model
+    # folder inside its scratch, a mask), is that mount's: its overlay would be buried, and no longer
+    # a mount to make read-only
+    placed = [*spec.writable, *(inside for _h, inside, _w in spec.binds), *spec.masks]
+    shielded = [f for f in shield_plan() if not under(f, placed)] if spec.shield else []
     for folder in shielded:  # writable while the mounts below go in; read-only at the end
         args += _shown(folder)
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
@@ -157,7 +158,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     for folder in outermost([h for h in home if not under(h, reads)]):
         args += ["--tmpfs", folder]
     for path in reads:  # before the masks: a hidden path below one of them stays hidden
-        if spec.shield and os.path.isdir(path) and path not in placed:  # needed_reads keeps existing paths
+        if spec.shield and os.path.isdir(path) and not under(path, placed):  # needed_reads: existing paths
             args += _shown(path)
             shielded.append(path)
         else:

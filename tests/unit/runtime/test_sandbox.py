@@ -411,3 +411,19 @@ def test_no_unix_socket_and_no_fifo_of_the_hosts_reaches_a_worker(tmp_path):
         import shutil
 
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@linux_only
+def test_a_read_under_a_writable_folder_is_that_folders_and_the_sandbox_starts(tmp_path):
+    """A folder the worker reads (a test's model folder) inside its writable scratch: the scratch's
+    bind buries the read's overlay, so the read is not shielded nor made read-only on its own."""
+    a = sandbox.availability()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights").write_text("w")
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),), shield=a.shield)
+    args = sandbox.argv(spec, 3)
+    assert not [i for i, x in enumerate(args) if x == str(model) and args[i - 1] == "--remount-ro"], args
+    seen = _inside(spec, lambda: {"weights": open(str(model / "weights")).read(),
+                                  "write": _attempt(str(model / "new"))}, str(tmp_path))
+    assert seen == {"weights": "w", "write": "wrote"}, seen  # the scratch's, writable as it was
