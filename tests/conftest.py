@@ -266,19 +266,17 @@ def research_twin(pytester: pytest.Pytester, model_cache: Path, tmp_path_factory
 
 
 GENERATE = "    def generate(self, request: Request) -> Generated:\n"
-# the user's cache folder as the session began (pytester points HOME at each test's own folder)
-_HOST_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-
-
 def host_visible_dir(name: str) -> Path:
     """A fresh folder that every sandboxed worker sees (read-only), as it sees the host's own state:
-    the host's temporary folders, where pytest's tmp_path lies, are empty in each sandbox
-    (runtime.sandbox.PRIVATE_TEMP), so a test that changes what the champion meets mid-run (a marker
-    standing for a busy host) keeps it here. Removed when the test process ends."""
+    the host's temporary folders, where pytest's tmp_path lies, and the user's home are empty in
+    each sandbox (runtime.hostview.hidden_roots), so a test that changes what the champion meets
+    mid-run (a marker standing for a busy host) keeps it beside this repository, which every worker
+    sees (the judge's package lies there: bound back where it lies under a hidden folder). Removed
+    when the test process ends."""
     import atexit
     import tempfile
 
-    root = _HOST_CACHE / "pytest-ditar-tests"
+    root = REPO / ".host-visible"
     root.mkdir(parents=True, exist_ok=True)
     made = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
     atexit.register(shutil.rmtree, made, True)

@@ -156,7 +156,10 @@ def sandbox_row(cfg) -> tuple[str, str, str]:
         return ("sandbox", FAIL, a.problem + " (a gated run is refused)")
     cache = "an overlay of the champion's" if a.overlay else "an empty tmpfs (this bwrap or kernel mounts no overlay)"
     return ("sandbox", PASS, f"{a.version} ({a.origin}): read-only filesystem but each worker's scratch, private PID, "
-                             f"network and IPC namespaces; the candidate's compile cache is {cache}")
+                             f"network and IPC namespaces; the candidate's compile cache is {cache}; "
+                             + ("every host folder through an overlay of its own (no FIFO of the host's opens)"
+                                if a.shield else "host folders bound as they are (this kernel mounts no overlay of "
+                                "them: a FIFO the agent makes outside $HOME and the temporary folders opens)"))
 
 
 def class_rows(cfg) -> list[tuple[str, str, str]]:

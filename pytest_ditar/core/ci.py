@@ -138,7 +138,7 @@ def guard_markdown(doc: Mapping[str, Any]) -> str:
             ci = f"[{_num(lo)}, {_num(hi)}]" if lo is not None and hi is not None else "n/a"
             lines.append(f"| {name} | {lane.get('verdict')} | {_num(lane.get('speedup'), '{:.3f}x')} | {ci} | "
                          f"{lane.get('rounds', 0)} |")
-    lines += ["", f"`{_md(str(doc.get('line') or ''))}`"]
+    lines += ["", f"`{md_code(doc.get('line') or '')}`"]
     return "\n".join(lines) + "\n"
 
 
@@ -146,18 +146,34 @@ def gate_markdown(doc: Mapping[str, Any], summary_md: str | None) -> str:
     """A gated run's step summary: its summary.md where it wrote one, else the verdict and reason."""
     head = "### pytest-ditar gate\n\n"
     if summary_md:
-        return head + summary_md + (f"\n`{_md(str(doc['line']))}`\n" if doc.get("line") else "")
+        return head + summary_md + (f"\n`{md_code(doc['line'])}`\n" if doc.get("line") else "")
     lines = [f"**{doc.get('verdict') or 'no verdict'}**"]
     if doc.get("reason"):
         lines += ["", f"Reason: {_md(str(doc['reason']))}"]
     if doc.get("line"):
-        lines += ["", f"`{_md(str(doc['line']))}`"]
+        lines += ["", f"`{md_code(doc['line'])}`"]
     return head + "\n".join(lines) + "\n"
 
 
-def _md(text: str) -> str:
-    """One line of a candidate-influenced text in Markdown: no raw HTML, no line breaks, no backticks."""
-    return " ".join(text.split()).replace("<", "&lt;").replace(">", "&gt;").replace("`", "'")
+_MD_PUNCT = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:$])")
+
+
+def md_text(text: object) -> str:
+    """A candidate-influenced text as Markdown prose that renders as exactly that text (GitHub's
+    step summary): one line, HTML's special characters as entities (no tag, no comment, no entity
+    of the candidate's), every other ASCII punctuation Markdown reads backslash-escaped (no
+    heading, emphasis, link, image, table cell or autolink of the candidate's)."""
+    flat = " ".join(str(text).split()).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_PUNCT.sub(r"\\\1", flat)
+
+
+def md_code(text: object) -> str:
+    """A text shown inside a Markdown code span (`...`): one line, and no backtick that would end
+    the span (inside one nothing else is read as Markdown or HTML)."""
+    return " ".join(str(text).split()).replace("`", "'")
+
+
+_md = md_text
 
 
 def junit_properties(doc: Mapping[str, Any]) -> list[tuple[str, str]]:

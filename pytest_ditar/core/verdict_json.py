@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ditar.core.ci import md_code, md_text
 from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 
@@ -158,10 +159,12 @@ def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medi
     """A run's summary.md (a CI step summary): the verdict, then per lane its verdict, speedup and CI,
     and the candidate's median as seconds per call, images per second and ms per denoising step
     (`shapes`: lane -> (batch, steps); `medians`: lane -> the candidate's median seconds per call)."""
-    lines = [f"**{doc.get('verdict') or 'no verdict'}** `{doc.get('commit') or '?'}` class {doc.get('class') or '?'}",
-             ""]
+    # the reason quotes the candidate's exception, the class its commit's trailer: rendered as text
+    # (lane names, verdicts and figures are the suite's and the judge's own)
+    lines = [f"**{md_text(doc.get('verdict') or 'no verdict')}** `{md_code(doc.get('commit') or '?')}` "
+             f"class {md_text(doc.get('class') or '?')}", ""]
     if doc.get("reason"):
-        lines += [f"Reason: {doc['reason']}", ""]
+        lines += [f"Reason: {md_text(doc['reason'])}", ""]
     q = doc.get("quality")
     if q:
         lines += [f"Quality: {q['passed']}/{q['total']} contracts passed.", ""]

@@ -7,15 +7,22 @@ run on, so the judge adds what the candidate compiled and the next run's champio
 instead of compiling again. A discarded candidate's writes are dropped with its folder.
 
 The judge only ever adds, up to the cache's bound (MAX_BYTES): a regular file whose name is free
-in the cache. A file the champion's side wrote is never replaced, the overlay's whiteouts
+in the cache, and only a file of the compiler's own making (issue 49; `compiler_output`): a path
+of torch inductor's or triton's layout, and where the compiler names a file by the hash of its
+content (inductor's Python modules, its FX-graph and AOT-autograd entries) that hash, recomputed
+here. Anything else the candidate wrote into its overlay (a marker for its own later runs to read)
+is left out, counted on the run's line. A file the champion's side wrote is never replaced, the overlay's whiteouts
 (deletions) and links are skipped, and every folder is opened without following links, one
 component at a time (O_NOFOLLOW, relative to its parent's descriptor), so a link planted in the
 cache cannot send the judge's write elsewhere.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import os
+import re
 import shutil
 import stat
 from dataclasses import dataclass
@@ -30,6 +37,36 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_BYTES = 2 * 2**30
 
 
+# Inductor's and triton's cache layout (torch 2.x): `<d>/<p><d><49>.<ext>` (a module, its C++ and
+# shared object, kernels; <d> = the name's 2nd and 3rd characters), FX-graph and AOT-autograd entries
+# named by their content's hash, triton's per-kernel folders. Lock files are never needed again.
+_B32 = "[a-z2-7]"
+_CODE = re.compile(rf"^(?P<d>{_B32}{{2}})/(?P<stem>[a-z](?P=d){_B32}{{49}})\.(?P<ext>py|pyi|cpp|h|hpp|so|o|"
+                   rf"so\.load_ok|main\.cpp|main\.so|kernel\.cpp|kernel\.so|json|cubin|hsaco|ptx|spv|best_config)$")
+_GRAPH = re.compile(rf"^fxgraph/(?P<d>{_B32}{{2}})/f(?P=d){_B32}{{49}}/(?P<sum>{_B32}{{51}})$")
+_AOT = re.compile(rf"^aotautograd/a{_B32}{{51}}/(?P<sum>{_B32}{{51}})$")
+_LOCK = re.compile(rf"^locks/[a-z]{_B32}{{51}}\.lock$")  # the compiler's, never needed by a later run: not counted
+_TRITON = re.compile(r"^triton/[A-Za-z0-9_-]{16,64}/[A-Za-z0-9_.-]{1,200}\."
+                     r"(?:json|ttir|ttgir|llir|ptx|cubin|hsaco|amdgcn|source|spv|so)$")
+
+
+def content_hash(data: bytes) -> str:
+    """Inductor's content hash (torch._inductor.codecache.sha256_hash)."""
+    return base64.b32encode(hashlib.sha256(data).digest())[:51].decode().lower()
+
+
+def compiler_output(rel: str, path: "Path | str") -> bool:
+    """Whether the file at `path`, at `rel` (relative to the cache, '/'-separated), is of the
+    compiler's making: its layout, and its content's hash where the compiler names it by that."""
+    if (m := _GRAPH.match(rel) or _AOT.match(rel)) is not None:
+        return content_hash(Path(path).read_bytes()) == m.group("sum")
+    if (m := _CODE.match(rel)) is not None:
+        if m.group("ext") == "py":  # inductor's module: "c" + the hash of its stripped source
+            return content_hash(Path(path).read_bytes().strip()) == m.group("stem")[1:]
+        return True
+    return _TRITON.match(rel) is not None
+
+
 @dataclass(frozen=True)
 class Promoted:
     """What one hand-over added to the cache, and what it left out for want of room."""
@@ -37,20 +74,24 @@ class Promoted:
     bytes: int = 0
     left_files: int = 0
     left_bytes: int = 0
+    foreign_files: int = 0  # files that are no compiler output: never added
 
     def __add__(self, other: "Promoted") -> "Promoted":
         return Promoted(self.files + other.files, self.bytes + other.bytes,
-                        self.left_files + other.left_files, self.left_bytes + other.left_bytes)
+                        self.left_files + other.left_files, self.left_bytes + other.left_bytes,
+                        self.foreign_files + other.foreign_files)
 
     def note(self, cache: Path) -> str | None:
         """The run's line about it; None where nothing was added or left out."""
-        if not self.files and not self.left_files:
+        if not self.files and not self.left_files and not self.foreign_files:
             return None
         line = (f"ditar: compile cache: {self.files} files ({self.bytes / 1e6:.1f} MB) the kept candidate compiled "
                 f"added to {cache}")
         if self.left_files:
             line += (f"; {self.left_files} files ({self.left_bytes / 1e6:.1f} MB) left out: the cache is bounded at "
                      f"{MAX_BYTES / 2**30:.1f} GiB (delete the folder to start it over: it is only a cache)")
+        if self.foreign_files:
+            line += f"; {self.foreign_files} files that are no compiler output not added"
         return line
 
 
@@ -80,6 +121,10 @@ def promote(upper: Path, cache: Path, room: int = MAX_BYTES) -> Promoted:
             parts = Path(dirpath).relative_to(upper).parts
             regular = [(n, st) for n in files
                        if stat.S_ISREG((st := os.lstat(os.path.join(dirpath, n))).st_mode)]
+            made = [(n, st) for n, st in regular if _made_by_compiler("/".join((*parts, n)), os.path.join(dirpath, n))]
+            locks = sum(1 for n, _ in regular if _LOCK.match("/".join((*parts, n))))
+            out += Promoted(foreign_files=len(regular) - len(made) - locks)
+            regular = made
             if not regular:
                 continue
             fd = _open_folder(root, parts)
@@ -97,6 +142,13 @@ def promote(upper: Path, cache: Path, room: int = MAX_BYTES) -> Promoted:
     finally:
         os.close(root)
     return out
+
+
+def _made_by_compiler(rel: str, path: str) -> bool:
+    try:
+        return compiler_output(rel, path)
+    except OSError:
+        return False
 
 
 def _open_folder(root: int, parts: tuple[str, ...]) -> int | None:

@@ -232,6 +232,34 @@ def reap(pids: Iterable[int], wait_s: float = 0.5) -> None:
             time.sleep(0.005)
 
 
+@dataclass(frozen=True)
+class Activity:
+    """What a worker's process tree is doing, at one moment (runtime.worker's wait for a reply)."""
+
+    ticks: int  # CPU clock ticks used so far by the tree (its reaped children included)
+    root_stopped: bool  # the worker's own process (its group's leader) is stopped
+    stopped: int  # processes of the tree that are stopped
+
+
+def activity(root: int) -> Activity | None:
+    """`root`'s tree's CPU use and stopped processes; None without /proc or once it is gone."""
+    t = scan([root])
+    if t is None or root not in t.procs:
+        return None
+    ticks, stopped = 0, 0
+    for pid in t.tree(root):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                raw = fh.read()
+            rest = raw[raw.rindex(b")") + 2:].split()
+            # fields 14-17 of stat (utime, stime, cutime, cstime): 11-14 after the command name
+            ticks += sum(int(x) for x in rest[11:15])
+            stopped += rest[0] == b"T"
+        except (OSError, ValueError, IndexError):
+            continue
+    return Activity(ticks, t.procs[root][0] == "T", stopped)
+
+
 def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:

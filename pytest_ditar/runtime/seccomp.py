@@ -9,8 +9,14 @@ the kernel at will (userfaultfd), the kernel's keyrings (keyctl, add_key, reques
 (whose work the filter would not see), kernel modules and kexec, and namespaces of its own
 (unshare, setns: a user namespace of its own gives it capabilities again). A classic BPF program
 refuses those by number on the native architecture, every system call of another (32-bit)
-architecture, and x86_64's x32 calls. The worker installs it on itself after it joined its
-sandbox and dropped its capabilities (no_new_privs is set then), before any candidate code runs;
+architecture, and x86_64's x32 calls. It also refuses socket(2) of the AF_UNIX family (its
+first argument, inspected): a read-only mount does not stop connect(2) to a socket file, and a
+worker's network namespace stops only abstract names, so a Unix socket was a channel from a role
+to a relay the agent runs, or to another role (issue 49). socketpair(2) stays (an unnamed pair
+reaches nothing; multiprocessing's pipes use it). `unix_sockets=True` leaves socket(AF_UNIX) to a
+multi-rank CUDA group, whose NCCL passes memory handles over Unix sockets (runtime.group). The
+worker installs it on itself after it joined its sandbox and dropped its capabilities
+(no_new_privs is set then), before any candidate code runs;
 every thread and process it starts inherits it.
 
 No pytest, git or torch here.
@@ -36,6 +42,9 @@ DENIED: dict[str, dict[str, int]] = {
                 "unshare": 97, "setns": 268},
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+SOCKET = {"x86_64": 41, "aarch64": 198}  # socket(2)
+AF_UNIX = 1
+_ARG0_LOW = 16  # seccomp_data.args[0]'s low word (little-endian; the kernel reads an int)
 _X32_BIT = 0x40000000
 
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
@@ -47,9 +56,9 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def program(machine: str | None = None) -> bytes | None:
+def program(machine: str | None = None, unix_sockets: bool = False) -> bytes | None:
     """The filter for `machine` (this one's by default) as struct sock_filter[]; None where there
-    is no table for it."""
+    is no table for it. `unix_sockets`: socket(AF_UNIX) allowed (a CUDA group's)."""
     machine = machine or platform.machine()
     if machine not in DENIED:
         return None
@@ -61,6 +70,12 @@ def program(machine: str | None = None) -> bytes | None:
            _insn(_LD_W_ABS, 0, 0, 0)]  # seccomp_data.nr
     if machine == "x86_64":
         out += [_insn(_JGE_K, 0, 1, _X32_BIT), _insn(_RET_K, 0, 0, refuse)]
+    if not unix_sockets:  # socket(AF_UNIX, ...): refused; socket of another family: allowed at once
+        out += [_insn(_JEQ_K, 0, 4, SOCKET[machine]),
+                _insn(_LD_W_ABS, 0, 0, _ARG0_LOW),
+                _insn(_JEQ_K, 0, 1, AF_UNIX),
+                _insn(_RET_K, 0, 0, refuse),
+                _insn(_RET_K, 0, 0, _RET_ALLOW)]
     for i, nr in enumerate(nrs):  # a match jumps over the remaining tests and the allow to the refusal
         out.append(_insn(_JEQ_K, len(nrs) - i, 0, nr))
     out += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, refuse)]
@@ -71,9 +86,9 @@ class _Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
 
 
-def install(libc: ctypes.CDLL) -> str | None:
+def install(libc: ctypes.CDLL, unix_sockets: bool = False) -> str | None:
     """Install the filter on this thread (no_new_privs must be set); None on success, else why not."""
-    prog = program()
+    prog = program(unix_sockets=unix_sockets)
     if prog is None:
         return f"no seccomp table for {platform.machine()}"
     fprog = _Fprog(len(prog) // 8, prog)

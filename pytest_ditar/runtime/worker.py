@@ -69,6 +69,18 @@ def worker_threads(device: str, cores: int, setting: str | None = None) -> int:
     return 1 if device == "cpu" else max(1, cores // BUILDS_AT_ONCE)
 CLOCK_SLACK_S = 0.002  # timer resolution and rounding across two processes
 START_TIMEOUT_S = 600.0  # interpreter + torch import + CUDA context on a cold, busy host
+# A reply the judge waits for, watched (issue 49): a worker whose process stops (a SIGSTOP of its
+# own process group, which inside its PID namespace `os.kill(os.getppid(), ...)` becomes) for
+# STOPPED_S while the judge did not pause it, or whose processes use no CPU time at all for
+# max(HANG_FACTOR x the other roles' own build or slowest call, HANG_FLOOR_S), will not answer:
+# a CRASH naming which, at once, not at the configured timeout (30 min for a build). A compile
+# burns CPU, in the worker or its compile workers, so it is never taken for a hang; a worker that
+# spins without answering is still bounded by the configured timeouts only.
+WATCH_AFTER_S = 1.0  # replies quicker than this are never watched (every timed call of a small suite)
+WATCH_EVERY_S = 0.5
+STOPPED_S = 1.0
+HANG_FACTOR = 10.0
+HANG_FLOOR_S = 30.0
 
 
 @dataclass
@@ -83,6 +95,8 @@ class Outputs:
 
 class CandidateWorker:
     """One candidate pipeline in a process of its own."""
+
+    unix_sockets = False  # socket(AF_UNIX) refused in its sandbox (runtime.seccomp); a CUDA group's NCCL needs it
 
     def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
                  memory_budget_gib: float | None = None, cpu_threads: int | None = None, cwd: Path | None = None,
@@ -128,6 +142,7 @@ class CandidateWorker:
         self.pending: list[str] = []  # ops sent whose replies are not read yet, in order
         self.info: dict[str, Any] = {}  # hello's reply: pid, argv, fingerprint
         self.build_s: float | None = None
+        self.slowest_s = 0.0  # its slowest call so far (judge's clock): another worker's hang bound
         # the build reply's own account: its thread's CPU seconds, the device opening and how much of
         # it fell inside the build (runtime.worker_main.op_build); informational, the judge times the wait
         self.build_detail: dict[str, float] = {}
@@ -212,7 +227,8 @@ class CandidateWorker:
                             private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
                             devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay,
                             masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
-                            reads=(str(self.spec.model_dir), *self.reads))
+                            reads=(str(self.spec.model_dir), *self.reads), unix_sockets=self.unix_sockets,
+                            shield=avail.shield)
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None
@@ -378,6 +394,7 @@ class CandidateWorker:
             # means the candidate reached its process's clock
             raise self._fail(CandidateError("exception", f"worker {self.name} reports {worker_s:.4f}s for a call the "
                                                          f"judge timed at {t1 - t0:.4f}s: its clock was tampered with"))
+        self.slowest_s = max(self.slowest_s, t1 - t0)
         probe = reply.get("idle_probe_s")
         return Outputs(arrays[0], arrays[1], t1 - t0, worker_s, stamps,
                        float(probe) if isinstance(probe, (int, float)) else None)
@@ -450,7 +467,7 @@ class CandidateWorker:
     def _receive(self, op: str, timeout_s: float | None) -> tuple[dict[str, Any], list[np.ndarray]]:
         conn = cast(Connection, self.conn)  # a reply follows a message: start() opened it
         try:
-            if timeout_s is not None and not conn.poll(timeout_s):
+            if timeout_s is not None and not self._await(conn, op, timeout_s):
                 raise self._fail(CandidateError("timeout", f"{self.name} {op}", seconds=timeout_s))
             header = json.loads(conn.recv_bytes(WIRE_MAX_MESSAGE))
             self.t_header = judge_clock()
@@ -474,6 +491,50 @@ class CandidateWorker:
             self.build_s = float(header.get("build_s", 0.0))
             self.build_detail = {k: float(header[k]) for k in BUILD_DETAIL if isinstance(header.get(k), (int, float))}
         return header, arrays
+
+    def _await(self, conn: Connection, op: str, timeout_s: float) -> bool:
+        """Whether a reply came within `timeout_s`; raises the CRASH of a worker that stopped or hung
+        (WATCH_AFTER_S above) before that."""
+        if conn.poll(min(WATCH_AFTER_S, timeout_s)):
+            return True
+        t0 = judge_clock()
+        deadline = t0 - WATCH_AFTER_S + timeout_s
+        last: proctree.Activity | None = None
+        idle_since = stopped_since = t0
+        while (left := deadline - judge_clock()) > 0:
+            if conn.poll(min(WATCH_EVERY_S, left)):
+                return True
+            now = judge_clock()
+            seen = proctree.activity(self._proc.pid) if self._proc is not None and not self.paused else None
+            if seen is None:  # no /proc, gone (its EOF comes next), or paused by the judge: nothing to watch
+                last, idle_since, stopped_since = None, now, now
+                continue
+            if not seen.root_stopped:
+                stopped_since = now
+            if last is None or seen.ticks != last.ticks:
+                idle_since = now
+            last = seen
+            bound = self.hang_bound(op)
+            if now - stopped_since >= STOPPED_S:
+                raise self._fail(CandidateError("timeout", f"{self.name} {op}: its processes were stopped (SIGSTOP of "
+                                                           f"its process group), not by the judge", seconds=now - t0
+                                                + WATCH_AFTER_S))
+            if now - idle_since >= bound:
+                how = ("stopped (a SIGSTOP), no reply" if seen.stopped else "hung: no reply and no CPU time") + \
+                    f" for {now - idle_since:.0f}s (bound {bound:.0f}s: {HANG_FACTOR:g}x the other roles' own times, " \
+                    f"at least {HANG_FLOOR_S:g}s)"
+                raise self._fail(CandidateError("timeout", f"{self.name} {op}: {how}",
+                                                seconds=now - t0 + WATCH_AFTER_S))
+        return False
+
+    def hang_bound(self, op: str) -> float:
+        """How long this worker's processes may use no CPU time while the judge waits for `op`:
+        HANG_FACTOR x the longest build (for a build) or call the other live workers (the champion,
+        its twin, the holdout's baseline) took themselves, at least HANG_FLOOR_S."""
+        others = [o for o in list(_LIVE) if o is not self]
+        times = [o.build_s for o in others if o.build_s] if op == "build" else \
+            [o.slowest_s for o in others if o.slowest_s] or [o.build_s for o in others if o.build_s]
+        return max(HANG_FLOOR_S, HANG_FACTOR * max(times, default=0.0))
 
     def _array(self, spec: dict[str, Any]) -> np.ndarray:
         """A copy of one array out of the shared file (the next reply overwrites it)."""

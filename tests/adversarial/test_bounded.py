@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from .attacks import BUILD, STOCK
+from .attacks import BUILD, GEN_SIG, STOCK
 from .conftest import experiment
 
 pytestmark = pytest.mark.adversarial
@@ -55,3 +55,74 @@ def test_a_flooded_log_is_read_and_kept_within_a_bound(research):
     assert max(sizes.values()) < (1 << 20) + 4096, sizes
     flooded = max(logs, key=lambda p: p.stat().st_size).read_bytes()
     assert b"bytes of this log cut here" in flooded and flooded.endswith(b"LAST-WORDS"), flooded[-200:]
+
+
+# ---- issue 49: a worker that stops, kills or hangs its own process group --------------------------------
+# Inside the worker's PID namespace `os.kill(os.getppid(), ...)` is `os.kill(0, ...)`: its process
+# group, which held its keeper outside the sandbox too; the judge then waited with no output for the
+# build timeout (1,800 s). Each attack first starts a helper that names itself by a token, so the test
+# can see that nothing of the worker stays behind.
+GROUP_ATTACKS = {
+    "stop": ("import os, signal; os.kill(0, signal.SIGSTOP)", "were stopped"),
+    "kill": ("import os, signal; os.kill(0, signal.SIGKILL)", "killed by signal 9"),
+    "hang": ("import threading; threading.Event().wait()", "hung: no reply and no CPU time"),
+}
+
+
+def _leaves_a_helper(token: str) -> str:
+    return (f"import subprocess as _sp, sys as _s; _sp.Popen([_s.executable, '-c', 'import time; time.sleep(3600)', "
+            f"{token!r}]); ")
+
+
+def _attacks_in(where: str, what: str, token: str) -> str:
+    line = _leaves_a_helper(token) + what
+    if where == "build":
+        return _dies_in_build(f"    {line}\n")
+    return STOCK.replace(GEN_SIG, GEN_SIG + f"        {line}\n")
+
+
+def _left_behind(token: str) -> list[str]:
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if token.encode() in fh.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def research_long_timeouts(pytester, model_cache, tmp_path_factory):
+    """The research project with the product's own item timeout (600 s, not the tests' 10 s): a call
+    that never answers is then ended by the judge's watch, not by a short timeout."""
+    from .conftest import TWIN
+    from conftest import research_project
+
+    return research_project(pytester, tmp_path_factory, config={**TWIN, "item_timeout_s": 600})
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="needs /proc")
+@pytest.mark.parametrize("where", ["build", "call"])
+def test_a_worker_that_stops_kills_or_hangs_its_process_group_is_a_crash_within_a_minute(research_long_timeouts,
+                                                                                         where):
+    import re
+    import secrets
+
+    proj = research_long_timeouts
+    for how, (what, said) in GROUP_ATTACKS.items():
+        token = f"DITAR-LEFT-{secrets.token_hex(6)}"
+        t0 = time.monotonic()
+        j = experiment(proj, _attacks_in(where, what, token), f"{how.title()} the process group in {where}")
+        took = time.monotonic() - t0
+        assert j.status == "CRASH" and said in j.last, (how, j.show())
+        waited = re.search(r"after ([0-9.]+)s", j.last)
+        assert waited is None or float(waited.group(1)) < 60, (how, j.last)  # from the request to the CRASH
+        assert took < 240, f"{how} in {where}: {took:.0f}s"  # the judge's start-up, the other builds, then the wait
+        deadline = time.monotonic() + 10
+        while _left_behind(token) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _left_behind(token), f"{how} in {where}: the worker's helper outlived the run"

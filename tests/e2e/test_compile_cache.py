@@ -9,8 +9,10 @@ request's timeout.
 A real Inductor compile is too slow for CI here (a two-op function took 54.5 s cold and 7.1 s warm
 on the 2-core CI host while other tests ran), so the gated runs check the wiring with a candidate
 whose build() does what a compiler does with the cache: reads the variables, finds the entries
-earlier builds left, adds its own, and replaces a scratch folder. It says what it saw on its
-stdout, which the judge keeps beside the run (the sandbox lets it write nowhere else outside).
+earlier builds left, adds its own (of inductor's form: a module named by the hash of its source,
+the only kind of file the judge adds to the cache: runtime.compiled), and replaces a scratch
+folder. It says what it saw on its stdout, which the judge keeps beside the run (the sandbox lets
+it write nowhere else outside).
 """
 import json
 import re
@@ -27,17 +29,20 @@ MARK = "DITAR-TEST-CACHE "
 
 RECORD = '''
 def _use_the_compile_cache():
-    import json, os, pathlib, shutil, time
+    import base64, hashlib, json, os, pathlib, shutil, time
     env = {{k: os.environ.get(k) for k in {keys!r}}}
     cache = pathlib.Path(env["TORCHINDUCTOR_CACHE_DIR"])
-    entries = cache / "entries"
-    before = sorted(p.name for p in entries.iterdir()) if entries.is_dir() else []
+    before = sorted(p.name for p in cache.glob("??/c*.py"))
     name = f"{{os.getpid()}}-{{time.time_ns()}}"
-    entries.mkdir(parents=True, exist_ok=True)
-    if {poison!r}:  # what the champion's side compiled, rewritten (in its own overlay's copy)
-        for old in before:
-            (entries / old).write_text("poisoned")
-    (entries / name).write_text("compiled")
+    source = f"# compiled {{name}}\\n"
+    key = "c" + base64.b32encode(hashlib.sha256(source.strip().encode()).digest())[:51].decode().lower()
+    if {poison!r}:  # what the champion's side compiled, rewritten (in its own overlay's copy), and a
+        for old in cache.glob("??/c*.py"):  # marker of its own for its later runs as the champion
+            old.write_text("poisoned")
+        (cache / "marker").write_text("kept once")
+    (cache / key[1:3]).mkdir(parents=True, exist_ok=True)
+    (cache / key[1:3] / f"{{key}}.py").write_text(source)
+    name = f"{{key}}.py"
     # a folder an earlier build made goes, as a compiler's temporary folders do
     shutil.rmtree(cache / "scratch", ignore_errors=True)
     (cache / "scratch" / name).mkdir(parents=True)
@@ -61,6 +66,11 @@ def _records(proj, sha: str) -> list[dict]:
         out += [{**json.loads(line[len(MARK):]), "log": log.stem} for line in log.read_text().splitlines()
                 if line.startswith(MARK)]
     return out
+
+
+def _entries(cache) -> dict:
+    """The cache's entries of the simulated compiler (inductor's modules), name -> text."""
+    return {p.name: p.read_text() for p in cache.glob("??/c*.py")}
 
 
 def _summary(proj, sha: str) -> dict:
@@ -88,8 +98,7 @@ def test_every_role_reads_the_compile_cache_and_none_writes_it_during_a_run(
 
     proj = research_project(pytester, tmp_path_factory, mutable_source=_source())  # the champion uses it too
     cache = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve()
-    entries = cache / "entries"
-    copied = {p.name for p in entries.iterdir()} if entries.is_dir() else set()  # the baseline's, kept with it
+    copied = set(_entries(cache))  # the baseline's, kept with it
     timeout = proj.config()["item_timeout_s"]
     assert proj.config().get("build_timeout_s", 1800) > timeout + 2  # the repository's 1800 s applies
 
@@ -113,7 +122,7 @@ def test_every_role_reads_the_compile_cache_and_none_writes_it_during_a_run(
         runs.append(_sides(proj, sha))
     (champ1, cand1), (champ2, cand2) = runs
     written = {champ1["wrote"], cand1["wrote"], champ2["wrote"], cand2["wrote"]}
-    assert not written & {p.name for p in entries.iterdir()}  # not kept: no role's write joined the cache
+    assert not written & set(_entries(cache))  # not kept: no role's write joined the cache
     assert not written & {p.name for p in (cache / "scratch").iterdir()} if (cache / "scratch").is_dir() else True
 
     # A cache, not state: not in the backup ref, and the runs' verdicts were not about it.
@@ -141,16 +150,17 @@ def test_a_kept_candidates_compilations_join_the_cache_and_a_discarded_ones_neve
     from pytest_ditar.hardware.cachekey import device_key
 
     proj = research_project(pytester, tmp_path_factory, mutable_source=_source(base=REDUNDANT))
-    entries = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve() / "entries"
+    cache = (proj.root / ".autoresearch/t/compile-cache" / device_key("cpu")).resolve()
 
     # Run 1: dropping the redundant pass is a real win; the candidate also rewrites the entries it found.
     sha1, res1, line1 = proj.experiment_judged(_source(poison=True), "exact", "Drop the redundant pass")
     assert line1.startswith("DITAR VERDICT: KEEP "), res1.stdout[-3000:]
     _champ1, cand1 = _sides(proj, sha1, proj.ledger()[0]["commit"])
     assert cand1["before"]  # it read the cache's entries through its overlay (the baseline's, kept) ...
-    names = {p.name for p in entries.iterdir()}
+    names = _entries(cache)
     assert cand1["wrote"] in names, names  # ... and, kept, its own entry joined the cache
-    assert {p.read_text() for p in entries.iterdir()} == {"compiled"}  # what it rewrote did not
+    assert all(text.startswith("# compiled ") for text in names.values()), names  # what it rewrote did not
+    assert not (cache / "marker").exists()  # nor its own file: not the compiler's (issue 49)
     assert re.search(r"^ditar: compile cache: [1-9]\d* files \([0-9.]+ MB\) the kept candidate compiled added to ",
                      res1.stdout, re.M), res1.stdout[-3000:]
 
@@ -159,7 +169,7 @@ def test_a_kept_candidates_compilations_join_the_cache_and_a_discarded_ones_neve
     assert line2.startswith("DITAR VERDICT: DISCARD "), res2.stdout[-3000:]
     champ2, cand2 = _sides(proj, sha2, sha1)
     assert cand1["wrote"] in champ2["before"], champ2
-    assert cand2["wrote"] not in {p.name for p in entries.iterdir()}  # the discarded candidate's: dropped
+    assert cand2["wrote"] not in _entries(cache)  # the discarded candidate's: dropped
     assert "ditar: compile cache:" not in res2.stdout
 
 

@@ -105,3 +105,31 @@ def test_codspeed_enabled_is_refused_naming_it_and_installed_but_off_the_guard_r
     assert _outputs(files["GITHUB_OUTPUT"])["verdict"] == "PASS"
     assert "### pytest-ditar guard: **PASS** (tolerance 5%)" in files["GITHUB_STEP_SUMMARY"].read_text()
     assert not [ln for ln in out.splitlines() if ln.startswith("::error")]
+
+
+# Issue 49: a crash reason quotes the candidate's exception; in the step summary (and the run's
+# summary.md) it rendered as the candidate wrote it: a heading and a table row "KEEP 9.99x".
+MARKUP = ("<h1>KEEP 9.99x</h1><table><tr><td>KEEP</td><td>9.99x</td></tr></table> ## KEEP | KEEP | 9.99x | "
+          "**KEEP** [KEEP](https://example.com) ![x](https://example.com/p.png) $x$ ~~old~~ a\\b &amp;")
+RAISES_MARKUP = STOCK.replace(GEN_DEF, GEN_DEF + f"        raise RuntimeError({MARKUP!r})\n")
+
+
+def test_a_crash_reason_with_html_and_markdown_renders_as_text_in_the_step_summary(research, tmp_path, monkeypatch):
+    markdown_it = __import__("pytest").importorskip("markdown_it")
+    import html
+
+    files = _github(tmp_path, monkeypatch)
+    research.commit_candidate(RAISES_MARKUP, "exact", "Markup in a crash")
+    doc_path = tmp_path / "run.verdict.json"
+    res = research.pytest(f"--ditar-json={doc_path}")
+    assert res.ret == 10, res.stdout.str()[-3000:]
+    doc = json.loads(doc_path.read_text())
+    run_md = (research.root / doc["run_dir"] / "summary.md").read_text()
+    step_md = files["GITHUB_STEP_SUMMARY"].read_text()
+    assert run_md in step_md, (run_md, step_md)
+    md = markdown_it.MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
+    rendered = md.render(step_md)
+    for tag in ("<h1", "<h2", "<table", "<td", "<strong>KEEP", "<a ", "<img", "<s>", "<del>"):
+        assert tag not in rendered, (tag, rendered)
+    text = html.unescape(re.sub(r"<[^>]+>", "", rendered))
+    assert MARKUP in text, text  # the message itself, character for character, as text

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.runtime import sandbox
+from pytest_ditar.runtime import hostview, sandbox
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux only")
 needs_sandbox = pytest.mark.skipif(sandbox.check() is not None, reason=str(sandbox.check()))
@@ -232,15 +232,15 @@ def test_the_hosts_daemon_sockets_are_hidden(tmp_path):
         spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),))
 
         def knock() -> dict:
-            c = socket.socket(socket.AF_UNIX)
             try:
+                c = socket.socket(socket.AF_UNIX)
                 c.connect(str(folder / "default"))
                 return {"result": "connected"}
             except OSError as exc:
                 return {"result": exc.strerror}
 
         assert _inside(spec, knock, str(tmp_path))["result"] != "connected"
-        assert "/tmp" in sandbox.masked() and "/run" in sandbox.masked()
+        assert "/tmp" in hostview.masked() and "/run" in hostview.masked()
     finally:
         server.close()
         import shutil
@@ -263,9 +263,10 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
     model.mkdir()
     scratch.mkdir()
     (model / "weights").write_text("w")
-    reads = sandbox.needed_reads(str(model), str(model / "weights"))
+    reads = hostview.needed_reads(str(model), str(model / "weights"))
     assert str(model.resolve()) in reads and str((model / "weights").resolve()) not in reads  # outermost only
-    assert all(p.startswith(("/tmp/", "/var/tmp/")) for p in reads), reads  # the rest is visible already
+    hidden = hostview.hidden_roots()  # the temporary folders and the homes: the rest is visible already
+    assert all(any(p == r or p.startswith(r + "/") for r in hidden) for p in reads), reads
     neighbour = Path(tempfile.mkdtemp(prefix="ditar-neighbour-", dir="/tmp"))
     try:
         a = sandbox.availability()
@@ -280,7 +281,7 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
         seen = _inside(spec, look, str(scratch))
         assert "error" not in seen, seen
         assert seen["neighbour"] is False and not [n for n in seen["tmp"] if n.startswith("ditar-")], seen
-        shown = (*sandbox.needed_reads(*reads), str(scratch))  # with the interpreter's own, where under /tmp
+        shown = (*hostview.needed_reads(*reads), str(scratch))  # with the interpreter's own, where under /tmp
         assert seen["tmp"] == sorted({p.split("/")[2] for p in shown if p.startswith("/tmp/")})
         assert seen["model"] == "w" and seen["into_model"] == "Read-only file system", seen
         assert seen["into_tmp"] == "wrote" and not Path("/tmp/planted").exists() and seen["scratch"] == "wrote", seen
@@ -307,3 +308,122 @@ def test_a_mask_inside_another_is_hidden_with_it_whatever_their_order(tmp_path):
         spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), masks=masks, reads=(str(tmp_path),))
         seen = _inside(spec, lambda: {"git": sorted(os.listdir(str(git)))}, str(scratch))
         assert seen == {"git": []}, (masks, seen)  # hidden whole, nested mask and all
+
+
+@linux_only
+def test_home_is_an_empty_folder_of_the_sandboxs_own(tmp_path, monkeypatch):
+    """Issue 49: kept code that slowed itself once a file the agent made under $HOME said so. Every
+    sandbox gets an empty $HOME (and an empty home of the password database's), writable and gone
+    with it; what the worker reads from there (its interpreter, its model) is bound back."""
+    import pwd
+
+    home = Path(__file__).resolve().parents[3] / ".host-visible"  # outside the temporary folders
+    home.mkdir(exist_ok=True)
+    home = Path(tempfile_mkdtemp(home))
+    (home / "planted").write_text("the agent was here")
+    model = home / "model"
+    model.mkdir()
+    (model / "weights").write_text("w")
+    monkeypatch.setenv("HOME", str(home))
+    a = sandbox.availability()
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),))
+    pw = pwd.getpwuid(os.getuid()).pw_dir
+
+    def look() -> dict:
+        return {"home": sorted(os.listdir(str(home))), "pw": sorted(os.listdir(pw)) if pw != "/" else [],
+                "model": open(str(model / "weights")).read(), "write": _attempt(str(home / "mine"))}
+
+    try:
+        seen = _inside(spec, look, str(tmp_path))
+        assert seen.get("home") == ["model"], seen  # only what the worker reads, bound back
+        # the password database's home: only the ways to what the worker reads (an interpreter there)
+        bound = {Path(p).relative_to(pw).parts[0] for p in hostview.needed_reads(str(model)) if p.startswith(pw + "/")}
+        assert set(seen["pw"]) <= bound, (seen, bound)
+        assert seen["model"] == "w" and seen["write"] == "wrote", seen  # its own, gone with it
+        assert not (home / "mine").exists()
+    finally:
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def tempfile_mkdtemp(parent: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="home-", dir=parent)
+
+
+@linux_only
+def test_no_unix_socket_and_no_fifo_of_the_hosts_reaches_a_worker(tmp_path):
+    """Issue 49: a read-only mount stops neither connect(2) to a socket file nor opening a FIFO.
+    socket(AF_UNIX) is refused (seccomp), so no path or abstract socket is reached; and every host
+    folder is shown through an overlay of the sandbox's own (where the kernel allows: shield), so a
+    FIFO there is another inode, no pipe of the agent's."""
+    import tempfile
+
+    a = sandbox.availability()
+    root = Path(__file__).resolve().parents[3] / ".host-visible"
+    root.mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="relay-", dir=root))
+    os.mkfifo(folder / "in")
+    os.mkfifo(folder / "out")
+    reader = os.open(folder / "in", os.O_RDONLY | os.O_NONBLOCK)
+    holder = os.open(folder / "out", os.O_RDWR | os.O_NONBLOCK)
+    os.write(holder, b"x")
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), shield=a.shield)
+
+    def probe() -> dict:
+        out = {}
+        try:
+            socket.socket(socket.AF_UNIX)
+            out["unix"] = "made"
+        except OSError as exc:
+            out["unix"] = exc.strerror
+        a_, b_ = socket.socketpair()  # an unnamed pair reaches nothing: allowed
+        out["pair"] = a_.family == socket.AF_UNIX
+        try:
+            fd = os.open(str(folder / "in"), os.O_WRONLY | os.O_NONBLOCK)
+            out["fifo_in"] = os.write(fd, b"y")
+        except OSError as exc:
+            out["fifo_in"] = exc.strerror
+        try:
+            fd = os.open(str(folder / "out"), os.O_RDONLY | os.O_NONBLOCK)
+            out["fifo_out"] = os.read(fd, 4).decode()
+        except OSError as exc:
+            out["fifo_out"] = exc.strerror
+        return out
+
+    try:
+        seen = _inside(spec, probe, str(tmp_path))
+        assert seen.get("unix") == "Operation not permitted" and seen["pair"], seen
+        if not a.shield:
+            pytest.skip(f"this kernel mounts no overlay of the host's folders: FIFOs stay open ({seen})")
+        assert seen["fifo_in"] != 1 and seen["fifo_out"] != "x", seen
+        try:
+            came = os.read(reader, 4)
+        except BlockingIOError:
+            came = b""
+        assert came == b"", came  # nothing came in
+        assert os.read(holder, 4) == b"x"  # nor was the relay's byte taken
+    finally:
+        os.close(reader)
+        os.close(holder)
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@linux_only
+def test_a_read_under_a_writable_folder_is_that_folders_and_the_sandbox_starts(tmp_path):
+    """A folder the worker reads (a test's model folder) inside its writable scratch: the scratch's
+    bind buries the read's overlay, so the read is not shielded nor made read-only on its own."""
+    a = sandbox.availability()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights").write_text("w")
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),), shield=a.shield)
+    args = sandbox.argv(spec, 3)
+    assert not [i for i, x in enumerate(args) if x == str(model) and args[i - 1] == "--remount-ro"], args
+    seen = _inside(spec, lambda: {"weights": open(str(model / "weights")).read(),
+                                  "write": _attempt(str(model / "new"))}, str(tmp_path))
+    assert seen == {"weights": "w", "write": "wrote"}, seen  # the scratch's, writable as it was

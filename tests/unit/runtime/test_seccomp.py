@@ -11,10 +11,11 @@ ALLOW, REFUSE = 0x7FFF0000, 0x00050000 | errno.EPERM
 ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 
-def run(prog: bytes, arch: int, nr: int) -> int:
-    """What the kernel's seccomp would return for the call `nr` made under `arch`."""
+def run(prog: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+    """What the kernel's seccomp would return for the call `nr` made under `arch` with first
+    argument `arg0`."""
     insns = [struct.unpack("=HBBI", prog[i:i + 8]) for i in range(0, len(prog), 8)]
-    data = struct.pack("=iI", nr, arch)  # seccomp_data: nr, arch
+    data = struct.pack("=iIQ6Q", nr, arch, 0, arg0, 0, 0, 0, 0, 0)  # seccomp_data: nr, arch, ip, args
     pc, acc = 0, 0
     while True:
         code, jt, jf, k = insns[pc]
@@ -52,3 +53,23 @@ def test_x32_calls_are_refused_on_x86_64():
 
 def test_an_architecture_without_a_table_has_no_filter():
     assert seccomp.program("riscv64") is None
+
+
+SOCKETPAIR = {"x86_64": 53, "aarch64": 199}
+
+
+@pytest.mark.parametrize("machine", sorted(seccomp.DENIED))
+def test_a_unix_socket_is_refused_and_other_families_and_pairs_allowed(machine):
+    prog, arch, nr = seccomp.program(machine), ARCH[machine], seccomp.SOCKET[machine]
+    assert run(prog, arch, nr, arg0=1) == REFUSE  # socket(AF_UNIX): no path or abstract name to reach
+    assert run(prog, arch, nr, arg0=(0xDEAD << 32) | 1) == REFUSE  # the kernel reads an int: the low word
+    for family in (0, 2, 10, 16):  # AF_UNSPEC, AF_INET (the loopback), AF_INET6, AF_NETLINK
+        assert run(prog, arch, nr, arg0=family) == ALLOW, family
+    assert run(prog, arch, SOCKETPAIR[machine], arg0=1) == ALLOW  # an unnamed pair reaches nothing
+    assert run(prog, arch, seccomp.DENIED[machine]["ptrace"], arg0=1) == REFUSE  # the table still applies
+
+
+def test_a_cuda_group_keeps_unix_sockets():
+    prog = seccomp.program("x86_64", unix_sockets=True)
+    assert run(prog, ARCH["x86_64"], 41, arg0=1) == ALLOW
+    assert run(prog, ARCH["x86_64"], 101) == REFUSE
