@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pytest_ditar.core import vocabulary as v
 from pytest_ditar.core.vocabulary import (
@@ -18,7 +18,6 @@ from pytest_ditar.core.vocabulary import (
     ERROR_KINDS,
     LANE_CAUSES,
     LANE_VERDICTS,
-    NOT_KEPT_BUILD,
     STATUSES,
     Status,
 )
@@ -85,7 +84,7 @@ class LaneOutcome:
     # why a lane is what it is, where a rule reads it (rules read this, never the reason's words):
     # one of core.vocabulary.LANE_CAUSES (drift, not_kept_build, interference, shared_device)
     cause: str | None = None
-    drift: float | None = None  # the champion's slowing taken off a win (its in-run over kept median, upper bound)
+    drift: float | None = None  # the champion's drift against the anchor taken off a win (core.anchor, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
     figure: str | None = None  # what a lane with no speedup measured, in words, for tables (loop.lanekinds)
 
@@ -198,33 +197,6 @@ def _with_reason(text: str, reason: str) -> str:
     return f"{text}: {reason}" if reason else text
 
 
-def drift_voids_win(lanes: Sequence[LaneOutcome]) -> LaneOutcome | None:
-    """The objective lane, changed, where it won while some lane saw the champion drift: the
-    champion is one process for every lane, so its worst drift in this run comes off the win's
-    lower bound. It voids the win (UNSTABLE, cause "drift": a re-run, core.rerun) only where it
-    could explain it, the lower bound over the drift no longer clearing the bar; a win that clears
-    it stands, the drift named (a 9.4x win beside a 1.18x drift is no sandbag). None where nothing
-    changes."""
-    objective = next((lane for lane in lanes if lane.objective), None)
-    drifted = [lane for lane in lanes if not lane.objective and lane.drift]
-    if objective is None or objective.verdict != "FASTER" or not drifted or objective.ci_low is None:
-        return None
-    worst = max(drifted, key=lambda lane: lane.drift or 0.0)
-    slow = float(worst.drift or 1.0)
-    bar = 1.0 + (objective.threshold or 0.0)
-    low = objective.ci_low / slow
-    kept = not any(lane.cause == NOT_KEPT_BUILD for lane in drifted)
-    if low > bar and kept:
-        note = (f"guard lane {worst.name}'s champion drift up to {slow:.2f}x taken off: lower bound {low:.3f}x "
-                "still clears")
-        return replace(objective, reason=f"{objective.reason}; {note}")
-    won = f"{_speed_text(objective)} against a champion slowed in this run"
-    why = "; ".join(f"guard lane {lane.name}: {lane.reason}" for lane in drifted)
-    said = (f"lower bound {low:.3f}x with its drift of up to {slow:.2f}x taken off, bar {bar:.3f}x"
-            if kept else f"{slow:.2f}x as slow as kept: not the champion that was kept")
-    return replace(objective, verdict="UNSTABLE", cause=v.DRIFT, reason=f"{won} ({said}): {why}")
-
-
 def decide(
     *,
     guards: Sequence[GuardResult],
@@ -298,8 +270,8 @@ def decide(
     keep = f"lane {objective.name} faster: {_speed_text(objective)}"
     # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not
     # be measured (a shared GPU, no champion samples) shows none, so it blocks nothing, but it is
-    # said on the verdict line and in the reasons, never hidden. (A guard lane's champion drift
-    # voids the objective lane's win before this: drift_voids_win.)
+    # said on the verdict line and in the reasons, never hidden. (A champion's drift against the
+    # anchor voids the objective lane's win before this: loop.lanes, core.anchor.)
     unmeasured = [lane for lane in lanes if not lane.objective and lane.verdict in UNMEASURED]
     notes = tuple(_with_reason(f"guard lane {lane.name} not measured ({lane.verdict})", lane.reason)
                   for lane in unmeasured)
