@@ -146,6 +146,9 @@ class Decision:
     unmeasured: tuple[str, ...] = ()  # a KEEP's guard lanes that could not be measured (UNSTABLE, MISSING)
     judged: bool = True  # False: the gate could not judge the change itself (core.rerun.judged)
     rerun_of: int | None = None  # the run that first tried this change on this champion, unjudged
+    # why it was not judged (core.rerun.unjudged_cause: host, candidate, champion), "" where it was
+    unjudged: str = ""
+    lane_cause: str | None = None  # the objective lane's cause (LaneOutcome.cause), which core.rerun reads
     # what each reason is, beside `reasons` (core.vocabulary.OBJECTION_CAUSES): rules read these
     causes: tuple[str, ...] = ()
 
@@ -262,10 +265,11 @@ def decide(
 
     found = crash + discard
     reasons, causes = tuple(r for r, _ in found), tuple(c for _, c in found)
+    lane_cause = objective.cause if objective is not None else None
     if crash:
-        return Decision("CRASH", reasons[0], reasons, causes=causes)
+        return Decision("CRASH", reasons[0], reasons, causes=causes, lane_cause=lane_cause)
     if discard:
-        return Decision("DISCARD", reasons[0], reasons, causes=causes)
+        return Decision("DISCARD", reasons[0], reasons, causes=causes, lane_cause=lane_cause)
     assert objective is not None  # no objection implies a FASTER objective lane
     keep = f"lane {objective.name} faster: {_speed_text(objective)}"
     # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not

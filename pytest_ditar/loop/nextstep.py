@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from pytest_ditar.core import rerun
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.core.vocabulary import INTERNAL
 from pytest_ditar.loop import phases
@@ -60,12 +61,16 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
     reach = undecided_note(gate.sess)
     left = f"{left}; {reach}" if reach else left
     if d.status == "DISCARD" and not d.judged:  # one rule for an UNSTABLE objective lane (core.rerun)
+        if d.unjudged == rerun.HOST:
+            return (f"{left}; not judged because of the host (noise or load, not the idea): this never counts toward "
+                    f"leaving it; run it again as it is when the host is quieter: `git apply {run}/candidate.patch`, "
+                    "commit, the same experiment (`dit-ar doctor` says what the host is doing)")
         if d.rerun_of is None:
-            return (f"{left}; not judged: the objective lane was UNSTABLE (the host or another process's work, not "
-                    f"the idea); run it once more as it is: `git apply {run}/candidate.patch`, commit, the same "
-                    "experiment (its ledger row links this one)")
-        return (f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): not judged twice, so leave this idea; if runs "
-                "keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
+            return (f"{left}; not judged: the objective lane was UNSTABLE for the {d.unjudged}'s doing (interference, "
+                    f"champion drift), not the host; run it once more as it is: `git apply {run}/candidate.patch`, "
+                    "commit, the same experiment (its ledger row links this one)")
+        return (f"{left}; not judged again (this re-ran run {d.rerun_of}) for the candidate's or the champion's doing "
+                "(interference, champion drift): leave this idea on this champion")
     # where the discarded commit's time went, against the champion it lost to (loop.profile): its
     # commit stays reachable after the reset, so it is profiled from git, not from the tree
     return (f"{left}; every reason is in {run}/summary.json; where its time went: `dit-ar profile --commit {head} "
