@@ -26,6 +26,12 @@ from pytest_ditar.core import distributions as _dist
 
 MIN_ROUNDS = 6  # fewer paired rounds say nothing about a ratio
 MIN_DRIFT = 0.05  # a ratio worse by less than this is not called drift (perf.drift_tolerance)
+# The anchor is timed in a lane's first ROUNDS rounds, and only while its calls have cost under
+# BUDGET_S: 32 rounds showed a 10% self-slowing at p < 0.001 on a loaded 2-core box, and cost 2-3 s
+# there (the stock code is the slowest side once a KEEP made the champion faster); about 16 rounds
+# of dit-xl-2-256's 0.9 s eager batch-1 call on an H200 (issue 49's bound: 15 s a run).
+ROUNDS = 32
+BUDGET_S = 15.0
 DRIFT = "champion drift against the anchor"  # how every anchor drift reason starts (rules read the cause)
 
 
@@ -42,8 +48,9 @@ def _logs(champion: Sequence[float], anchor: Sequence[float]) -> np.ndarray | No
 
 def ratio(side: Sequence[float], anchor: Sequence[float]) -> float | None:
     """A side's time over the anchor's, the median of the per-round ratios (what a KEEP records
-    for its candidate; None for too few rounds)."""
-    logs = _logs(side, anchor)
+    for its candidate; None for too few rounds). The anchor is timed in the first rounds only
+    (BUDGET_S): `side`'s rounds are paired with its first."""
+    logs = _logs(side[:len(anchor)], anchor)
     return None if logs is None else float(np.exp(np.median(logs)))
 
 
@@ -79,7 +86,7 @@ def drift(champion: Sequence[float], anchor: Sequence[float], kept: float, *, al
     """The champion's paired ratio to the anchor in this run against `kept`, or None for too few
     rounds or no recorded ratio. Only a worse ratio counts: a champion faster relative to the stock
     code than when kept can hide a win, never fake one."""
-    logs = _logs(champion, anchor)
+    logs = _logs(champion[:len(anchor)], anchor)
     if logs is None or not (math.isfinite(kept) and kept > 0):
         return None
     d = logs - math.log(kept)

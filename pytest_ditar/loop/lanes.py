@@ -228,10 +228,9 @@ def _information(m: LaneMeasurement, stored_samples: list[float] | None, stored_
     drift rule's figures, kept as information), and the speed-up net of the harness's round trip."""
     out: dict[str, Any] = {}
     if m.anchor_samples:
-        out["anchor"] = {"kept_ratio": kept_anchor, "champion_ratio": anchor.ratio(m.champion_samples, m.anchor_samples)
-                         if len(m.champion_samples) == len(m.anchor_samples) else None,
-                         "candidate_ratio": anchor.ratio(m.samples, m.anchor_samples)
-                         if len(m.samples) == len(m.anchor_samples) else None,
+        out["anchor"] = {"kept_ratio": kept_anchor, "rounds": len(m.anchor_samples),
+                         "champion_ratio": anchor.ratio(m.champion_samples, m.anchor_samples),
+                         "candidate_ratio": anchor.ratio(m.samples, m.anchor_samples),
                          "drift": asdict(drift) if drift is not None else None}
     if stored_samples and m.champion_samples:
         out["stored"] = {"champion_in_run_median_s": statistics.median(m.champion_samples),
@@ -489,7 +488,7 @@ class LaneRunner:
             if self._anchor is None:  # the champion is the baseline's code: it is its own anchor (ratio 1)
                 m.anchor_samples = list(m.champion_samples)
                 kept_anchor = 1.0
-            elif stored is not None and len(stored.anchor_samples) == len(stored.samples):
+            elif stored is not None and stored.anchor_samples:
                 kept_anchor = anchor.ratio(stored.samples, stored.anchor_samples)
         # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
@@ -547,7 +546,7 @@ class LaneRunner:
                              timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,
                              stream=self.requests(), audit=output_audit(cls, sess.cfg.thresholds_for(cls)),
                              probe=objective and self.gated(), sequential=sequential, anchor=anchor_w,
-                             empty=objective)
+                             anchor_rounds=anchor.ROUNDS, anchor_budget_s=anchor.BUDGET_S, empty=objective)
             sess.clock.note("perf.audit", m.audit_s)
             sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
             sess.clock.note("perf.round_trips", sum(m.overhead_s))

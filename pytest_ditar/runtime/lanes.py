@@ -182,7 +182,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                  repeats: int | None = None, progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
                  steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
                  probe: bool = False, sequential: Sequential | None = None, one_core: bool = True,
-                 anchor: CandidateWorker | None = None, empty: bool = False) -> LaneMeasurement:
+                 anchor: CandidateWorker | None = None, anchor_rounds: int = 32, anchor_budget_s: float = 15.0,
+                 empty: bool = False) -> LaneMeasurement:
     """Warm up, then time `repeats` rounds, each on a fresh request. A round calls every side
     once (candidate, and champion and twin when given) in an order drawn from the judge's
     entropy, so a drift or a burst lands on each side alike and no side can predict its place.
@@ -190,7 +191,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     the caching probe after the rounds. `sequential` (with a champion) keeps adding rounds until a
     look decides, the plan ends or the budget is spent (core.sequential); a win decided in fewer
     rounds than `sequential.calls` is confirmed by that many of the candidate's calls alone.
-    `anchor` (the baseline's code) is timed in every round beside them (core.anchor); `empty` times
+    `anchor` (the baseline's code) is timed beside them in the first `anchor_rounds` rounds while its
+    calls have cost under `anchor_budget_s` (core.anchor); `empty` times
     each side's empty call after every round (the harness's round trip)."""
     stream = stream or new_stream(suite)
     warm = lane_request(suite, lane)
@@ -258,7 +260,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                 m.anchor_warmup_s.append(timed_call(anchor, workers, warm, timeout_s, []).seconds)
 
         def setup():  # the references drawn to run before the candidate in this round
-            order = list(sides)
+            order = [k for k in sides if k != "a" or (len(m.anchor_samples) < anchor_rounds
+                                                       and sum(m.anchor_samples) < anchor_budget_s)]
             JUDGE_ORDER.shuffle(order)
             state["order"] = "".join(order)
             m.orders.append(state["order"])

@@ -54,4 +54,13 @@ def test_twice_as_slow_as_kept_is_not_the_kept_champion_and_too_few_rounds_say_n
     assert anchor.ratio(champ[:5], anch[:5]) is None
     assert anchor.drift(champ, anch, kept=float("nan")) is None
     with pytest.raises(ValueError):
-        anchor.drift(champ, anch[:-1], kept=0.5)
+        anchor.drift(champ[:-1], anch, kept=0.5)  # fewer champion rounds than anchor rounds: no pairing
+
+
+def test_the_anchor_timed_in_the_first_rounds_pairs_with_the_first_rounds():
+    """The anchor runs in a lane's first ROUNDS rounds (and BUDGET_S of its calls): the champion's
+    later rounds are not paired."""
+    champ, anch = _rounds(0.055, 0.10, n=60)
+    found = anchor.drift(champ, anch[:anchor.ROUNDS], kept=0.5)
+    assert found.rounds == anchor.ROUNDS and found.shown
+    assert anchor.ratio(champ, anch[:20]) == anchor.ratio(champ[:20], anch[:20])
