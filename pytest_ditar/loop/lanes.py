@@ -462,7 +462,7 @@ class LaneRunner:
             for w in (cand, champ, twin) if ranks == 1 else ():  # the same history of requests on every side
                 if w is not None:
                     sess.corpus_through(w)
-            anchor_w = self.anchor() if objective and champ is not None and ranks == 1 else None
+            anchor_w = (self.anchor() or champ) if objective and champ is not None and ranks == 1 else None
             m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective, anchor_w)
         except CandidateError as exc:
             refs = (champ, twin, self._anchor)
@@ -485,8 +485,7 @@ class LaneRunner:
         noise = base.noise if base is not None else None
         kept_anchor = None
         if champ is not None and objective:
-            if self._anchor is None:  # the champion is the baseline's code: it is its own anchor (ratio 1)
-                m.anchor_samples = list(m.champion_samples)
+            if self._anchor is None:  # the champion is the baseline's code: its own anchor (runtime.lanes), ratio 1
                 kept_anchor = 1.0
             elif stored is not None and stored.anchor_samples:
                 kept_anchor = anchor.ratio(stored.samples, stored.anchor_samples)

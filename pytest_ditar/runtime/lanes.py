@@ -202,6 +202,10 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                          else lane.repeats)
     if champion is None or champion is candidate:
         twin = anchor = None
+    # the champion is the baseline's code: it is its own anchor (ratio 1), its rounds the anchor's
+    own_anchor = anchor is not None and anchor is champion
+    if own_anchor:
+        anchor = None
     workers = [w for w in (candidate, champion, twin, anchor) if w is not None]
     distinct = list({id(w): w for w in workers}.values())
     judged = champion is not None and champion is not candidate  # an A/A run has nothing to audit against
@@ -314,6 +318,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.audit_failure = str(exc)
         finally:
             rec.close()
+    if own_anchor:
+        m.anchor_samples = list(m.champion_samples)
     m.energy_per_image_j = {side: energy_per_image(js, lane.batch) for side, js in m.energy_j.items()}
     for w in distinct:
         w.resume()
