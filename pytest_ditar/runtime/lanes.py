@@ -193,7 +193,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     rounds than `sequential.calls` is confirmed by that many of the candidate's calls alone.
     `anchor` (the baseline's code) is timed beside them in the first `anchor_rounds` rounds while its
     calls have cost under `anchor_budget_s` (core.anchor); `empty` times
-    each side's empty call after every round (the harness's round trip)."""
+    each side's empty call after each of those first rounds (the harness's round trip)."""
     stream = stream or new_stream(suite)
     warm = lane_request(suite, lane)
     # a sequential lane's first look is its plan's (the objective lane's comes after the rounds that
@@ -278,7 +278,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             if audit is not None:
                 _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
             m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
-            if empty:
+            if empty and state["round"] < anchor_rounds:  # a median of the round trip: the first rounds tell it
                 for key, (w, _) in sides.items():
                     took = empty_call(w, workers)
                     if took is not None:
