@@ -190,7 +190,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     `audit` checks every timed output of the candidate (a failure stops the lane); `probe` adds
     the caching probe after the rounds. `sequential` (with a champion) keeps adding rounds until a
     look decides, the plan ends or the budget is spent (core.sequential); a win decided in fewer
-    rounds than `sequential.calls` is confirmed by that many of the candidate's calls alone.
+    rounds than `sequential.calls` times the candidate alone until it has made that many calls.
     `anchor` (the baseline's code) is timed beside them in the first `anchor_rounds` rounds while its
     calls have cost under `anchor_budget_s` (core.anchor); `empty` times
     each side's empty call after each of those first rounds (the harness's round trip)."""
