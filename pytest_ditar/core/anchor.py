@@ -7,7 +7,10 @@ host; a champion that slows itself after its KEEP (a file under $HOME, the date,
 cache) moves it. Drift is that paired ratio now against the same ratio recorded when the champion
 was kept (the baseline's own is 1): shown when an exact one-sided sign test at the gate's alpha
 says the rounds' ratios lie above the recorded one AND their median is more than `minimum` (5%)
-above it. What a shown drift may explain comes off a win (core.decision.drift_voids_win).
+above it. Whenever the ratio reads worse at all, its upper bound comes off a win (`charge`): the
+recorded ratio is another run's, and between runs it moved 4-7% on a loaded 2-core box, so a 10%
+self-slowing read 4.7% (p=0.055) once and its A/A-like successor was KEPT at 1.116x when only a
+shown drift was charged.
 
 Pure: per-round seconds in, a ratio or a drift out. It replaces the comparison of the champion's
 in-run times with its stored samples, which could not tell a busier host from a slower champion
@@ -74,6 +77,11 @@ class AnchorDrift:
     @property
     def taken_off(self) -> float:
         return max(self.factor, self.high)
+
+    @property
+    def worse(self) -> bool:
+        """The ratio reads worse than kept at all: its upper bound is charged to a win (`charge`)."""
+        return self.factor > 1.0
 
     def reason(self) -> str:
         return (f"{DRIFT}: kept at {self.kept:.3f}x the anchor's time, now {self.now:.3f}x "

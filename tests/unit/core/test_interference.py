@@ -11,7 +11,8 @@ from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core import interference, sequential as seq
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.meantime import TAIL_CALLS
-from pytest_ditar.loop.lanes import _interference_checked, judge, plan_for
+from pytest_ditar.loop.lanechecks import interference_checked as _interference_checked
+from pytest_ditar.loop.lanes import judge, plan_for
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
 

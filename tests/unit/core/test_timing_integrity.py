@@ -114,7 +114,7 @@ def test_a_lane_not_faster_by_its_median_names_its_total_time():
     the run DISCARDED without a word of the candidate's total time, 1.4x the champion's. A total
     shown slower, or not shown within tolerance, is named; the verdict stays NOT_FASTER."""
     from pytest_ditar.config.project import PerfConfig
-    from pytest_ditar.loop.lanes import _mean_checked
+    from pytest_ditar.loop.lanechecks import mean_checked as _mean_checked
 
     rng = np.random.default_rng(3)
     champ = list(0.050 * (1 + 0.05 * rng.standard_normal(60)))
@@ -168,8 +168,8 @@ def test_a_busier_host_is_no_drift_against_the_anchor():
     honest 1.2x edit was voided as champion drift in 6 of 7 runs. The anchor is slowed alike: the
     champion's ratio to it is what it was when kept (0.5: a 2x champion), and the win stands."""
     out = _anchored(0.050, 0.100, 0.050 / 1.2, kept=0.5, host=2.0)
-    assert out.verdict == "FASTER" and out.drift is None and out.cause is None, out
-    assert "champion drift" not in out.reason
+    assert out.verdict == "FASTER" and out.cause is None, out
+    assert "champion drift against the anchor" not in out.reason or "still clears" in out.reason
 
 
 def test_a_champion_that_slows_itself_after_its_keep_drifts_against_the_anchor():
@@ -212,3 +212,12 @@ def test_a_win_needs_its_tail_calls_and_a_heavy_tail_is_not_faster():
     assert heavy.verdict == "NOT_FASTER" and "its total time is not shown within 5.0%" in heavy.reason, heavy
     short = _anchored(0.050, 0.050, 0.025, kept=1.0, confirm=[0.025] * 10)
     assert short.verdict == "UNSTABLE" and "fewer than the 90" in short.reason, short
+
+
+def test_a_ratio_that_only_reads_worse_is_charged_and_its_void_is_the_hosts():
+    """Between runs the champion's ratio to the anchor moved 4-7% on a loaded box: a 10% self-slowing
+    read 4.7% (p=0.055, not shown) and the A/A-like candidate was KEPT at 1.116x. Now a ratio that
+    reads worse at all has its upper bound charged; a win it explains is UNSTABLE with no cause (not
+    shown to be the champion's: the host's noise, run again)."""
+    out = _anchored(0.0515, 0.100, 0.0515 / 1.05, kept=0.5, spread=0.02, seed=3)  # 3%: under the 5% minimum
+    assert out.verdict == "UNSTABLE" and out.cause is None and "not shown to drift" in out.reason, out
