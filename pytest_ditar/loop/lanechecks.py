@@ -88,7 +88,10 @@ def tail_checked(oc: LaneOutcome, m: LaneMeasurement, calls: int, perf_cfg: Any)
     """No KEEP before the candidate's timed calls would have met a slow share of 5% with 99%
     (core.meantime.TAIL_CALLS): its rounds and its confirming calls are counted, and the total-time
     rule judges them (core.meantime.confirmed_total). Too few calls (the budget or a failure ended
-    the confirmation) is UNSTABLE: not judged."""
+    the confirmation) is UNSTABLE: not judged. So is a total the confirming calls alone fail: they
+    are timed unpaired, after the rounds, and a busier host in those seconds reads as a tail (an
+    honest 1.2x under torch bursts was a judged loss 2 times in 5); never a KEEP, it runs again, and
+    a real tail met again in the paired rounds is judged there (mean_checked)."""
     if oc.verdict != stats.FASTER or not oc.objective or calls <= 0:
         return oc
     made = len(m.samples) + len(m.confirm_s)
@@ -103,7 +106,9 @@ def tail_checked(oc: LaneOutcome, m: LaneMeasurement, calls: int, perf_cfg: Any)
     if unproven is None:
         return replace(oc, reason=f"{oc.reason}; {len(m.confirm_s)} confirming calls of the candidate alone, "
                                   f"its total time within the tolerance")
-    return replace(oc, verdict=stats.NOT_FASTER, reason=f"faster by its median call, but {unproven}; {oc.reason}")
+    return replace(oc, verdict=stats.UNSTABLE, cause=None,
+                   reason=f"faster by its median call, but {unproven}, shown only with its confirming calls timed "
+                          f"alone (unpaired: the host's load then cannot be told from a tail): not judged; {oc.reason}")
 
 
 def drift_checked(oc: LaneOutcome, drift: anchor.AnchorDrift | None) -> LaneOutcome:

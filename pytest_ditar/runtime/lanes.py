@@ -76,6 +76,7 @@ class LaneMeasurement:
     # the baseline's own code in the same rounds (core.anchor): the champion's drift is judged against it
     anchor_samples: list[float] = field(default_factory=list)
     anchor_warmup_s: list[float] = field(default_factory=list)
+    anchor_is_champion: bool = False  # the champion is the baseline's code: anchor_samples are its samples
     confirm_s: list[float] = field(default_factory=list)  # the candidate alone, after a win (core.meantime)
     # each side's empty call per round (runtime.calls.empty_call): the harness's round trip
     empty_s: dict[str, list[float]] = field(default_factory=dict)
@@ -105,8 +106,8 @@ class LaneMeasurement:
     def timed_s(self) -> float:
         """Device-synchronized inference inside the lane, warm-up included, every side."""
         return (sum(self.samples) + sum(self.warmup_s) + sum(self.champion_samples) + sum(self.champion_warmup_s)
-                + sum(self.twin_samples) + sum(self.twin_warmup_s) + sum(self.anchor_samples)
-                + sum(self.anchor_warmup_s) + sum(self.confirm_s))
+                + sum(self.twin_samples) + sum(self.twin_warmup_s) + sum(self.confirm_s)
+                + (0.0 if self.anchor_is_champion else sum(self.anchor_samples) + sum(self.anchor_warmup_s)))
 
     def sides(self) -> dict[str, list[float]]:
         """Per-round seconds by side (core.sequential's names), the twin only when it ran."""
@@ -318,8 +319,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.audit_failure = str(exc)
         finally:
             rec.close()
-    if own_anchor:
-        m.anchor_samples = list(m.champion_samples)
+    if own_anchor:  # the same calls, not timed twice (timed_s counts them once)
+        m.anchor_samples, m.anchor_is_champion = list(m.champion_samples), True
     m.energy_per_image_j = {side: energy_per_image(js, lane.batch) for side, js in m.energy_j.items()}
     for w in distinct:
         w.resume()
