@@ -44,6 +44,7 @@ from pathlib import Path
 
 import pytest
 
+import pytest_ditar
 from pytest_ditar.runtime import zygote
 from pytest_ditar.store.paths import TagPaths
 
@@ -254,6 +255,9 @@ def test_a_newcomer_keeps_an_honest_1_2x_with_a_load_started_after_the_baseline(
             step, out = who.run(f"git clone -q {upstream} {clone.name}")
             assert step.rc == 0, out
             who.root = clone
+            # the install step's stand-in: the clone's `python` and `dit-ar` are this environment's
+            step, out = who.run('python -c "import pytest_ditar, sys; print(sys.prefix, pytest_ditar.__file__)"')
+            assert step.rc == 0 and out.split() == [sys.prefix, str(Path(pytest_ditar.__file__))], out
             step, out = who.run(readme["dit-ar doctor"])  # before init and baseline: 1, naming what to do
             assert step.rc == 1 and "dit-ar init --tag" in out, out[-3000:]
             step, out = who.run(readme["dit-ar init"])
