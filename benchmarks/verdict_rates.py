@@ -12,8 +12,9 @@ Scenarios (the baseline's code -> the candidate's; what a right verdict is):
   aa        stock -> stock a comment apart: never KEEP
   win2      a redundant full pass -> stock: a real 2x, KEEP on the first or the second try
   tail      a redundant pass -> stock whose calls, one in ten, take 30x longer (total time worse): never KEEP
-  timebomb  stock -> a 2x win (KEPT first) whose code slows itself 10% once a file under $HOME exists;
-            the file is made after that KEEP; then the plain code again: never KEEP
+  timebomb  a redundant pass -> a 2x win (KEPT first) whose code slows itself 10% once a file exists
+            in the project (a folder every sandbox reads; $HOME is emptied in each); the file is made
+            after that KEEP; then the plain code again: never KEEP
 
 Prints one row per trial and a summary table; writes verdict_rates.json. The champion's slowdown
 under the load is read from each run's summary (the champion's in-run median over its stored one).
@@ -36,7 +37,7 @@ import ladder  # noqa: E402 - the scratch workspace and the CLI runner
 STOCK = (ladder.ROOT / "mutable" / "pipeline.py").read_text()
 HEAD = "    def generate(self, request: Request) -> Generated:\n"
 CALL = "        out = self.pipe(class_labels=list(request.labels)"
-BOMB = Path.home() / ".ditar-verdict-rates-bomb"
+BOMB_NAME = ".ditar-bomb"  # in the workspace, git-ignored through .git/info/exclude (not the tree)
 
 
 def _patch(old: str, new: str) -> str:
@@ -56,17 +57,22 @@ REDUNDANT = _patch(CALL, "        self.pipe(class_labels=list(request.labels), g
                          "                  num_inference_steps=request.steps, output_type='np')\n" + CALL)
 SLOW20 = wrapped("        time.sleep(0.2 * (time.perf_counter() - t0))\n")
 TAIL = wrapped("        if random.random() < 0.1:\n            time.sleep(29 * (time.perf_counter() - t0))\n")
-TIMEBOMB = wrapped(f"        if os.path.exists({str(BOMB)!r}):\n"
+
+
+def timebomb(ws: Path) -> str:
+    return wrapped(f"        if os.path.exists({str(ws / BOMB_NAME)!r}):\n"
                    "            time.sleep(0.1 * (time.perf_counter() - t0))\n")
+
+
 COMMENT = STOCK + "\n# the same code, a different commit\n"
 
-# name: (baseline code, [(candidate, class) kept before the trials], trial candidate, right verdict)
+# name: (baseline code, [code(workspace) to KEEP before the trials], trial candidate, right verdict)
 SCENARIOS = {
     "win12": (SLOW20, [], STOCK, "KEEP"),
     "aa": (STOCK, [], COMMENT, "not KEEP"),
     "win2": (REDUNDANT, [], STOCK, "KEEP"),
     "tail": (REDUNDANT, [], TAIL, "not KEEP"),
-    "timebomb": (REDUNDANT, [TIMEBOMB], STOCK + "\n# the plain code again\n", "not KEEP"),
+    "timebomb": (REDUNDANT, [timebomb], STOCK + "\n# the plain code again\n", "not KEEP"),
 }
 
 
@@ -143,24 +149,26 @@ def stop_load(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-def run_scenario(name: str, runs: int, load: int, workdir: Path) -> dict:
+def run_scenario(name: str, runs: int, load: int, workdir: Path, progress=None) -> dict:
     base_code, kept_first, trial_code, right = SCENARIOS[name]
     ws = workdir / name
     ladder.setup(ws, "tiny")
     commit(ws, base_code, f"{name}: the baseline's code")
     ladder.ditar(ws, "init", "--tag", "ladder")
     ladder.ditar(ws, "baseline")
-    BOMB.unlink(missing_ok=True)
+    bomb = ws / BOMB_NAME
+    with open(ws / ".git" / "info" / "exclude", "a") as f:
+        f.write(f"/{BOMB_NAME}\n")
     for i, code in enumerate(kept_first):
         for attempt in range(3):
-            commit(ws, code, f"{name}: kept first ({i}, try {attempt})")
+            commit(ws, code(ws), f"{name}: kept first ({i}, try {attempt})")
             line, _ = experiment(ws, f"{name}: kept first")
             if line.startswith("DITAR VERDICT: KEEP"):
                 break
         else:
             raise SystemExit(f"{name}: the code to keep first was not kept: {line}")
     if name == "timebomb":
-        BOMB.write_text("armed after the KEEP\n")
+        bomb.write_text("armed after the KEEP\n")
     store_champion_median(ws)
     snap = snapshot(ws)
     proc = start_load(load)
@@ -185,11 +193,16 @@ def run_scenario(name: str, runs: int, load: int, workdir: Path) -> dict:
             slow = f"{row['champion_slowdown']:.2f}x" if row["champion_slowdown"] else "-"
             print(f"{name:9s} {n:3d} tries={tries} {'ok ' if row['right'] else 'BAD'} champion {slow:>6s} "
                   f"{row['seconds']:6.1f}s  {line[:150]}", flush=True)
+            if progress:
+                progress(summarise(name, right, runs, load, rows))
     finally:
         stop_load(proc)
-        BOMB.unlink(missing_ok=True)
-    return {"scenario": name, "right_verdict": right, "runs": runs, "load_processes": load, "rows": rows,
-            "kept": sum(r["kept"] for r in rows), "right": sum(r["right"] for r in rows)}
+    return summarise(name, right, runs, load, rows)
+
+
+def summarise(name: str, right: str, runs: int, load: int, rows: list[dict]) -> dict:
+    return {"scenario": name, "right_verdict": right, "runs": runs, "done": len(rows), "load_processes": load,
+            "rows": rows, "kept": sum(r["kept"] for r in rows), "right": sum(r["right"] for r in rows)}
 
 
 def main() -> int:
@@ -199,17 +212,33 @@ def main() -> int:
     ap.add_argument("--load", type=int, default=4, help="burst processes started after the baseline (0: none)")
     ap.add_argument("--workdir", default="/tmp/ditar-verdict-rates")
     ap.add_argument("--out", default="verdict_rates")
+    ap.add_argument("--label", default="", help="appended to the JSON file's name (parallel runs into one folder)")
+    ap.add_argument("--table", nargs="*", metavar="JSON", help="print the table of these result files and exit")
     args = ap.parse_args()
+    if args.table:
+        print_table([r for f in args.table for r in json.loads(Path(f).read_text())])
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = [run_scenario(s, args.runs, args.load, Path(args.workdir)) for s in args.scenarios.split(",")]
+    results: list[dict] = []
+    path = out / f"verdict_rates{args.label}.json"
+
+    def progress(current: dict) -> None:  # written after every trial: a run cut short keeps what it counted
+        path.write_text(json.dumps([*results, current], indent=1))
+
+    for s in args.scenarios.split(","):
+        results.append(run_scenario(s, args.runs, args.load, Path(args.workdir), progress))
+        path.write_text(json.dumps(results, indent=1))
+    print_table(results)
+    return 0
+
+
+def print_table(results: list[dict]) -> None:
     print(f"\n{'scenario':10s} {'right':>9s} {'kept':>6s} {'wanted':>9s} {'champion slowed (median)':>26s}")
     for r in results:
         slow = [x["champion_slowdown"] for x in r["rows"] if x["champion_slowdown"]]
         s = f"{statistics.median(slow):.2f}x" if slow else "-"
-        print(f"{r['scenario']:10s} {r['right']:4d}/{r['runs']:<4d} {r['kept']:6d} {r['right_verdict']:>9s} {s:>26s}")
-    (out / "verdict_rates.json").write_text(json.dumps(results, indent=1))
-    return 0
+        print(f"{r['scenario']:10s} {r['right']:4d}/{r['done']:<4d} {r['kept']:6d} {r['right_verdict']:>9s} {s:>26s}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pytest_ditar.core import vocabulary as v
 from pytest_ditar.core.vocabulary import (
@@ -18,7 +18,6 @@ from pytest_ditar.core.vocabulary import (
     ERROR_KINDS,
     LANE_CAUSES,
     LANE_VERDICTS,
-    NOT_KEPT_BUILD,
     STATUSES,
     Status,
 )
@@ -85,7 +84,7 @@ class LaneOutcome:
     # why a lane is what it is, where a rule reads it (rules read this, never the reason's words):
     # one of core.vocabulary.LANE_CAUSES (drift, not_kept_build, interference, shared_device)
     cause: str | None = None
-    drift: float | None = None  # the champion's slowing taken off a win (its in-run over kept median, upper bound)
+    drift: float | None = None  # the champion's drift against the anchor taken off a win (core.anchor, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
     figure: str | None = None  # what a lane with no speedup measured, in words, for tables (loop.lanekinds)
 
@@ -147,6 +146,9 @@ class Decision:
     unmeasured: tuple[str, ...] = ()  # a KEEP's guard lanes that could not be measured (UNSTABLE, MISSING)
     judged: bool = True  # False: the gate could not judge the change itself (core.rerun.judged)
     rerun_of: int | None = None  # the run that first tried this change on this champion, unjudged
+    # why it was not judged (core.rerun.unjudged_cause: host, candidate, champion), "" where it was
+    unjudged: str = ""
+    lane_cause: str | None = None  # the objective lane's cause (LaneOutcome.cause), which core.rerun reads
     # what each reason is, beside `reasons` (core.vocabulary.OBJECTION_CAUSES): rules read these
     causes: tuple[str, ...] = ()
 
@@ -196,33 +198,6 @@ def _speed_text(lane: LaneOutcome) -> str:
 
 def _with_reason(text: str, reason: str) -> str:
     return f"{text}: {reason}" if reason else text
-
-
-def drift_voids_win(lanes: Sequence[LaneOutcome]) -> LaneOutcome | None:
-    """The objective lane, changed, where it won while some lane saw the champion drift: the
-    champion is one process for every lane, so its worst drift in this run comes off the win's
-    lower bound. It voids the win (UNSTABLE, cause "drift": a re-run, core.rerun) only where it
-    could explain it, the lower bound over the drift no longer clearing the bar; a win that clears
-    it stands, the drift named (a 9.4x win beside a 1.18x drift is no sandbag). None where nothing
-    changes."""
-    objective = next((lane for lane in lanes if lane.objective), None)
-    drifted = [lane for lane in lanes if not lane.objective and lane.drift]
-    if objective is None or objective.verdict != "FASTER" or not drifted or objective.ci_low is None:
-        return None
-    worst = max(drifted, key=lambda lane: lane.drift or 0.0)
-    slow = float(worst.drift or 1.0)
-    bar = 1.0 + (objective.threshold or 0.0)
-    low = objective.ci_low / slow
-    kept = not any(lane.cause == NOT_KEPT_BUILD for lane in drifted)
-    if low > bar and kept:
-        note = (f"guard lane {worst.name}'s champion drift up to {slow:.2f}x taken off: lower bound {low:.3f}x "
-                "still clears")
-        return replace(objective, reason=f"{objective.reason}; {note}")
-    won = f"{_speed_text(objective)} against a champion slowed in this run"
-    why = "; ".join(f"guard lane {lane.name}: {lane.reason}" for lane in drifted)
-    said = (f"lower bound {low:.3f}x with its drift of up to {slow:.2f}x taken off, bar {bar:.3f}x"
-            if kept else f"{slow:.2f}x as slow as kept: not the champion that was kept")
-    return replace(objective, verdict="UNSTABLE", cause=v.DRIFT, reason=f"{won} ({said}): {why}")
 
 
 def decide(
@@ -290,16 +265,17 @@ def decide(
 
     found = crash + discard
     reasons, causes = tuple(r for r, _ in found), tuple(c for _, c in found)
+    lane_cause = objective.cause if objective is not None else None
     if crash:
-        return Decision("CRASH", reasons[0], reasons, causes=causes)
+        return Decision("CRASH", reasons[0], reasons, causes=causes, lane_cause=lane_cause)
     if discard:
-        return Decision("DISCARD", reasons[0], reasons, causes=causes)
+        return Decision("DISCARD", reasons[0], reasons, causes=causes, lane_cause=lane_cause)
     assert objective is not None  # no objection implies a FASTER objective lane
     keep = f"lane {objective.name} faster: {_speed_text(objective)}"
     # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not
     # be measured (a shared GPU, no champion samples) shows none, so it blocks nothing, but it is
-    # said on the verdict line and in the reasons, never hidden. (A guard lane's champion drift
-    # voids the objective lane's win before this: drift_voids_win.)
+    # said on the verdict line and in the reasons, never hidden. (A champion's drift against the
+    # anchor voids the objective lane's win before this: loop.lanes, core.anchor.)
     unmeasured = [lane for lane in lanes if not lane.objective and lane.verdict in UNMEASURED]
     notes = tuple(_with_reason(f"guard lane {lane.name} not measured ({lane.verdict})", lane.reason)
                   for lane in unmeasured)

@@ -41,8 +41,8 @@ class Foreign:
 
 def call_sequence(orders: Sequence[str]) -> list[tuple[int, str]]:
     """(round, side) of every timed call in the order they ran; `orders` holds each round's
-    order as side initials (c candidate, h champion, t twin)."""
-    names = {"c": "candidate", "h": "champion", "t": "twin"}
+    order as side initials (c candidate, h champion, t twin, a anchor: core.anchor)."""
+    names = {"c": "candidate", "h": "champion", "t": "twin", "a": "anchor"}
     return [(i, names[ch]) for i, o in enumerate(orders) for ch in o]
 
 

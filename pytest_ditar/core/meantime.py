@@ -29,11 +29,57 @@ import numpy as np
 
 MIN_ROUNDS = 6  # fewer: the bootstrap's resamples repeat too few rounds to bound a sum
 TAIL_SHARE = 0.10  # the share of slow calls a KEEP's rounds must hit at least once, with 1 - alpha
+# A KEEP sees enough of the candidate's calls to meet a slow share of 5% at least once with 99%
+# (issue 49): ceil(log 0.01 / log 0.95) = 90 (tail_calls()).
+KEEP_SHARE = 0.05
+KEEP_MISS = 0.01
 
 
 def tail_rounds(alpha: float, share: float = TAIL_SHARE) -> int:
     """The rounds that hit a share `share` of slow calls at least once with probability 1 - alpha."""
     return math.ceil(math.log(alpha) / math.log(1.0 - share))
+
+
+def tail_calls(share: float = KEEP_SHARE, miss: float = KEEP_MISS) -> int:
+    """The calls that meet a slow share `share` at least once with probability 1 - miss."""
+    return math.ceil(math.log(miss) / math.log(1.0 - share))
+
+
+TAIL_CALLS = tail_calls()
+
+
+def _tail_factor(phases: Sequence[Sequence[float]], n_boot: int, seed: int) -> tuple[float, float]:
+    """The mean call over the median call of the candidate's calls, each phase (the paired rounds,
+    the confirmation) scaled by its own median so a host that changed speed between phases does not
+    read as a tail; and its upper 97.5% percentile-bootstrap bound."""
+    scaled = np.concatenate([np.asarray(p, dtype=np.float64) / float(np.median(p)) for p in phases if len(p)])
+    idx = np.random.default_rng(seed).integers(0, scaled.size, size=(int(n_boot), scaled.size))
+    return float(scaled.mean()), float(np.percentile(scaled[idx].mean(axis=1), 97.5))
+
+
+def confirmed_total(champion: Sequence[float], candidate: Sequence[float], confirm: Sequence[float],
+                    speedup_low: float, tolerance: float, *, n_boot: int = 2000, seed: int = 0) -> str | None:
+    """Why a win by the median call is not shown within `tolerance` of the champion's total time
+    once the candidate's confirming calls (`confirm`, timed alone after the rounds) are counted, or
+    None. The total ratio is the median ratio times the champion's mean-over-median over the
+    candidate's: its lower bound is `speedup_low` (the win's) times the champion's factor over the
+    upper bound of the candidate's (`_tail_factor`, over every call it made). A 10% share of calls
+    30x slower makes the candidate's factor about 3.9: no median win covers that."""
+    _check_tolerance(tolerance)
+    champ = np.asarray(champion, dtype=np.float64)
+    if champ.size < MIN_ROUNDS or len(candidate) < MIN_ROUNDS or not len(confirm) or speedup_low <= 0:
+        return None
+    ours, high = _tail_factor([candidate, confirm], n_boot, seed)
+    theirs = float(champ.mean() / np.median(champ))
+    low = speedup_low * theirs / high
+    if low >= 1.0 - tolerance:
+        return None
+    calls = len(candidate) + len(confirm)
+    slowest = float(max(np.max(np.asarray(candidate) / np.median(candidate)),
+                        np.max(np.asarray(confirm) / np.median(confirm))))
+    return (f"its total time is not shown within {tolerance * 100:.1f}%: over its {calls} timed calls "
+            f"({len(confirm)} confirming) its mean call is {ours:.2f}x its median (upper bound {high:.2f}x; the "
+            f"champion's {theirs:.2f}x), its slowest {slowest:.1f}x: the total's lower bound {low:.3f}x")
 
 
 def total_ratio(champion: Sequence[float], candidate: Sequence[float], *, n_boot: int = 2000,

@@ -4,20 +4,28 @@ judge runs once more, linked to the first.
 A change is its diff against the champion it sits on: the `git format-patch` body without the
 commit's header (message, author, date) or the judge's git version, so a new message does not make
 a new idea. A run is *not judged* when the gate could not judge the change itself: a DISCARD whose
-only objection is an UNSTABLE objective lane (the host, or work on the device from another process,
-not the idea), or a CRASH of the judge ("internal: ..."). Such a change may run once more on the
-same champion, and its ledger row names the first (`rerun_of`). Any other verdict is a judgment:
-running that change again on that champion would be re-running until noise favours it (program.md
-section 2), so the gate refuses it before any candidate code runs, as it refuses a change left
-unjudged twice. Pure: ledger rows in, a key, a link or a refusal out.
+only objection is an UNSTABLE objective lane, or a CRASH of the judge ("internal: ..."). Its ledger
+row says why in `unjudged` (read from the lane's cause, never a reason's words):
+
+- `host`: the host's noise or load, another process on the device, or the judge itself. Such a run
+  never counts toward leaving the idea: it may run again as it is, as often as the host allows.
+- `candidate`: work the candidate left running slowed a reference (interference);
+- `champion`: the champion drifted against the anchor (core.anchor).
+
+RULE (the one wording `status`, `experiment` and program.md give): a judged change is not run again
+on its champion; a change not judged because of the host may always run again; one not judged
+twice for the candidate's or the champion's doing (interference, champion drift) is left on this
+champion. A new baseline (`dit-ar baseline --force`) lifts that; so does a new champion. Pure:
+ledger rows in, a key, a link or a refusal out.
 """
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
-from pytest_ditar.core.vocabulary import INTERNAL, OBJECTIVE_UNSTABLE
+from pytest_ditar.core.vocabulary import DRIFT, INTERFERENCE, INTERNAL, NOT_KEPT_BUILD, OBJECTIVE_UNSTABLE
 
 KEY_CHARS = 16  # of the sha256: enough to tell a ledger's changes apart, short in a TSV cell
 
@@ -46,6 +54,43 @@ def judged(status: str, causes: Iterable[str]) -> bool:
     return True
 
 
+HOST, CANDIDATE, CHAMPION = "host", "candidate", "champion"  # why a run was not judged (ledger `unjudged`)
+UNJUDGED_CAUSES: tuple[str, ...] = (HOST, CANDIDATE, CHAMPION)
+# the objective lane's cause (LaneOutcome.cause) -> whose doing an UNSTABLE lane was; none named: the host
+_LANE_TO_UNJUDGED = {INTERFERENCE: CANDIDATE, DRIFT: CHAMPION, NOT_KEPT_BUILD: CHAMPION}
+RULE = ("a judged change is not run again on its champion; a change not judged because of the host may always run "
+        "again; one not judged twice for the candidate's or the champion's doing (interference, champion drift) is "
+        "left on this champion; a new baseline or a new champion lifts that")
+
+
+def unjudged_cause(status: str, causes: Iterable[str], lane_cause: str | None) -> str:
+    """Why a run did not judge its change ("" where it did): the objective lane's cause
+    (`lane_cause`, LaneOutcome.cause) names the candidate's or the champion's doing; any other
+    UNSTABLE lane (too noisy, a shared device, too few calls) and the judge's own CRASH are the host's."""
+    causes = list(causes)
+    if judged(status, causes):
+        return ""
+    if status == "CRASH":
+        return HOST
+    return _LANE_TO_UNJUDGED.get(lane_cause or "", HOST)
+
+
+def row_unjudged(row: Mapping[str, Any]) -> str:
+    """A ledger row's `unjudged` ("" where judged); a row not judged from before the field: the host's."""
+    if row_judged(row):
+        return ""
+    cause = str(row.get("unjudged") or "")
+    return cause if cause in UNJUDGED_CAUSES else HOST
+
+
+def _when(text: object) -> datetime | None:
+    try:
+        when = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def _same(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> list[Mapping[str, Any]]:
     return [r for r in rows if key and r.get("patch") == key and r.get("parent") == parent]
 
@@ -56,18 +101,23 @@ def rerun_of(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> int | 
     return int(first["run"]) if first is not None else None
 
 
-def refusal(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> str | None:
-    """Why this change must not run on this champion again; None when it may."""
+def refusal(rows: Iterable[Mapping[str, Any]], key: str, parent: str, since: str | None = None) -> str | None:
+    """Why this change must not run on this champion again; None when it may (RULE). `since`: when
+    the current baseline was taken (its manifest's `created`): unjudged runs before it do not count."""
     same = _same(rows, key, parent)
-    done = [r for r in same if str(r.get("judged")) != "0"]
+    done = [r for r in same if row_judged(r)]
     if done:
         r = done[-1]
         return (f"this change was already judged on this champion (run {r.get('run')}: {r.get('status')}); "
                 "it is not run again (program.md section 2): commit a different hypothesis")
-    if len(same) >= 2:
-        runs = ", ".join(str(r.get("run")) for r in same)
-        return (f"this change was not judged twice (runs {runs}: the objective lane UNSTABLE, or the judge "
-                "crashed): leave it; if runs keep ending UNSTABLE, the host is the problem (`dit-ar doctor`)")
+    start = _when(since) if since else None
+    counted = [r for r in same if row_unjudged(r) != HOST
+               and (start is None or (_when(r.get("time")) or start) >= start)]
+    if len(counted) >= 2:
+        runs = ", ".join(f"{r.get('run')} ({row_unjudged(r)})" for r in counted)
+        return (f"this change was not judged twice for the candidate's or the champion's doing (runs {runs}: "
+                "interference from work the candidate left running, or the champion's drift against the anchor): "
+                "leave it on this champion; a run not judged because of the host never counts")
     return None
 
 

@@ -41,6 +41,9 @@ UPKEEP = ("perf.round_trips", "perf.host_checks")
 # inference, in the timed seconds but not in a verdict), the candidate's, then the interleaved
 # champion's and its twin's together. A candidate that compiles lazily compiles here.
 WARMUP = ("perf.warmup", "perf.warmup_champion")
+# Also inside perf.lanes, kept apart the same way: the anchor's timed calls (core.anchor), the
+# candidate's confirming calls (core.meantime.TAIL_CALLS) and every side's empty calls (core.roundtrip).
+CHECKS = ("perf.anchor", "perf.confirm", "perf.empty_calls")
 
 
 def process_start_epoch() -> float | None:
@@ -239,6 +242,9 @@ class PhaseClock:
         trips, host = (d.get(k) or 0.0 for k in UPKEEP)
         if trips or host:
             parts.append(f"round trips {_s(trips)}, host checks {_s(host)}")
+        anchor, confirm, empty = (d.get(k) or 0.0 for k in CHECKS)
+        if anchor or confirm or empty:
+            parts.append(f"anchor {_s(anchor)}, confirming calls {_s(confirm)}, empty calls {_s(empty)}")
         checks = sum(d.get(k) or 0.0 for k in INTEGRITY)
         if checks:
             wall = cast(float, d["wall"])  # as_dict always sets it

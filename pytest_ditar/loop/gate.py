@@ -23,7 +23,6 @@ from pytest_ditar.core.decision import (
     RunError,
     cumulative_class,
     decide,
-    drift_voids_win,
     kept_rows,
     validate_class,
 )
@@ -368,10 +367,6 @@ class Gate:
                                  holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
         lanes = s.outcomes()
-        voided = drift_voids_win(lanes)
-        if voided is not None:  # the lane's record says so too: the summary, the re-run rule, the champion's store
-            s.void_lane(voided)
-            lanes = [voided if ln.objective else ln for ln in lanes]
         return decide(guards=self.guards, quality=quality, lanes=lanes, errors=errors,
                       vram_budget_gib=self.vram_budget_gib(), expected_items=len(s.suite.corpus))
 

@@ -216,6 +216,7 @@ def feature_guard(dtypes: set[str], target: str) -> GuardResult:
     return GuardResult("features", not problems, "; ".join(problems))
 
 
-def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[Mapping[str, Any]]) -> str | None:
+def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[Mapping[str, Any]],
+                   since: str | None = None) -> str | None:
     """The change at HEAD was judged on this champion already, or left unjudged twice (core.rerun)."""
-    return rerun.refusal(rows, rerun.patch_key(queries.diff_patch(root, champion, head)), champion)
+    return rerun.refusal(rows, rerun.patch_key(queries.diff_patch(root, champion, head)), champion, since)

@@ -5,7 +5,8 @@ lines over `run`): the champion's worker and its twin (a second build of the cha
 timed in the same randomized rounds: core.sequential says why), the sequential plan and its
 threshold (`perf.min_speedup`), the integrity checks that void the timing (a failed audit, a
 caching candidate, champion drift, interference from the untimed side: core.interference) and
-GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide.
+GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide; loop.lanechecks holds
+the checks a verdict passes after them (interference, total time, the tail's calls, the anchor).
 """
 from __future__ import annotations
 
@@ -15,19 +16,22 @@ import statistics
 from dataclasses import asdict, replace
 from typing import Any, Callable
 
-from pytest_ditar.core import devstate, effect, guard, interference, meantime, probes, sequential as seq, stats
+from pytest_ditar.core import (
+    anchor,
+    devstate,
+    effect,
+    guard,
+    interference,
+    meantime,
+    probes,
+    sequential as seq,
+    stats,
+)
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
-from pytest_ditar.core.vocabulary import (
-    DRIFT,
-    INTERFERENCE,
-    NOT_KEPT_BUILD,
-    NOT_THE_KEPT_BUILD,
-    NOT_THE_KEPT_BUILD_CPU,
-    SHARED_DEVICE,
-)
+from pytest_ditar.core.vocabulary import INTERFERENCE, SHARED_DEVICE
 from pytest_ditar.hardware import exclusivity
-from pytest_ditar.loop import champion, holdout, lanekinds
+from pytest_ditar.loop import champion, holdout, lanechecks as checks, lanekinds
 from pytest_ditar.runtime import proctree, zygote
 from pytest_ditar.runtime.calls import new_stream, output_audit
 from pytest_ditar.runtime.group import rank_device
@@ -46,51 +50,34 @@ def plan_for(lane: Any, perf: Any) -> Sequential:
     first = max(lane.repeats, tail) if (tail := meantime.tail_rounds(perf.alpha)) <= top else lane.repeats
     the_plan = seq.plan(first, top, perf.alpha)
     return Sequential(the_plan, float(perf.min_speedup), perf.lane_budget_s, tail=perf.guard_tolerance,
-                      n_boot=perf.n_boot)
+                      n_boot=perf.n_boot, calls=meantime.TAIL_CALLS)
 
 
 def guard_plan_for(lane: Any, perf: Any, tolerance: float) -> Sequential:
     """A guard lane's plan (every lane of `--ditar-guard`): the suite's rounds first, the same budget,
     grown until a slowdown beyond `tolerance` is shown or ruled out (core.guard). Its first look
     is not sized for a tail: a guard lane's median win must show its total only to pass as a win
-    (loop.lanes._mean_checked), and a loss it cannot show passes as unresolved."""
+    (loop.lanes.checks.mean_checked), and a loss it cannot show passes as unresolved."""
     the_plan = seq.plan(lane.repeats, max(perf.max_rounds, lane.repeats), perf.alpha)
-    return replace(plan_for(lane, perf), plan=the_plan, guard=tolerance, tail=None)
-
-
-def _trimmed_mean(xs: list[float], cut: float = 0.1) -> float:
-    k = int(len(xs) * cut)
-    kept = sorted(xs)[k:len(xs) - k] or sorted(xs)
-    return statistics.fmean(kept)
-
-
-def host_ratio(now: list[float], stored: list[float]) -> float:
-    """How much slower the host is now than when the champion's samples were stored (the judge's
-    fixed workload, runtime.lanes.host_speed), in [1, 2]; 1 when either has under 3 probes.
-
-    A trimmed mean, not a median: a probe is short and lands in a burst of a bursty host's load or
-    between two, so the median flips from one mode to the other while the mean follows the share of
-    time the host is busy, which is what a longer call feels. Never below 1: a host that looks
-    faster than at the baseline does not make a champion at its old speed suspect (the probe is
-    too short to say that), it only excuses a slower one."""
-    if len(now) < 3 or len(stored) < 3:
-        return 1.0
-    return min(2.0, max(1.0, _trimmed_mean(now) / _trimmed_mean(stored)))
+    return replace(plan_for(lane, perf), plan=the_plan, guard=tolerance, tail=None, calls=0)
 
 
 def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
           noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None = None,
-          sequential: Sequential | None = None, cpu: bool = False, stored_host_s: list[float] | None = None,
+          sequential: Sequential | None = None, kept_anchor: float | None = None,
+          stored_host_s: list[float] | None = None,
           guard_run: bool = False, device: exclusivity.ExclusivityReport | None = None) -> LaneResult:
     """Turn a lane's evidence into its verdict: the one place a lane's outcome is made. A failed
-    audit or a caching candidate voids the timing (REJECTED); an interleaved champion that disagrees
-    with its own stored samples, a reference slowed by the untimed side's work, or a GPU another
-    process used (`device`, the lane's exclusivity watch) makes the lane UNSTABLE, its `cause` said.
+    audit or a caching candidate voids the timing (REJECTED); a win a champion's drift against the
+    anchor could explain (`kept_anchor`: its time over the anchor's when kept, core.anchor), a
+    reference slowed by the untimed side's work, or a GPU another process used (`device`, the lane's
+    exclusivity watch) makes the lane UNSTABLE, its `cause` said.
     A lane grown by `sequential` is decided by its looks (core.sequential), a guard lane grown by its
     own by theirs (core.guard; `guard_run`: `--ditar-guard`'s, failing only a slowdown shown); other
     lanes by core.stats against the baseline's A/A floor."""
     res = _judge(m, champion_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
-                 stored_samples=stored_samples, sequential=sequential, cpu=cpu, stored_host_s=stored_host_s,
+                 stored_samples=stored_samples, sequential=sequential, kept_anchor=kept_anchor,
+                 stored_host_s=stored_host_s,
                  guard_run=guard_run)
     if device is None:
         return res
@@ -103,7 +90,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
 
 def _judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
            noise: dict[str, Any] | None, perf_cfg: Any, stored_samples: list[float] | None,
-           sequential: Sequential | None, cpu: bool, stored_host_s: list[float] | None,
+           sequential: Sequential | None, kept_anchor: float | None, stored_host_s: list[float] | None,
            guard_run: bool) -> LaneResult:
     paired = source == "interleaved" and len(champion_samples) == len(m.samples)
     grown = paired and sequential is not None and bool(m.looks)
@@ -132,54 +119,27 @@ def _judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool
             return outcome("UNSTABLE", interference.describe(busy, m.pids), INTERFERENCE)
         slowed = interference.slowed_side(m.sides(), m.orders, min_effect, INTERFERENCE_ALPHA)
     res = _timed(m, champion_samples, objective=objective, source=source, perf_cfg=perf_cfg,
-                 stored_samples=stored_samples, sequential=sequential, cpu=cpu, stored_host_s=stored_host_s,
+                 stored_samples=stored_samples, sequential=sequential, kept_anchor=kept_anchor,
+                 stored_host_s=stored_host_s,
                  guard_run=guard_run, paired=paired, grown=grown, min_effect=min_effect)
     hot = devstate.throttle_note(m.rounds_state)  # voided rounds the verdict names, whatever it is
     if hot:
         res = replace(res, outcome=replace(res.outcome, reason=f"{res.outcome.reason}; {hot}"))
     if slowed is None:
         return res
-    return replace(res, outcome=_interference_checked(res.outcome, slowed, perf_cfg.guard_tolerance))
-
-
-def _interference_checked(oc: LaneOutcome, slowed: interference.AfterCandidate, guard_tolerance: float) -> LaneOutcome:
-    """A reference slowed right after the candidate's calls flatters the candidate, so a verdict
-    against it (a loss, a regression, a total time not shown) stands, the interference named. A win
-    (a guard lane's pass) stands only where its lower bound still clears the bar with the slowdown's
-    upper bound charged to the candidate (AfterCandidate.floor): an honest 2x win is not voided by a
-    cold cache after another process's call; work the candidate left behind is counted as its own.
-    Else the lane is UNSTABLE, cause interference (not judged: run once more)."""
-    why = slowed.reason()
-    if oc.verdict not in (stats.FASTER, stats.OK):
-        return replace(oc, reason=f"{oc.reason}; {why}")
-    bar = 1.0 + (oc.threshold or 0.0) if oc.objective else 1.0 - guard_tolerance
-    floor = slowed.floor(oc.ci_low or 0.0)
-    if floor > bar:
-        return replace(oc, reason=f"{oc.reason}; {why}; charged with up to {slowed.high * 100:.1f}% of the "
-                                  f"{slowed.side}'s call, its lower bound {floor:.3f}x still clears {bar:.3f}x")
-    return replace(oc, verdict=stats.UNSTABLE, cause=INTERFERENCE,
-                   reason=f"{why}; charged with up to {slowed.high * 100:.1f}% of the {slowed.side}'s call, "
-                          f"its lower bound {floor:.3f}x does not clear {bar:.3f}x")
+    return replace(res, outcome=checks.interference_checked(res.outcome, slowed, perf_cfg.guard_tolerance))
 
 
 def _timed(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str, perf_cfg: Any,
-           stored_samples: list[float] | None, sequential: Sequential | None, cpu: bool,
+           stored_samples: list[float] | None, sequential: Sequential | None, kept_anchor: float | None,
            stored_host_s: list[float] | None, guard_run: bool, paired: bool, grown: bool,
            min_effect: float) -> LaneResult:
     """The lane's verdict from its timings (the checks that void them passed)."""
     peak = m.peak_reserved_gib
-    drift, host = None, 1.0
-    cap = NOT_THE_KEPT_BUILD_CPU if cpu else NOT_THE_KEPT_BUILD
-    if source == "interleaved" and stored_samples:
-        tolerance = max(min_effect, perf_cfg.drift_tolerance, probes.CPU_DRIFT_FLOOR if cpu else 0.0)
-        # A guard lane's drift is judged against the host's own speed then and now (a busier host
-        # slows the champion too); the objective lane's never: a win is not excused by the host's
-        # speed, the judge's short probe being its only witness (a champion that sandbags in its
-        # role hid behind a loaded box's probes: battery 22). What is taken off is the raw figure.
-        host = host_ratio(m.host_s, list(stored_host_s or []))
-        shown = objective or probes.champion_drift([x / host for x in champion_samples], stored_samples, tolerance,
-                                                   perf_cfg.alpha) is not None
-        drift = probes.champion_drift(champion_samples, stored_samples, tolerance, perf_cfg.alpha) if shown else None
+    drift = None
+    if source == "interleaved" and m.anchor_samples and kept_anchor is not None:
+        drift = anchor.drift(m.champion_samples, m.anchor_samples, kept_anchor, alpha=perf_cfg.alpha,
+                             minimum=perf_cfg.drift_tolerance, n_boot=perf_cfg.n_boot)
     if grown and sequential is not None:
         looks = [seq.Look(**lk) for lk in m.looks]
         c = seq.verdict(m.sides(), min_effect, looks, sequential.plan, undecided=m.undecided,
@@ -193,9 +153,11 @@ def _timed(m: LaneMeasurement, champion_samples: list[float], *, objective: bool
             comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
         oc = LaneOutcome(m.lane, objective, c.verdict, c.speedup, c.ci_low, c.ci_high, reason, peak,
                          threshold=min_effect)
-        oc = _drift_checked(_mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run), drift, host,
-                            cap)
-        return LaneResult(m, oc, source, min_effect, comparison=comparison)
+        oc = checks.tail_checked(checks.mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run), m,
+                           sequential.calls, perf_cfg)
+        comparison.update(checks.information(m, stored_samples, stored_host_s, kept_anchor, drift))
+        return LaneResult(m, checks.net_named(checks.drift_checked(oc, drift), comparison), source, min_effect,
+                          comparison=comparison)
     if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
         oc = _guard_outcome(m, [guard.Look(**lk) for lk in m.looks], perf_cfg.guard_tolerance, source, peak,
                             shown_only=guard_run)
@@ -213,79 +175,10 @@ def _timed(m: LaneMeasurement, champion_samples: list[float], *, objective: bool
                          threshold=min_effect)
         comparison = asdict(c)
     if paired:
-        oc = _mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run)
-    return LaneResult(m, _drift_checked(replace(oc, threshold=min_effect), drift, host, cap), source, min_effect,
-                      comparison=comparison)
-
-
-def _drift_checked(oc: LaneOutcome, drift: probes.Drift | None, host: float,
-                   cap: float = NOT_THE_KEPT_BUILD) -> LaneOutcome:
-    """A lane whose champion ran slower than its kept samples carries that drift (core.decision
-    takes every lane's off the objective win). The objective lane's own: a candidate that slowed
-    the champion (or a champion that sandbags in its role, twin included) gains exactly that much,
-    so its win stands only where it clears the bar with the drift's upper bound taken off its lower
-    bound and that bound is under `cap` (NOT_THE_KEPT_BUILD, on a CPU lane NOT_THE_KEPT_BUILD_CPU), else
-    it is UNSTABLE (cause "drift": not
-    judged, run once more). Any other verdict stands, the
-    drift named: a loss or a guard lane's in-run comparison is no less true for it."""
-    if drift is None:
-        return oc
-    why = drift.reason(host)
-    off = drift.taken_off
-    low = (oc.ci_low or 0.0) / off
-    if oc.objective and oc.verdict == stats.FASTER and (low <= 1.0 + (oc.threshold or 0.0) or off >= cap):
-        said = (f"the win's lower bound {oc.ci_low or 0.0:.3f}x over the drift's upper bound {off:.2f}x is {low:.3f}x, "
-                f"under the bar {1.0 + (oc.threshold or 0.0):.3f}x"
-                if off < cap else
-                f"a champion up to {off:.2f}x as slow as kept is not the champion that was kept")
-        return replace(oc, verdict=stats.UNSTABLE, cause=DRIFT, drift=off, reason=f"{why}; {said} ({oc.reason})")
-    note = (f"champion drift up to {off:.2f}x taken off: lower bound {low:.3f}x still clears the bar; {why}"
-            if oc.objective and oc.verdict == stats.FASTER else why)
-    cause = NOT_KEPT_BUILD if not oc.objective and off >= cap else oc.cause
-    return replace(oc, drift=off, cause=cause, reason=f"{oc.reason}; {note}")
-
-
-def _mean_checked(oc: LaneOutcome, champion_samples: list[float], samples: list[float], perf_cfg: Any, *,
-                  strict: bool = False) -> LaneOutcome:
-    """What the user pays is the sum of calls (core.meantime). A win, or a guard lane within
-    tolerance, whose summed time is shown slower beyond the guard tolerance is neither; nor is an
-    objective lane too noisy to decide by its median (one not faster by it has the loss named). A
-    lane that wins by its median (the objective lane FASTER, a guard lane whose median is shown faster) must also show
-    its total within the tolerance: else the objective lane is NOT_FASTER and a guard lane
-    REGRESSED. Where the candidate's slowest round alone makes the difference (a host's stall, or
-    a slow share the rounds hit once), the objective lane is UNSTABLE (not judged: it runs once
-    more) and a guard lane of a gated run stays as it was; `strict` (--ditar-guard) fails it."""
-    if oc.verdict not in (stats.FASTER, stats.OK, stats.UNSTABLE, stats.NOT_FASTER):
-        return oc
-    tolerance = perf_cfg.guard_tolerance
-    loss = meantime.mean_loss(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot)
-    if loss is not None:
-        if oc.verdict == stats.OK:
-            return replace(oc, verdict=stats.REGRESSED, reason=f"{loss}; {oc.reason}")
-        by_median = {stats.FASTER: "faster by its median call", stats.NOT_FASTER: "not faster by its median call"
-                     }.get(oc.verdict, "undecided by its median call")
-        return replace(oc, verdict=stats.NOT_FASTER, reason=f"{by_median}, but {loss}; {oc.reason}")
-    wins = oc.verdict == stats.FASTER or (oc.verdict == stats.OK and (oc.ci_low or 0.0) > 1.0)
-    named = wins or oc.verdict == stats.NOT_FASTER  # a median that undersells a slow share: the share named
-    unproven = meantime.total_unproven(champion_samples, samples, tolerance, n_boot=perf_cfg.n_boot) if named else None
-    if unproven is None:
-        return oc
-    if oc.verdict == stats.NOT_FASTER:  # named where the total itself reads slower, not for an A/A's noise
-        found = meantime.total_ratio(champion_samples, samples, n_boot=perf_cfg.n_boot)
-        slower = found is not None and found[0] < 1.0 - tolerance
-        return replace(oc, reason=f"not faster by its median call, and {unproven}; {oc.reason}") if slower else oc
-    slowest = max(range(len(samples)), key=samples.__getitem__)
-    rest = [i for i in range(len(samples)) if i != slowest]
-    single = meantime.total_unproven([champion_samples[i] for i in rest], [samples[i] for i in rest], tolerance,
-                                     n_boot=perf_cfg.n_boot) is None
-    if oc.verdict == stats.FASTER:
-        if single:
-            return replace(oc, verdict=stats.UNSTABLE, reason=f"faster by its median call, but {unproven}, from one "
-                                                              f"round (a stall, or a slow share hit once); {oc.reason}")
-        return replace(oc, verdict=stats.NOT_FASTER, reason=f"faster by its median call, but {unproven}; {oc.reason}")
-    if single and not strict:
-        return oc
-    return replace(oc, verdict=stats.REGRESSED, reason=f"faster by its median call, but {unproven}; {oc.reason}")
+        oc = checks.mean_checked(oc, champion_samples, m.samples, perf_cfg, strict=guard_run)
+    comparison.update(checks.information(m, stored_samples, stored_host_s, kept_anchor, drift))
+    oc = checks.drift_checked(replace(oc, threshold=min_effect), drift)
+    return LaneResult(m, checks.net_named(oc, comparison), source, min_effect, comparison=comparison)
 
 
 def _guard_outcome(m: LaneMeasurement, looks: list[guard.Look], tolerance: float, source: str, peak: float | None,
@@ -329,6 +222,7 @@ class LaneRunner:
         self.guard = guard  # `--ditar-guard`'s tolerance, None outside a guard
         self._champion: dict[int, Any] = {}  # ranks -> the champion's worker (a group for ranks > 1)
         self._twin: dict[int, Any] = {}
+        self._anchor: Any = None
         self._stream: Any = None
 
     def champion(self, ranks: int = 1) -> Any:
@@ -359,6 +253,21 @@ class LaneRunner:
         if self.sess.reference_error is None:
             self.sess.refuse_reference(str(err))
         return err
+
+    def anchor(self) -> Any:
+        """The anchor (core.anchor): the baseline commit's code, written from its git objects and built
+        in the worker the holdout's reference uses (its outputs are never compared, only its time);
+        None where the champion is the baseline's code (it is then its own anchor) or no baseline
+        commit is recorded."""
+        if self._anchor is None:
+            base, commit = champion.baseline_commit(self.sess), champion.commit(self.sess)
+            if base and commit and base != commit:
+                try:
+                    self._anchor = holdout.baseline_pipeline(self.sess, base)
+                except (CandidateError, OSError) as exc:
+                    raise self._reference_failed(f"the anchor (baseline {base[:7]})", "could not be built",
+                                                 exc) from exc
+        return self._anchor
 
     def twin(self, ranks: int = 1) -> Any:
         """The champion's second build (perf.twin), sent beside the others when the guards passed."""
@@ -403,11 +312,14 @@ class LaneRunner:
             for w in (cand, champ, twin) if ranks == 1 else ():  # the same history of requests on every side
                 if w is not None:
                     sess.corpus_through(w)
-            m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective)
+            anchor_w = (self.anchor() or champ) if objective and champ is not None and ranks == 1 else None
+            m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective, anchor_w)
         except CandidateError as exc:
-            failed = next((w for w in (champ, twin) if w is not None and getattr(w, "error", None) is exc), None)
+            refs = (champ, twin, self._anchor)
+            failed = next((w for w in refs if w is not None and getattr(w, "error", None) is exc), None)
             if failed is not None:  # the reference's own failure while timed: the judge's, not the candidate's
-                who = "the champion's twin" if failed is twin else "the champion"
+                who = {id(twin): "the champion's twin", id(self._anchor): "the anchor (the baseline's code)"}.get(
+                    id(failed), "the champion")
                 raise self._reference_failed(who, "failed while timed", exc) from exc
             if exc not in sess.errors:
                 sess.errors.append(exc)
@@ -421,10 +333,16 @@ class LaneRunner:
             source, champ_samples = "stored", stored_samples
         base = champion.baseline_lanes(sess).get(lane.name)
         noise = base.noise if base is not None else None
+        kept_anchor = None
+        if champ is not None and objective:
+            if self._anchor is None:  # the champion is the baseline's code: its own anchor (runtime.lanes), ratio 1
+                kept_anchor = 1.0
+            elif stored is not None and stored.anchor_samples:
+                kept_anchor = anchor.ratio(stored.samples, stored.anchor_samples)
         # a shared GPU (any of a group's) makes the lane UNSTABLE, naming the PID
         res = judge(m, champ_samples, objective=objective, source=source, noise=noise, perf_cfg=perf_cfg,
                     stored_samples=stored_samples, sequential=sequential if objective else None,
-                    cpu=sess.resolved_device() == "cpu", stored_host_s=stored.host_s if stored is not None else [],
+                    kept_anchor=kept_anchor, stored_host_s=stored.host_s if stored is not None else [],
                     guard_run=tolerance is not None, device=exclusivity.combine([wt.report for wt in watch]))
         res = champion.with_flops(sess, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
@@ -457,7 +375,8 @@ class LaneRunner:
         return res
 
     def _measure(self, lane: Any, cand: Any, champ: Any, twin: Any, sequential: Sequential | None, benchmark: Any,
-                 progress: Callable[[int], None] | None, objective: bool) -> tuple[LaneMeasurement, list[Any]]:
+                 progress: Callable[[int], None] | None, objective: bool,
+                 anchor_w: Any = None) -> tuple[LaneMeasurement, list[Any]]:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
         sess = self.sess
@@ -475,11 +394,16 @@ class LaneRunner:
             m = measure_lane(cand, sess.suite, lane, champion=champ, twin=twin, benchmark=benchmark,
                              timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,
                              stream=self.requests(), audit=output_audit(cls, sess.cfg.thresholds_for(cls)),
-                             probe=objective and self.gated(), sequential=sequential)
+                             probe=objective and self.gated(), sequential=sequential, anchor=anchor_w,
+                             anchor_rounds=anchor.ROUNDS, anchor_budget_s=anchor.BUDGET_S, empty=objective)
             sess.clock.note("perf.audit", m.audit_s)
             sess.clock.note("perf.probe", m.probe.get("seconds", 0.0))
             sess.clock.note("perf.round_trips", sum(m.overhead_s))
             sess.clock.note("perf.host_checks", sum(m.host_s))
             sess.clock.note("perf.warmup", sum(m.warmup_s))  # where a lazy compile shows
-            sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s) + sum(m.twin_warmup_s))
+            sess.clock.note("perf.warmup_champion", sum(m.champion_warmup_s) + sum(m.twin_warmup_s)
+                            + sum(m.anchor_warmup_s))
+            sess.clock.note("perf.anchor", sum(m.anchor_samples))  # the anchor's timed calls (core.anchor)
+            sess.clock.note("perf.confirm", sum(m.confirm_s))  # the candidate's confirming calls (core.meantime)
+            sess.clock.note("perf.empty_calls", sum(sum(v) for v in m.empty_s.values()))
         return m, watch

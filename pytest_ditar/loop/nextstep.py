@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from pytest_ditar.core import rerun
 from pytest_ditar.core.quality import aggregate
 from pytest_ditar.core.vocabulary import INTERNAL
 from pytest_ditar.loop import phases
@@ -18,13 +19,15 @@ if TYPE_CHECKING:
     from pytest_ditar.loop.gate import Gate
 
 PREFIX = "ditar: next: "
-# The re-run rule (core.rerun) in the words every output gives it: the experiment's next: line
+# The re-run rule (core.rerun.RULE) in the words every output gives it: the experiment's next: line
 # after a run not judged, `dit-ar status`'s count of them, program.md section 2.
-NOT_JUDGED_WHY = "the objective lane was UNSTABLE: the host or another process's work, not the idea"
+HOST_NOT_JUDGED = ("not judged because of the host (noise or load, not the idea): this never counts toward leaving "
+                   "it; run it again as it is, when the host is quieter")
+NOT_JUDGED_WHY = "the objective lane was UNSTABLE for the {who}'s doing (interference, champion drift), not the host's"
 RUN_ONCE_MORE = "run it once more as it is"
-LEAVE_IT = ("not judged twice on one champion: leave the idea for this champion (on a newer champion it may be tried "
-            "again); `dit-ar doctor` says whether this host can judge a modest win now")
-NOT_JUDGED_RULE = f"{NOT_JUDGED_WHY}; {RUN_ONCE_MORE}; {LEAVE_IT}"
+LEAVE_IT = ("not judged twice for the candidate's or the champion's doing: leave the idea on this champion (a new "
+            "baseline or a new champion lifts that); `dit-ar doctor` says whether this host can judge a modest win now")
+NOT_JUDGED_RULE = rerun.RULE
 
 
 def next_step(gate: Gate) -> str | None:
@@ -67,9 +70,12 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
     reach = undecided_note(gate.sess)
     left = f"{left}; {reach}" if reach else left
     if d.status == "DISCARD" and not d.judged:  # one rule for an UNSTABLE objective lane (core.rerun)
+        if d.unjudged == rerun.HOST:
+            return (f"{left}; {HOST_NOT_JUDGED}: `git apply {run}/candidate.patch`, commit, the same experiment "
+                    "(`dit-ar doctor` says what the host is doing)")
         if d.rerun_of is None:
-            return (f"{left}; not judged: {NOT_JUDGED_WHY}; {RUN_ONCE_MORE}: `git apply {run}/candidate.patch`, "
-                    "commit, the same experiment (its ledger row links this one)")
+            return (f"{left}; not judged: {NOT_JUDGED_WHY.format(who=d.unjudged)}; {RUN_ONCE_MORE}: `git apply "
+                    f"{run}/candidate.patch`, commit, the same experiment (its ledger row links this one)")
         return f"{left}; UNSTABLE again (this re-ran run {d.rerun_of}): {LEAVE_IT}"
     # where the discarded commit's time went, against the champion it lost to (loop.profile): its
     # commit stays reachable after the reset, so it is profiled from git, not from the tree

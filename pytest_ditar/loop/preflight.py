@@ -198,7 +198,8 @@ class Preflight:
 
     def _check_repeat(self) -> Stop | None:
         best = self.champion_commit
-        why = guards.repeat_refusal(self.root, str(self.head), best, self.ledger.rows()) if best else None
+        since = self.base.manifest.get("created") if self.base is not None else None  # a new baseline lifts a lock
+        why = guards.repeat_refusal(self.root, str(self.head), best, self.ledger.rows(), since) if best else None
         return Refusal("repeat", why) if why else None
 
     def _check_config_pin(self) -> Stop | None:

@@ -187,14 +187,15 @@ def _bare_record(gate: RunFacts, d: Decision) -> Recorded:
         device = s.resolved_device()
     except Exception:  # noqa: BLE001
         device = str(s.device)
-    d = replace(d, judged=rerun.judged(d.status, d.causes))
+    d = replace(d, judged=rerun.judged(d.status, d.causes),
+                unjudged=rerun.unjudged_cause(d.status, d.causes, d.lane_cause))
     verdict = Verdict(d, s.cfg.objective_lane, cls=s.cls, commit=(gate.head or "")[:7], off_target=off,
                       sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
         "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
         "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off),
-        "sandbox": s.cfg.sandbox, "judged": int(d.judged)})
+        "sandbox": s.cfg.sandbox, "judged": int(d.judged), "unjudged": d.unjudged})
     moved = None
     with contextlib.suppress(Exception):  # where the branch went, for the revert; the full record may have failed here
         moved = git_moved(gate)
@@ -321,7 +322,7 @@ def oserror_line(exc: OSError) -> str:
 def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
     s = gate.sess
     return {"schema_version": SCHEMA_VERSION, "decision": d.status, "reason": d.reason, "reasons": list(d.reasons),
-            "commit": gate.head, "judged": d.judged, "rerun_of": d.rerun_of,
+            "commit": gate.head, "judged": d.judged, "unjudged": d.unjudged, "rerun_of": d.rerun_of,
             "class": gate.meta.cls if gate.meta else "", "cumulative_class": s.cls,
             "guards": [g.__dict__ for g in gate.guards],
             "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
@@ -385,6 +386,7 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
         "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off),
         "sandbox": s.cfg.sandbox, "patch": key, "judged": int(d.judged), "rerun_of": d.rerun_of,
+        "unjudged": d.unjudged,
     })
     settled, mark = _settle_recorded(gate, verdict, run_dir, moved)
     return Recorded(verdict, tuple(notes + settled), mark)
@@ -396,6 +398,7 @@ def _judgment(gate: RunFacts, d: Decision) -> tuple[Decision, str]:
     key = rerun.patch_key(queries.diff_patch(gate.root, parent, gate.head)) if parent and gate.head else ""
     rows = gate.ledger.rows()
     return replace(d, judged=rerun.judged(d.status, d.causes),
+                   unjudged=rerun.unjudged_cause(d.status, d.causes, d.lane_cause),
                    rerun_of=rerun.rerun_of(rows, key, parent or "")), key
 
 

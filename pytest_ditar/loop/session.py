@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -135,11 +135,6 @@ class DitarSession:
     def put_lane(self, res: LaneResult) -> None:
         """A lane's judged result (loop.lanes.judge made it)."""
         self.lanes[res.outcome.name] = res
-
-    def void_lane(self, outcome: Any) -> None:
-        """The objective lane's win voided where the champion drifted (core.decision.drift_voids_win):
-        its record says so too (the summary, the re-run rule, the champion's store)."""
-        self.lanes[outcome.name] = replace(self.lanes[outcome.name], outcome=outcome)
 
     def semantic_cache(self) -> SessionScores | None:
         """The semantic evaluators and their score cache, built on first use, where this run's class

@@ -14,6 +14,7 @@ from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core.audit import audit_batch
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.interface import Request
+from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
 
 # An audit sees the candidate's and the champion's outputs (None without a champion) of one
@@ -59,6 +60,20 @@ def timed_call(worker: CandidateWorker, others: list, req: Request, timeout_s: f
     worker.pause()
     overhead.append(out.seconds - out.worker_s)
     return out
+
+
+def empty_call(worker: CandidateWorker, others: list) -> float | None:
+    """Seconds of one call that does no work, on the judge's clock with every other worker paused:
+    the harness's round trip (pause, resume, the request, the reply) that sits in every timed
+    call. None for a worker without one (a multi-GPU group)."""
+    if not hasattr(worker, "empty"):
+        return None
+    with only_running(worker, others):
+        t0 = judge_clock()
+        worker.empty()
+        seconds = judge_clock() - t0
+    worker.pause()
+    return seconds
 
 
 def output_audit(cls: str, thresholds: Any) -> Audit:

@@ -28,6 +28,7 @@ from pytest_ditar.runtime.calls import (
     JUDGE_ORDER,
     Audit,
     AuditFailure,
+    empty_call,
     fresh_request,
     lane_request,
     new_stream,
@@ -53,6 +54,9 @@ class Sequential:
     # (core.meantime); a win by its median whose total is not yet shown grows to the next look
     tail: float | None = None
     n_boot: int = 2000
+    # the candidate's timed calls a win needs before it is judged (core.meantime.TAIL_CALLS): a lane
+    # that decided FASTER in fewer rounds times the rest as a candidate-only confirmation
+    calls: int = 0
 
 
 # pytest-benchmark's group for a lane: its stats are its own timer over the candidate's first
@@ -69,6 +73,12 @@ class LaneMeasurement:
     champion_warmup_s: list[float] = field(default_factory=list)
     twin_samples: list[float] = field(default_factory=list)  # the champion's second build, same rounds
     twin_warmup_s: list[float] = field(default_factory=list)
+    # the baseline's own code in the same rounds (core.anchor): the champion's drift is judged against it
+    anchor_samples: list[float] = field(default_factory=list)
+    anchor_warmup_s: list[float] = field(default_factory=list)
+    confirm_s: list[float] = field(default_factory=list)  # the candidate alone, after a win (core.meantime)
+    # each side's empty call per round (runtime.calls.empty_call): the harness's round trip
+    empty_s: dict[str, list[float]] = field(default_factory=dict)
     peak_allocated_gib: float | None = None
     peak_reserved_gib: float | None = None
     wall_s: float = 0.0
@@ -95,7 +105,8 @@ class LaneMeasurement:
     def timed_s(self) -> float:
         """Device-synchronized inference inside the lane, warm-up included, every side."""
         return (sum(self.samples) + sum(self.warmup_s) + sum(self.champion_samples) + sum(self.champion_warmup_s)
-                + sum(self.twin_samples) + sum(self.twin_warmup_s))
+                + sum(self.twin_samples) + sum(self.twin_warmup_s) + sum(self.anchor_samples)
+                + sum(self.anchor_warmup_s) + sum(self.confirm_s))
 
     def sides(self) -> dict[str, list[float]]:
         """Per-round seconds by side (core.sequential's names), the twin only when it ran."""
@@ -170,13 +181,19 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                  twin: CandidateWorker | None = None, benchmark: Any = None, timeout_s: float | None = None,
                  repeats: int | None = None, progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
                  steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
-                 probe: bool = False, sequential: Sequential | None = None, one_core: bool = True) -> LaneMeasurement:
+                 probe: bool = False, sequential: Sequential | None = None, one_core: bool = True,
+                 anchor: CandidateWorker | None = None, anchor_rounds: int = 32, anchor_budget_s: float = 15.0,
+                 empty: bool = False) -> LaneMeasurement:
     """Warm up, then time `repeats` rounds, each on a fresh request. A round calls every side
     once (candidate, and champion and twin when given) in an order drawn from the judge's
     entropy, so a drift or a burst lands on each side alike and no side can predict its place.
     `audit` checks every timed output of the candidate (a failure stops the lane); `probe` adds
     the caching probe after the rounds. `sequential` (with a champion) keeps adding rounds until a
-    look decides, the plan ends or the budget is spent (core.sequential)."""
+    look decides, the plan ends or the budget is spent (core.sequential); a win decided in fewer
+    rounds than `sequential.calls` times the candidate alone until it has made that many calls.
+    `anchor` (the baseline's code) is timed beside them in the first `anchor_rounds` rounds while its
+    calls have cost under `anchor_budget_s` (core.anchor); `empty` times
+    each side's empty call after each of those first rounds (the harness's round trip)."""
     stream = stream or new_stream(suite)
     warm = lane_request(suite, lane)
     # a sequential lane's first look is its plan's (the objective lane's comes after the rounds that
@@ -184,8 +201,12 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     rounds = repeats or (max(lane.repeats, sequential.plan.looks[0]) if sequential is not None and champion is not None
                          else lane.repeats)
     if champion is None or champion is candidate:
-        twin = None
-    workers = [w for w in (candidate, champion, twin) if w is not None]
+        twin = anchor = None
+    # the champion is the baseline's code: it is its own anchor (ratio 1), its rounds the anchor's
+    own_anchor = anchor is not None and anchor is champion
+    if own_anchor:
+        anchor = None
+    workers = [w for w in (candidate, champion, twin, anchor) if w is not None]
     distinct = list({id(w): w for w in workers}.values())
     judged = champion is not None and champion is not candidate  # an A/A run has nothing to audit against
     m = LaneMeasurement(lane.name, [], [], ranks=len(getattr(candidate, "ranks", ())) or 1)
@@ -194,7 +215,9 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
         sides["h"] = (champion, m.champion_samples)
     if twin is not None:
         sides["t"] = (twin, m.twin_samples)
-    names = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin"}
+    if anchor is not None:
+        sides["a"] = (anchor, m.anchor_samples)
+    names = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin", "a": "anchor"}
     m.pids = {names[k]: int(w.proc.pid) for k, (w, _) in sides.items() if getattr(w, "proc", None) is not None}
     state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None, "order": ""}
 
@@ -208,6 +231,15 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     rec = devstate.Rounds(getattr(getattr(candidate, "spec", None), "device", None), m.rounds_state, m.energy_j)
 
     def call(key: str) -> None:
+        if key == "x":  # the candidate alone, on a fresh request of its own (core.meantime's confirmation)
+            req = fresh_request(stream, suite, lane, f"confirm/{len(m.confirm_s)}")
+            out = timed_call(candidate, workers, req, timeout_s, [])
+            m.confirm_s.append(out.seconds)
+            if audit is not None:
+                problem = audit(out, None)
+                if problem:
+                    raise AuditFailure(f"audit: a confirming call: {problem[1]}")
+            return
         worker, samples = sides[key]
         out = rec.timed(names[key], lambda: timed_call(worker, workers, next_request(), timeout_s, m.overhead_s))
         samples.append(out.seconds)
@@ -228,9 +260,12 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                 m.champion_warmup_s.append(timed_call(champion, workers, warm, timeout_s, []).seconds)
             if twin is not None:
                 m.twin_warmup_s.append(timed_call(twin, workers, warm, timeout_s, []).seconds)
+            if anchor is not None:
+                m.anchor_warmup_s.append(timed_call(anchor, workers, warm, timeout_s, []).seconds)
 
         def setup():  # the references drawn to run before the candidate in this round
-            order = list(sides)
+            order = [k for k in sides if k != "a" or (len(m.anchor_samples) < anchor_rounds
+                                                       and sum(m.anchor_samples) < anchor_budget_s)]
             JUDGE_ORDER.shuffle(order)
             state["order"] = "".join(order)
             m.orders.append(state["order"])
@@ -243,6 +278,11 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             if audit is not None:
                 _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
             m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
+            if empty and state["round"] < anchor_rounds:  # a median of the round trip: the first rounds tell it
+                for key, (w, _) in sides.items():
+                    took = empty_call(w, workers)
+                    if took is not None:
+                        m.empty_s.setdefault(names[key], []).append(took)
             rec.end_round()  # the device's and the host's state of this round
             state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:
@@ -267,6 +307,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
                     one_round()
             if sequential is not None and champion is not None:
                 _grow(m, sequential, one_round, t_wall)
+                _confirm(m, sequential, lambda: call("x"))
             if probe and state["last"] is not None:
                 sent: list[Request] = []
                 m.probe = caching_probe(candidate, workers, stream, suite, lane, state["last"], timeout_s, audit, sent)
@@ -277,6 +318,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.audit_failure = str(exc)
         finally:
             rec.close()
+    if own_anchor:
+        m.anchor_samples = list(m.champion_samples)
     m.energy_per_image_j = {side: energy_per_image(js, lane.batch) for side, js in m.energy_j.items()}
     for w in distinct:
         w.resume()
@@ -311,6 +354,16 @@ def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0:
             cut = f"the lane's budget of {sq.budget_s:g}s, reached at {target} rounds"
         while len(m.samples) < target:
             one_round()
+
+
+def _confirm(m: LaneMeasurement, sq: Sequential, call: Callable[[], None]) -> None:
+    """A lane that decided FASTER in fewer than `sq.calls` rounds times the rest of those calls
+    on the candidate alone (the references stay paused: cheap), so a slow share of 5% shows at least
+    once with 99% (core.meantime.TAIL_CALLS); loop.lanes judges the total with them."""
+    if not m.looks or m.looks[-1].get("decision") != FASTER:
+        return
+    for _ in range(max(0, sq.calls - len(m.samples))):
+        call()
 
 
 def _total_pending(m: LaneMeasurement, sq: Sequential, lk: Any, k: int) -> bool:

@@ -424,6 +424,10 @@ class CandidateWorker:
                                                          f"{[trace, data]}"))
         return where / str(trace), where / str(data)
 
+    def empty(self, timeout_s: float | None = 60.0) -> None:
+        """A call that does no work (runtime.calls.empty_call times its round trip)."""
+        self._call("empty", timeout_s)
+
     def dtypes(self, timeout_s: float | None = None) -> set[str]:
         reply, _ = self._call("dtypes", timeout_s)
         return set(reply.get("dtypes", ()))

@@ -244,6 +244,10 @@ class Worker:
         return profile_call(self.candidate, _request(request), _request(warm), int(warmup),
                             _request(reference) if reference else None, self.device, Path(out_dir))
 
+    def op_empty(self) -> dict[str, Any]:
+        """No work: the judge times this round trip beside each call (the harness's own share)."""
+        return {}
+
     def op_dtypes(self) -> dict[str, Any]:
         return {"dtypes": sorted(object_dtypes(self.candidate))}
 

@@ -35,6 +35,11 @@ class LaneRecord:
         return [float(x) for x in self.measurement.get("samples") or []]
 
     @property
+    def anchor_samples(self) -> list[float]:
+        """The anchor's seconds in the same rounds (core.anchor; empty in records from before it)."""
+        return [float(x) for x in self.measurement.get("anchor_samples") or []]
+
+    @property
     def host_s(self) -> list[float]:
         return [float(x) for x in self.measurement.get("host_s") or []]
 

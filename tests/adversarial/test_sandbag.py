@@ -2,10 +2,11 @@
 (run slower) once it is the champion; once it is kept, every later candidate that drops the
 sandbag beats a slowed champion. Since issue 38 every role is built alike and blind to its role
 (tests/adversarial/test_role_blind.py), so what is left to such a champion is a change over time
-(a time bomb, stood in for here by a file the test creates after the KEEP). Champion drift is the
-defence: the champion's in-run rounds are slower than its own stored samples (those of its KEEP
-run), on the objective lane or on any other (the champion is one process), and that drift comes
-off the objective win's lower bound: a win it explains is UNSTABLE and nothing is kept."""
+(a time bomb, stood in for here by a file the test creates after the KEEP). Champion drift against
+the anchor is the defence (issue 49): the champion's time over the baseline code's, paired by round
+in the objective lane, against the same ratio at its KEEP; that drift comes off the objective win's
+lower bound: a win it explains is UNSTABLE and nothing is kept (a 13x sandbag: the champion is not
+the one that was kept)."""
 from __future__ import annotations
 
 import re

@@ -188,8 +188,9 @@ TRY_NEXT = {"FASTER": "commit with the trailer", "NOT_FASTER": "drop the edit", 
 
 def test_a_scripted_session_meets_only_next_lines_that_name_the_rules_step(pytester, model_cache, tmp_path_factory):
     """An agent with only the next: lines: status, a try, an UNSTABLE experiment run --quiet and its
-    one re-run with --json, compare, status again. The champion's host is slowed once the baseline is
-    stored (busy_while_marked), so a change that only looks faster by that drift is not judged."""
+    one re-run with --json where it was not judged, compare, status again. The champion's host is
+    slowed once the baseline is stored (busy_while_marked: 0.3 s a call, which the champion, the
+    baseline's own code, now pays in its rounds), and the change sleeps longer than that."""
     proj = busy_while_marked(pytester, tmp_path_factory, STOCK, "len(request.labels) == 1", 0.3)
     base = proj.head()
     nexts = []
@@ -203,7 +204,7 @@ def test_a_scripted_session_meets_only_next_lines_that_name_the_rules_step(pytes
     assert "`dit-ar profile`" in next_line(proj.ditar("status").stdout)  # nothing run yet: see where time goes
 
     candidate = STOCK.replace(GENERATE, GENERATE + "        import time\n"
-                              "        if len(request.labels) == 1:\n            time.sleep(0.08)\n")
+                              "        if len(request.labels) == 1:\n            time.sleep(0.4)\n")
     proj.write("mutable/pipeline.py", candidate)
     res = proj.ditar("try", "--classification", "exact", "--description", "Same pipeline, slower")
     outcome = re.match(r"DITAR TRY: (\w+) ", res.stdout.strip().splitlines()[-1]).group(1)
@@ -216,7 +217,7 @@ def test_a_scripted_session_meets_only_next_lines_that_name_the_rules_step(pytes
     assert len(lines) == 2 and lines[0].startswith("ditar: next: ") and lines[1].startswith("DITAR VERDICT: "), lines
     nexts.append(lines[0])
     if "unstable" in lines[1]:  # the drift is the host's, not the idea's: run it once more, linked
-        assert res.returncode == 1 and "run it once more as it is" in lines[0], lines
+        assert res.returncode == 1 and "as it is" in lines[0], lines
         run = json.loads(proj.ditar("status", "--json").stdout)["recent"][-1]["run"]
         patch = next((proj.root / ".autoresearch/t/runs").iterdir()) / "candidate.patch"
         proj.git("apply", str(patch))
@@ -226,8 +227,8 @@ def test_a_scripted_session_meets_only_next_lines_that_name_the_rules_step(pytes
         assert doc["exit_status"] == res.returncode and doc["rerun_of"] == run, doc
         said = next_line(res.stderr)
         assert "Name (time in" not in res.stderr
-        if doc["judged"] is False:
-            assert "UNSTABLE again" in said and "leave the idea for this champion" in said, said
+        if doc["judged"] is False:  # the host's doing never counts; the candidate's or the champion's twice does
+            assert "not judged because of the host" in said or "leave the idea on this champion" in said, said
         else:
             assert "a different hypothesis (not this one again)" in said, said
     else:  # judged on the first run: never the same change again

@@ -17,12 +17,11 @@ A KEEP makes STOCK the champion, so each win is judged in a project of its own, 
 template whose baseline (REDUNDANT) was stored under the same hog; three of them then judge an
 A/A over their champion (whatever it is after the win), still under the hog.
 
-The champion-drift check stays at its product setting (the CPU floor: the in-run champion may
-run up to 25% slower than its stored samples, and beyond that a win stands only if it clears the
-bar with the drift taken off, loop.lanes.judge). It compares with samples stored in ANOTHER run,
-so the baseline is stored under the same hog: with a baseline from a quiet box, then the hog,
-the champion ran 1.76-2.93x slower than its stored samples and 4 wins of 5 were UNSTABLE
-("champion drift: ...", before the drift-taken-off rule); under the hog throughout, at most 1.31x.
+Champion drift stays at its product setting: since issue 49 it is the champion's paired time over
+the anchor's (the baseline's code, timed in the same rounds) against the same ratio at its KEEP, so
+a hog that started after the baseline moves both sides and is no drift (a baseline from a quiet box,
+then the hog, made 4 wins of 5 UNSTABLE under the rule that compared with stored samples:
+tests/adversarial/test_anchor_drift.py replays that order with a bursty load).
 """
 from __future__ import annotations
 

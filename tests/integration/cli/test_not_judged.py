@@ -8,14 +8,15 @@ import stat
 from pytest_ditar.loop.nextstep import NOT_JUDGED_RULE
 from pytest_ditar.store.ledger import Ledger
 
-UNSTABLE = "lane latency_b1 unstable: champion drift 1.40x (the host itself 1.37x as slow as then, taken into account)"
+UNSTABLE = ("lane latency_b1 unstable: champion drift against the anchor: kept at 0.500x the anchor's time, now 0.553x "
+            "(1.106x, upper bound 1.140x, p=0.0006 over 32 paired rounds; minimum 5%)")
 
 
 def test_status_and_the_report_count_an_unjudged_run_as_not_judged(research):
     state = research.root / ".autoresearch/t"
     Ledger(state).append({"commit": "c" * 40, "parent": research.head(), "status": "DISCARD", "class": "exact",
                           "description": "Fuse qkv", "lane": "latency_b1", "metric": 2.44, "ci_low": 2.39,
-                          "ci_high": 2.57, "reason": UNSTABLE, "judged": 0})
+                          "ci_high": 2.57, "reason": UNSTABLE, "judged": 0, "unjudged": "champion"})
     Ledger(state).append({"commit": "d" * 40, "parent": research.head(), "status": "DISCARD", "class": "exact",
                           "description": "Lower guidance", "lane": "latency_b1", "reason": "quality 6/6 failed",
                           "judged": 1})

@@ -1,6 +1,6 @@
 """The timing defences through `dit-ar experiment`: every timed round asks for fresh seeds, drawn
 from the secret the summary records and the round's nonce. The pure parts (request stream, audit,
-caching probe, champion drift): tests/unit/core/test_timing_integrity.py."""
+caching probe): tests/unit/core/test_timing_integrity.py; champion drift: tests/unit/core/test_anchor.py."""
 from pytest_ditar.core.requests import RequestStream
 
 SEEN = "DITAR-TEST-SEEN "

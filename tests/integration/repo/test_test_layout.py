@@ -83,8 +83,6 @@ INDIRECT = {
     "pytest_ditar.plugin.console": "tests/integration/plugin/test_marker_perf.py::test_slower_candidate_is_discarded",
     "pytest_ditar.plugin.fixtures": "tests/e2e/test_marker_quality.py::"
                                     "test_quality_passes_against_own_baseline",  # suites/tiny's tests use them
-    "pytest_ditar.plugin.gateplugin": "tests/integration/loop/test_loop_verdicts.py::"
-                                      "test_candidate_without_class_is_refused",
     "pytest_ditar.plugin.hooks": "tests/integration/plugin/test_plugin_hygiene.py::test_markers_are_registered",
     "pytest_ditar.plugin.hookspecs": "tests/e2e/test_option_baseline.py::"
                                      "test_baseline_stores_verified_snapshot",  # the root conftest.py implements one

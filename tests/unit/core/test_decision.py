@@ -6,7 +6,6 @@ import re
 
 import pytest
 
-from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import (
     CLASS_ORDER,
     Decision,
@@ -16,7 +15,6 @@ from pytest_ditar.core.decision import (
     RunError,
     cumulative_class,
     decide,
-    drift_voids_win,
     validate_class,
     verdict_line,
 )
@@ -346,65 +344,6 @@ def test_keep_stands_with_an_unmeasured_guard_lane_and_names_it(verdict, why):
     text = line(d, off_target=True)
     assert text == DESIGN_EXAMPLE + " unmeasured=throughput_b8 off_target=1"
     assert VERDICT_RE.fullmatch(text)
-
-
-DRIFT_WHY = "champion drift: 40.39 ms kept, 205.57 ms now (5.09x; tolerance 25%, p=0.001)"
-
-
-def test_a_guard_lanes_champion_drift_voids_a_win_it_could_explain():
-    """Battery 22 on CI: the sandbagging champion's objective lane drift hid inside the load its
-    stored samples were taken under; its guard lane showed 5.09x. The champion is one process: its
-    drift comes off the win's lower bound, and a 1.18x win is nothing once 5.09x is taken off: not
-    judged (UNSTABLE, cause drift, a re-run), never a KEEP with that lane merely named."""
-    lanes = [faster(threshold=0.05), guard_lane(reason=DRIFT_WHY, drift=5.09)]
-    voided = drift_voids_win(lanes)
-    assert voided is not None and voided.objective and voided.name == "latency_b1" and voided.verdict == "UNSTABLE"
-    assert voided.cause == "drift"
-    assert voided.reason.startswith("speedup 1.183x ci95 [1.171,1.195] against a champion slowed in this run")
-    assert voided.reason.endswith(f"guard lane throughput_b8: {DRIFT_WHY}")
-    d = run(lanes=[voided, lanes[1]])
-    assert d.status == "DISCARD" and d.reason.startswith("lane latency_b1 unstable: ") and "champion drift" in d.reason
-    assert d.causes[0] == "objective_unstable"
-    assert rerun.judged(d.status, d.causes) is False  # run once more, not a judgment
-
-
-def test_a_big_win_beside_a_small_drift_stands_with_the_drift_named():
-    """Issue 38: a real 9.4x on a noisy H200 host was thrown away for a guard lane's 1.18x drift.
-    9.1 / 1.18 = 7.7x still clears the bar: the drift could not explain the win."""
-    win = faster(speedup=9.4, ci_low=9.1, ci_high=9.7, threshold=0.05, reason="faster")
-    kept = drift_voids_win([win, guard_lane(reason=DRIFT_WHY, drift=1.18)])
-    assert kept is not None and kept.verdict == "FASTER" and kept.cause is None
-    assert "guard lane throughput_b8's champion drift up to 1.18x taken off: lower bound 7.712x still clears" \
-        in kept.reason
-    d = run(lanes=[kept, guard_lane(drift=1.18)])
-    assert d.status == "KEEP"
-    # the edge: a lower bound exactly the drift times the bar is explained by it
-    edge = faster(ci_low=1.05 * 1.2, threshold=0.05)
-    assert drift_voids_win([edge, guard_lane(drift=1.2)]).verdict == "UNSTABLE"
-    assert drift_voids_win([faster(ci_low=1.05 * 1.2 * 1.001, threshold=0.05), guard_lane(drift=1.2)]).verdict \
-        == "FASTER"
-
-
-def test_a_champion_twice_as_slow_as_kept_voids_any_win():
-    """The sandbag on CI: a 12.8x win beside a guard lane's 11.46x drift cleared once the drift
-    came off (a sandbag slows one lane more than another). A champion at half its kept speed is
-    not the champion that was kept: no win against it is judged, however large."""
-    voided = drift_voids_win([faster(speedup=40.0, ci_low=39.0, ci_high=41.0, threshold=0.05),
-                              guard_lane(reason=DRIFT_WHY, drift=2.0, cause="not_kept_build")])
-    assert voided is not None and voided.verdict == "UNSTABLE" and voided.cause == "drift"
-    assert "not the champion that was kept" in voided.reason
-    assert drift_voids_win([faster(speedup=40.0, ci_low=39.0, ci_high=41.0, threshold=0.05),
-                            guard_lane(reason=DRIFT_WHY, drift=2.0)]).verdict == "FASTER"  # the rule reads the cause
-
-
-@pytest.mark.parametrize("lanes", [
-    [faster(), guard_lane(verdict="UNSTABLE", reason="GPU 0 shared with pid 4242")],  # not the champion's drift
-    [faster(), guard_lane(verdict="OK")],
-    [faster(verdict="NOT_FASTER"), guard_lane(reason=DRIFT_WHY, drift=5.09)],  # no win to void
-    [guard_lane(reason=DRIFT_WHY, drift=5.09)],  # no objective lane: decide says so
-])
-def test_nothing_else_is_voided(lanes):
-    assert drift_voids_win(lanes) is None
 
 
 def test_only_a_keep_names_unmeasured_guard_lanes():

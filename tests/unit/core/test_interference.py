@@ -10,7 +10,9 @@ import numpy as np
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core import interference, sequential as seq
 from pytest_ditar.core.decision import LaneOutcome
-from pytest_ditar.loop.lanes import _interference_checked, judge, plan_for
+from pytest_ditar.core.meantime import TAIL_CALLS
+from pytest_ditar.loop.lanechecks import interference_checked as _interference_checked
+from pytest_ditar.loop.lanes import judge, plan_for
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
 
@@ -49,6 +51,10 @@ def _lane(n: int, seed: int, slow_after_candidate: float = 0.0, probes: bool = F
     m.orders = orders
     m.probes = probe if probes else {}
     m.pids = {"candidate": 4242, "champion": 4343, "twin": 4444}
+    # the candidate's confirming calls alone up to core.meantime.TAIL_CALLS, its rounds' shape
+    for k in range(len(samples["c"]), TAIL_CALLS):
+        t = 0.08 * float(np.exp(0.01 * rng.standard_normal()))
+        m.confirm_s.append(t * 0.5 * (tail if k % 10 == 9 else 1.0) if tail else t)
     return m
 
 

@@ -50,3 +50,17 @@ def test_a_heavy_tail_behind_a_median_win_is_not_shown_within_tolerance():
     assert all(total_unproven(*_lane(rng, 29, 2.0), 0.05, seed=s) is None for s in range(100))
     said = total_unproven([1.0] * 29, [0.37] * 26 + [11.5] * 3, 0.05)
     assert said is not None and said.startswith("its total time is not shown within 5.0%: total time 0.6"), said
+
+
+def test_a_keep_sees_ninety_calls_and_their_tail_counts():
+    """Issue 49: 90 calls meet a 5% share of slow calls at least once with 99%; the candidate's
+    confirming calls (timed alone) count toward its total, each phase scaled by its own median."""
+    from pytest_ditar.core import meantime
+
+    assert meantime.tail_calls() == meantime.TAIL_CALLS == 90 and 0.95 ** 90 < 0.01 < 0.95 ** 89
+    champ, lane = [0.05] * 29, [0.025] * 29
+    tail = [0.025 * (30.0 if k % 10 == 5 else 1.0) for k in range(61)]
+    assert "confirming" in meantime.confirmed_total(champ, lane, tail, 1.95, 0.05)
+    # a host twice as slow in the confirmation is no tail: each phase is scaled by its own median
+    assert meantime.confirmed_total(champ, lane, [0.05] * 61, 1.95, 0.05) is None
+    assert meantime.confirmed_total(champ, lane, [], 1.95, 0.05) is None

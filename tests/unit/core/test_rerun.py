@@ -53,13 +53,15 @@ def test_a_candidate_whose_exception_reads_like_the_judge_is_still_judged():
 
 
 def test_a_judged_change_is_refused_and_an_unjudged_one_runs_once_more_linked():
-    row = {"run": 4, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0}
+    row = {"run": 4, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "unjudged": "champion"}
     assert rerun.refusal([], "k1", "champ") is None and rerun.rerun_of([], "k1", "champ") is None
     assert rerun.refusal([row], "k1", "champ") is None  # unjudged once: one more run
     assert rerun.rerun_of([row], "k1", "champ") == 4
-    again = {"run": 5, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "rerun_of": 4}
+    again = {"run": 5, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "rerun_of": 4,
+             "unjudged": "candidate"}
     why = rerun.refusal([row, again], "k1", "champ")
-    assert why and "not judged twice (runs 4, 5" in why and "dit-ar doctor" in why
+    assert why and "not judged twice for the candidate's or the champion's doing (runs 4 (champion), 5 (candidate)" \
+        in why
     judged = {"run": 6, "patch": "k2", "parent": "champ", "status": "DISCARD", "judged": 1}
     why = rerun.refusal([judged], "k2", "champ")
     assert why and "already judged on this champion (run 6: DISCARD)" in why
@@ -70,3 +72,42 @@ def test_a_judged_change_is_refused_and_an_unjudged_one_runs_once_more_linked():
     # a re-run that was then judged is a judgment like any other
     judged_rerun = {"run": 7, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 1, "rerun_of": 4}
     assert "run 7: DISCARD" in rerun.refusal([row, judged_rerun], "k1", "champ")
+
+
+def _unstable(cause: str | None) -> LaneOutcome:
+    return LaneOutcome("latency_b1", True, "UNSTABLE", 1.1, 0.9, 1.3, "too noisy", cause=cause)
+
+
+def test_why_a_run_was_not_judged_is_read_from_the_lanes_cause():
+    """Issue 49/50: an UNSTABLE objective lane is the host's unless its cause names the candidate's
+    doing (interference) or the champion's (drift against the anchor); a judge's CRASH is the host's."""
+    def cause_of(lane_cause):
+        d = decide(guards=(), quality=QualityOutcome(1, 1), lanes=[_unstable(lane_cause)], errors=[],
+                   vram_budget_gib=None, expected_items=1)
+        return rerun.unjudged_cause(d.status, d.causes, d.lane_cause)
+
+    assert cause_of(None) == rerun.HOST
+    assert cause_of("shared_device") == rerun.HOST
+    assert cause_of("interference") == rerun.CANDIDATE
+    assert cause_of("drift") == rerun.CHAMPION
+    assert rerun.unjudged_cause("CRASH", [INTERNAL], None) == rerun.HOST
+    assert rerun.unjudged_cause("DISCARD", [NOT_FASTER], None) == ""  # judged
+    assert rerun.unjudged_cause("KEEP", [FASTER], None) == ""
+
+
+def test_a_run_not_judged_because_of_the_host_never_counts_toward_leaving_the_idea():
+    """Under a load that rose after the baseline, an honest 1.2x was not judged in 10 of 11 runs and
+    the idea was locked after two. Host runs never count, however many; rows from before the field
+    count as the host's; a new baseline lifts a lock; a judged run of the change still ends it."""
+    host = [{"run": n, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "unjudged": "host",
+             "time": "2026-12-07T06:00:00+00:00"} for n in range(1, 6)]
+    assert rerun.refusal(host, "k1", "champ") is None
+    old = [{"run": n, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0} for n in (1, 2, 3)]
+    assert rerun.refusal(old, "k1", "champ") is None and rerun.row_unjudged(old[0]) == rerun.HOST
+    drifted = [{**r, "unjudged": "champion"} for r in host[:2]]
+    assert rerun.refusal(drifted, "k1", "champ") is not None
+    assert rerun.refusal(drifted, "k1", "champ", since="2026-12-07T06:30:00Z") is None  # a new baseline since
+    assert rerun.refusal(drifted, "k1", "champ", since="2026-12-07T05:30:00Z") is not None
+    judged = {"run": 9, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 1}
+    assert "already judged" in rerun.refusal([*host, judged], "k1", "champ")
+    assert "host" in rerun.RULE and "new baseline" in rerun.RULE

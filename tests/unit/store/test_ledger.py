@@ -409,10 +409,11 @@ def test_a_ledger_written_before_a_later_column_still_verifies_and_grows(tmp_pat
     assert stored["run"] == 3 and stored["sandbox"] == "on"
     after = ledger.verify()
     assert after.ok and not after.repairable, (after.problems, after.repairable)
-    assert (tmp_path / "results.tsv").read_text().splitlines()[0].endswith("\tsandbox\tpatch\tjudged\trerun_of")
+    header = (tmp_path / "results.tsv").read_text().splitlines()[0]
+    assert header.endswith("\tsandbox\tpatch\tjudged\trerun_of\tunjudged")
 
     # a results.tsv of the release with `sandbox` but not the re-run columns is repairable as well
-    mid = [c for c in COLUMNS if c not in ("patch", "judged", "rerun_of")]
+    mid = [c for c in COLUMNS if c not in ("patch", "judged", "rerun_of", "unjudged")]
     rows = ledger.rows()
     (tmp_path / "results.tsv").write_text("\t".join(mid) + "\n" + "".join(
         "\t".join(str(r.get(c, "")) for c in mid) + "\n" for r in rows))
