@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path, open_session
@@ -16,6 +17,7 @@ from pytest_ditar.hardware import devstate
 from pytest_ditar.hardware.exclusivity import doctor_row
 from pytest_ditar.hardware.stack import stack_rows
 from pytest_ditar.hardware.topology import collect, doctor_rows
+from pytest_ditar.loop import roles
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.runtime import sandbox
 from pytest_ditar.store.ledger import Ledger
@@ -96,6 +98,19 @@ def host_rows(args: argparse.Namespace, rows: list[tuple[str, str, str]]) -> tup
     return out, h.verdict()
 
 
+def clean_tree_row(is_repo: bool, dirty: Sequence[str], mutable: Sequence[str]) -> tuple[str, str, str]:
+    """An edit in the mutable paths only is a hypothesis being tried (`try` times the working tree; `try`'s
+    UNSTABLE next: line sends the user here with it in place): a warn that says to keep it, never a FAIL
+    that reads as "clean it up". Anything else dirty FAILs: `experiment` refuses it."""
+    if is_repo and not dirty:
+        return ("clean tree", PASS, "clean")
+    named = ", ".join(dirty[:4])
+    if is_repo and all(roles.under_any(p, mutable) for p in dirty):
+        return ("clean tree", WARN, f"uncommitted edit: {named} (`dit-ar try` times it as it is; commit it, with "
+                                    "its trailer, once `try` says FASTER, before `dit-ar experiment`)")
+    return ("clean tree", FAIL, named)
+
+
 def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     try:
@@ -121,8 +136,7 @@ def _checks(path: Path, tag: str | None) -> list[tuple[str, str, str]]:
     rows.append(("branch", PASS if st.branch == want else FAIL,
                  f"{st.branch}" + ("" if st.branch == want
                                    else f" (expected {cfg.branch_prefix}<tag>; run `dit-ar init --tag T`)")))
-    rows.append(("clean tree", PASS if st.is_repo and not st.dirty_paths else FAIL,
-                 "clean" if not st.dirty_paths else ", ".join(st.dirty_paths[:4])))
+    rows.append(clean_tree_row(st.is_repo, st.dirty_paths, cfg.mutable_paths))
     paths = TagPaths.of(cfg.root, cfg.state_dir, tag)
     try:
         snap = load_snapshot(paths.baseline)

@@ -46,3 +46,18 @@ def test_a_trailer_that_names_another_class_than_the_run_is_refused(research):
     assert f"commit {sha[:7]}: its trailer 'Ditar-Class: exact' and the class given (numerical) differ" in line, line
     assert "run it as 'exact' (`--classification exact`)" in line and "(`git commit --amend`)" in line, line
     assert research.head() == sha and len(research.ledger()) == rows  # nothing judged, recorded or reverted
+
+
+def test_doctor_during_a_try_keeps_the_edit_and_fails_only_on_dirt_outside_mutable(research):
+    """`try`'s UNSTABLE-twice next: line sends the user to `dit-ar doctor` with the edit uncommitted (issue
+    50's newcomer run): doctor warns and says to keep it, never "fix: clean tree"; other dirt FAILs."""
+    research.write("mutable/pipeline.py", STOCK + "\n# a hypothesis being tried\n")
+    res = research.ditar("doctor", "--no-probe")
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("clean tree"))
+    assert res.returncode == 0 and "fix:" not in res.stdout, res.stdout
+    assert row.split()[2] == "warn" and "uncommitted edit: mutable/pipeline.py (`dit-ar try` times it" in row, row
+    research.write("notes.txt", "a file outside mutable/\n")
+    res = research.ditar("doctor", "--no-probe")
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("clean tree"))
+    assert res.returncode == 1 and row.split()[2] == "FAIL" and "notes.txt" in row, res.stdout
+    assert res.stdout.strip().splitlines()[-1].endswith("fix: clean tree"), res.stdout
