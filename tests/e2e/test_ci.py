@@ -15,6 +15,8 @@ from candidates import REDUNDANT, STOCK, slowed
 from conftest import REPO, research_project
 from jsonschemas import available, validate
 
+from pytest_ditar.core.ci import md_text
+
 # test_guard.py's settings: every lane grows until a slowdown beyond the tolerance is shown or
 # ruled out; the planted slowdown (50%) is over three times the tolerance (15%), for a loaded CI box.
 PERF = {**json.loads((REPO / "config/autoresearch.json").read_text())["perf"],
@@ -132,7 +134,8 @@ def test_fresh_clone_fetches_the_state_and_guards_for_github_actions(pytester, m
     summary = Path(gh["GITHUB_STEP_SUMMARY"]).read_text()
     assert summary.count("### pytest-ditar guard: ") == 2, summary
     assert "guard: **PASS** (tolerance 15%)" in summary and "guard: **FAIL** (tolerance 15%)" in summary, summary
-    assert f"- {failed['failures'][0]}" in summary and f"| {failed['lane']} | " in summary, summary
+    # a failure may quote the candidate's text: the summary holds it escaped (it renders as the same text)
+    assert f"- {md_text(failed['failures'][0])}" in summary and f"| {failed['lane']} | " in summary, summary
     assert sorted((clone / ".autoresearch/t/runs").iterdir()) == runs  # the guard records nothing
     if available():
         for doc in (refused, passed, failed):
