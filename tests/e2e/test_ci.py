@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_ditar.core.ci import md_text
+
 from candidates import REDUNDANT, STOCK, slowed
 from conftest import REPO, research_project
 from jsonschemas import available, validate
-
-from pytest_ditar.core.ci import md_text
 
 # test_guard.py's settings: every lane grows until a slowdown beyond the tolerance is shown or
 # ruled out; the planted slowdown (50%) is over three times the tolerance (15%), for a loaded CI box.

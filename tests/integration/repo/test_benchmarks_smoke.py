@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = ["perf_lanes.py", "multi_gpu.py", "ladder.py", "worker_overhead.py", "report_speed.py", "fixed_cost.py",
-           "profile_rungs.py", "compile_reference.py"]
+           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py"]
 
 # One interpreter for all of them: torch and diffusers are imported once.
 HELP_ALL = r"""
@@ -65,3 +65,21 @@ def test_worker_overhead_runs_on_the_tiny_suite(tmp_path: Path, model_cache: Pat
     assert lane["round_trip_median_ms"] > 0
     assert data["transport"]["bytes"] == 2 * 64 * 64 * 3 + 2 * 4 * 8 * 8 * 4
     assert "worker/in-proc" in res.stdout and "transport alone" in res.stdout
+
+
+def test_chained_vs_outside_plans_three_exact_wins() -> None:
+    """The baseline runs two redundant passes; each step removes work, the last is the lean rung."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import chained_vs_outside as cvo
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    stock = (REPO / "mutable/pipeline.py").read_text()
+    base = cvo.stock_with(2, stock)
+    steps = cvo.plan(stock)
+    assert base.count("# thrown away") == 2
+    assert [n for n, _, _ in steps] == ["drop_one", "drop_two", "lean"]
+    assert steps[0][2].count("# thrown away") == 1 and steps[1][2] == stock
+    assert "LEAN = True" in steps[2][2] and "# thrown away" not in steps[2][2]
+    assert cvo.not_judged("DITAR VERDICT: DISCARD lane=latency_b1 unstable")
+    assert not cvo.not_judged("DITAR VERDICT: KEEP")
