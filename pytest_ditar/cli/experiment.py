@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.config.project import load_config
@@ -156,6 +156,20 @@ def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str, ini_dir: Pa
     if args.device:
         cmd.append(f"--ditar-device={args.device}")
     return cmd
+
+
+def run_judge(cfg: Path, args: argparse.Namespace, prefix: str, command: Callable[[Path], list[str]]) -> int:
+    """A report-only judge (`try`, `guard`): refused before pytest reads a file of the project
+    (hermetic_refusal), else `command(ini_dir)` run from the project root, git hardened, the
+    judge's ini written in a temporary folder of `prefix`."""
+    refusal = hermetic_refusal(cfg, args.pytest_args, args.tag)
+    if refusal:
+        print(f"DITAR REFUSED: {refusal}")
+        return int(Exit.REFUSED)
+    root = load_config(cfg).root
+    os.environ.update(judge_env(root))
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        return subprocess.call(command(Path(tmp)), cwd=root)
 
 
 def judge_pytest(cfg: Path, tag: str | None, ini_dir: Path) -> list[str]:

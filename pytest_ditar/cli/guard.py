@@ -9,16 +9,10 @@ judge's own configuration (its ini, the project root as rootdir, no conftest). a
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
-from pytest_ditar.cli.experiment import BENCHMARK_QUIET, hermetic_refusal, judge_pytest, plugin_flag
-from pytest_ditar.config.project import load_config
-from pytest_ditar.loop.options import Exit
-from pytest_ditar.vcs.hardened import judge_env
+from pytest_ditar.cli.experiment import BENCHMARK_QUIET, judge_pytest, plugin_flag, run_judge
 
 
 class Guard(Command):
@@ -40,18 +34,11 @@ class Guard(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         cfg = config_path(args)
-        refusal = hermetic_refusal(cfg, args.pytest_args, args.tag)  # before pytest reads a file of the project
-        if refusal:
-            print(f"DITAR REFUSED: {refusal}")
-            return int(Exit.REFUSED)
-        root = load_config(cfg).root
-        os.environ.update(judge_env(root))
-        with tempfile.TemporaryDirectory(prefix="ditar-guard-") as tmp:
-            cmd = [*judge_pytest(cfg, args.tag, Path(tmp)), *plugin_flag(), "-p", "no:cacheprovider",
-                   f"--ditar-config={cfg}", "--ditar-guard", f"--ditar-guard-tolerance={args.tolerance}",
-                   *([] if args.benchmark_tables else [BENCHMARK_QUIET]),
-                   *([f"--ditar-tag={args.tag}"] if args.tag else []),
-                   *([f"--ditar-device={args.device}"] if args.device else []),
-                   *([f"--ditar-json={Path(args.json).resolve()}"] if args.json else []),
-                   *(a for a in args.pytest_args if a != "--")]
-            return subprocess.call(cmd, cwd=root)
+        return run_judge(cfg, args, "ditar-guard-", lambda ini_dir: [
+            *judge_pytest(cfg, args.tag, ini_dir), *plugin_flag(), "-p", "no:cacheprovider",
+            f"--ditar-config={cfg}", "--ditar-guard", f"--ditar-guard-tolerance={args.tolerance}",
+            *([] if args.benchmark_tables else [BENCHMARK_QUIET]),
+            *([f"--ditar-tag={args.tag}"] if args.tag else []),
+            *([f"--ditar-device={args.device}"] if args.device else []),
+            *([f"--ditar-json={Path(args.json).resolve()}"] if args.json else []),
+            *(a for a in args.pytest_args if a != "--")])

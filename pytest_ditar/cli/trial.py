@@ -10,17 +10,10 @@ Each try is noted in the tag's tried.jsonl, which `dit-ar status` lists: a dropp
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
-import tempfile
-from pathlib import Path
 
 from pytest_ditar.cli.command import Command, config_path
-from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, hermetic_refusal, pytest_command
-from pytest_ditar.config.project import load_config
+from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, pytest_command, run_judge
 from pytest_ditar.core.vocabulary import CLASSES
-from pytest_ditar.loop.options import Exit
-from pytest_ditar.vcs.hardened import judge_env
 
 
 class Try(Command):
@@ -42,16 +35,8 @@ class Try(Command):
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         cfg = config_path(args)
-        described = [f"--ditar-description={args.description}"] if args.description else []
-        refusal = hermetic_refusal(cfg, args.pytest_args, args.tag)  # before pytest reads a file of the project
-        if refusal:
-            print(f"DITAR REFUSED: {refusal}")
-            return int(Exit.REFUSED)
-        root = load_config(cfg).root
-        os.environ.update(judge_env(root))
-        with tempfile.TemporaryDirectory(prefix="ditar-try-") as tmp:
-            cmd = pytest_command(args, cfg, "--ditar-try", *described,
-                                 *([] if args.benchmark_tables else [BENCHMARK_QUIET]), ini_dir=Path(tmp))
-            # the outcome's status (loop.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
-            # 4 refused, pytest's own code for a run that could not happen
-            return subprocess.call(cmd, cwd=root)
+        flags = ["--ditar-try", *([f"--ditar-description={args.description}"] if args.description else []),
+                 *([] if args.benchmark_tables else [BENCHMARK_QUIET])]
+        # the outcome's status (loop.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
+        # 4 refused, pytest's own code for a run that could not happen
+        return run_judge(cfg, args, "ditar-try-", lambda ini_dir: pytest_command(args, cfg, *flags, ini_dir=ini_dir))
