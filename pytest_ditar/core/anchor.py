@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pytest_ditar.core import distributions as _dist
+from pytest_ditar.core.vocabulary import NOT_THE_KEPT_BUILD
 
 MIN_ROUNDS = 6  # fewer paired rounds say nothing about a ratio
 MIN_DRIFT = 0.05  # a ratio worse by less than this is not called drift (perf.drift_tolerance)
@@ -105,9 +106,6 @@ def drift(champion: Sequence[float], anchor: Sequence[float], kept: float, *, al
     now = float(np.exp(np.median(logs)))
     shown = p < alpha and now / kept > 1.0 + minimum
     return AnchorDrift(kept, now, max(high, now / kept), p, int(d.size), minimum, shown)
-
-
-NOT_THE_KEPT_BUILD = 2.0  # a champion this much slower relative to the anchor than when kept: no win is judged
 
 
 def charge(ci_low: float, bar: float, found: AnchorDrift) -> tuple[bool, str]:

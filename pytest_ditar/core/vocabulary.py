@@ -17,12 +17,10 @@ STATUSES: tuple[str, ...] = ("KEEP", "DISCARD", "CRASH")
 LANE_VERDICTS: tuple[str, ...] = ("FASTER", "NOT_FASTER", "SLOWER", "UNSTABLE", "REGRESSED", "OK", "MISSING",
                                   "REJECTED")
 ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
-# A champion at half its kept speed or slower in a run (a third on a CPU lane, whose host swings
-# more under load) is not the champion that was kept: no win against it is judged, however large
-# (a sandbag slows one lane more than another, so one lane's drift does not bound what another's
-# win owes to it). A guard lane found so carries the cause NOT_KEPT_BUILD (core.decision reads it).
+# A champion twice as slow relative to the anchor as when it was kept (core.anchor) is not the
+# champion that was kept: no win against it is judged, however large. NOT_KEPT_BUILD: the cause a
+# lane found so carries (core.rerun counts it as the champion's doing).
 NOT_THE_KEPT_BUILD = 2.0
-NOT_THE_KEPT_BUILD_CPU = 3.0
 NOT_KEPT_BUILD = "not_kept_build"
 
 # What a lane measures (its suite's `kind:`, loop.lanekinds): "time" is the timed lane every suite has.
