@@ -11,6 +11,7 @@ plugin installed.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
@@ -132,7 +133,7 @@ def ditar_start(early_config: pytest.Config) -> Start | None:
     """This pytest start when it is a ditar run (asked for with a --ditar-* option, or collecting
     the suites), and not an xdist worker (its controller's command line was checked); else None.
     Decided from the command line alone: no conftest has loaded yet."""
-    if hasattr(early_config, "workerinput"):
+    if hasattr(early_config, "workerinput") or not parsed_from_a_command_line():
         return None
     ns = early_config.known_args_namespace
     path = getattr(ns, "ditar_config", None) or os.environ.get(ENV_CONFIG)
@@ -166,6 +167,19 @@ def ditar_start(early_config: pytest.Config) -> Start | None:
     return Start(cfg, Path(path).resolve(), suites, here,
                  judgetree.judge_started(early_config.invocation_params.args, cfg),
                  bool(getattr(ns, "ditar_baseline", False)))
+
+
+def parsed_from_a_command_line() -> bool:
+    """Whether this config is pytest's parse of a command line (`pytest`, `python -m pytest`,
+    `pytest.main`): its `pytest_cmdline_parse` hook is on the stack. A config another tool builds
+    for its own use (`pytest-benchmark compare` calls `Config.fromdictargs`) runs no session, so
+    it is never a ditar run: handed over, it would start a gated run nobody asked for."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "pytest_cmdline_parse":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def hermetic_refusal(early_config: pytest.Config, start: Start | None) -> str | None:
@@ -209,7 +223,6 @@ def delegate(early_config: pytest.Config, start: Start) -> NoReturn:
     run's. A ditar run that is never handed over (its config named by a conftest alone) is refused
     at configure (`before_configure`)."""
     import subprocess
-    import sys
     import tempfile
 
     from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run handed over only

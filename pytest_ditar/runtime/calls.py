@@ -62,12 +62,10 @@ def timed_call(worker: CandidateWorker, others: list, req: Request, timeout_s: f
     return out
 
 
-def empty_call(worker: CandidateWorker, others: list) -> float | None:
+def empty_call(worker: CandidateWorker, others: list) -> float:
     """Seconds of one call that does no work, on the judge's clock with every other worker paused:
     the harness's round trip (pause, resume, the request, the reply) that sits in every timed
-    call. None for a worker without one (a multi-GPU group)."""
-    if not hasattr(worker, "empty"):
-        return None
+    call (a group's: to its last rank's reply)."""
     with only_running(worker, others):
         t0 = judge_clock()
         worker.empty()

@@ -281,9 +281,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
             m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
             if empty and state["round"] < anchor_rounds:  # a median of the round trip: the first rounds tell it
                 for key, (w, _) in sides.items():
-                    took = empty_call(w, workers)
-                    if took is not None:
-                        m.empty_s.setdefault(names[key], []).append(took)
+                    m.empty_s.setdefault(names[key], []).append(empty_call(w, workers))
             rec.end_round()  # the device's and the host's state of this round
             state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
             if progress:

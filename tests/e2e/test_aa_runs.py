@@ -6,9 +6,6 @@ slowed for a lane's rounds reads as a win: 1 of 10 runs was called FASTER on a l
 """
 import re
 
-import diffusers  # noqa: F401 - preloaded so pytester's in-process runs do not re-import torch
-import torch  # noqa: F401
-
 from candidates import COMMENT_ONLY
 
 
@@ -18,7 +15,7 @@ def test_unchanged_candidate_is_never_kept_over_ten_aa_runs(research_twin):
     proj.commit_candidate(COMMENT_ONLY, "exact", "same code")
     verdicts, lines = [], []
     for _ in range(10):
-        res = proj.pytester.runpytest_inprocess("-p", "no:cacheprovider", "-m", "perf", "-k", "latency_b1")
+        res = proj.pytest("-m", "perf", "-k", "latency_b1")  # a plain `pytest`, handed over to the judge
         m = re.search(r"ditar: lane latency_b1: (\w+).*", res.stdout.str())
         assert m, res.stdout.str()[-2000:]
         verdicts.append(m.group(1))

@@ -213,8 +213,8 @@ def test_a_branch_without_the_champion_gets_its_candidate_moved_onto_it(research
     proj = research
     champ = proj.head()
     proj.git("checkout", "-q", "--orphan", "rebuilt")  # a history of its own, without the champion
-    proj.write("NOTES.md", "rebuilt\n")
-    proj.git("add", "NOTES.md")
+    proj.write("mutable/NOTES.md", "rebuilt\n")  # inside the mutable paths: the tree check passes it
+    proj.git("add", "mutable/NOTES.md")
     other = proj.commit_candidate(STOCK, None, "unrelated base")
     proj.git("checkout", "-q", "autoresearch/t")
     proj.git("reset", "-q", "--hard", other)

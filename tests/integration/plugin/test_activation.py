@@ -81,3 +81,27 @@ def test_the_entry_module_imports_nothing_heavy():
     assert ours == ["pytest_ditar", "pytest_ditar.plugin", "pytest_ditar.plugin.hooks"], ours
     heavy = [m for m in new if m.split(".")[0] in {"pytest", "_pytest", "numpy", "torch", "yaml", "git"}]
     assert not heavy, heavy
+
+
+def test_a_config_another_tool_builds_is_never_a_ditar_run(project):
+    """`pytest-benchmark compare` builds a pytest Config (`Config.fromdictargs`) in whatever folder
+    it runs in, plugins and all, and runs no session. In a research project's root, where a plain
+    `pytest` is a ditar run handed to the judge, it must stay a table: no pytest of the judge's,
+    no header, nothing of ours (it once started a whole gated run and took its exit status)."""
+    bench = {"machine_info": {}, "commit_info": {}, "datetime": "2026-01-01T00:00:00", "version": "5.1.0",
+             "benchmarks": [{"group": "g", "name": "test_x", "fullname": "t.py::test_x", "params": None,
+                             "param": None, "extra_info": {}, "options": {},
+                             "stats": {"min": 1.0, "max": 1.0, "mean": 1.0, "stddev": 0.0, "rounds": 1,
+                                       "median": 1.0, "iqr": 0.0, "q1": 1.0, "q3": 1.0, "iqr_outliers": 0,
+                                       "stddev_outliers": 0, "outliers": "0;0", "ld15iqr": 1.0,
+                                       "hd15iqr": 1.0, "ops": 1.0, "total": 1.0, "iterations": 1,
+                                       "data": [1.0]}}]}
+    out = project.root.parent / "bench.json"
+    out.write_text(json.dumps(bench))
+    cli = [sys.executable, "-c", "from pytest_benchmark.cli import main; main()"]
+    res = subprocess.run([*cli, "compare", str(out), "--columns", "median"], cwd=project.root,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "test_x" in res.stdout, res.stdout
+    assert not [line for line in res.stdout.splitlines() if line.startswith(("ditar", "DITAR"))], res.stdout
+    assert "test session starts" not in res.stdout, res.stdout
