@@ -24,7 +24,7 @@ from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 def _errors(gate: Any) -> list[dict[str, Any]]:
     seen, out = set(), []
-    for e in gate.sess.errors:
+    for e in gate.results.errors:
         if str(e) not in seen:
             seen.add(str(e))
             out.append({"kind": e.kind, "message": e.message, "where": e.where, "item": e.item})
@@ -36,18 +36,18 @@ def document(gate: Any, exit_status: int) -> dict[str, Any]:
     s = gate.sess
     if gate.opts.guard is not None:
         tol = float(gate.opts.guard)
-        outcomes = s.outcomes()
+        outcomes = gate.results.outcomes()
         expected = sorted(gate.lanes_collected)
         return verdict_json.guard_record(
             gate.guard_line, exit_status, tolerance=tol, failures=list(gate.guard_failures),
             failing=guard.failing_lanes(outcomes, expected, tol) if gate.guard_line else [],
-            lanes=s.lanes_dict(),
+            lanes=gate.results.lanes_dict(),
             objective=s.cfg.objective_lane, errors=_errors(gate), refusal=gate.refusal,
             unresolved=guard.unresolved(outcomes, tol),
             run_dir=str(s.run_dir()) if gate.guard_failures else None)  # a PASS's folder is removed
     errors = _errors(gate) if gate.gated else ()
     if gate.result is not None:
-        return verdict_json.record(gate.result, exit_status, lanes=s.lanes_dict(), run_dir=str(s.run_dir()),
+        return verdict_json.record(gate.result, exit_status, lanes=gate.results.lanes_dict(), run_dir=str(s.run_dir()),
                                    errors=errors)
     return verdict_json.record(None, exit_status, refusal=gate.refusal, line=gate.final_line(), errors=errors)
 

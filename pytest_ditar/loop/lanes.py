@@ -32,6 +32,8 @@ from pytest_ditar.core.errors import CandidateError, ReferenceFailure
 from pytest_ditar.core.vocabulary import INTERFERENCE, SHARED_DEVICE
 from pytest_ditar.hardware import exclusivity
 from pytest_ditar.loop import champion, holdout, lanechecks as checks, lanekinds
+from pytest_ditar.loop.results import RunResults, corpus_through
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime import proctree, zygote
 from pytest_ditar.runtime.calls import new_stream, output_audit
 from pytest_ditar.runtime.group import rank_device
@@ -214,9 +216,10 @@ class LaneRunner:
     judges it. `gated` says whether this run decides (the caching probe, the candidate's class
     claim for the audit); `progress` gets the rounds done."""
 
-    def __init__(self, sess: Any, gated: Callable[[], bool], claimed_class: Callable[[], str | None],
-                 guard: Callable[[], float | None] = lambda: None):
+    def __init__(self, sess: DitarSession, results: RunResults, gated: Callable[[], bool],
+                 claimed_class: Callable[[], str | None], guard: Callable[[], float | None] = lambda: None):
         self.sess = sess
+        self.results = results  # the run's (loop.results): lanes, errors and the reference's refusal go there
         self.gated = gated
         self.claimed_class = claimed_class
         self.guard = guard  # `--ditar-guard`'s tolerance, None outside a guard
@@ -224,6 +227,7 @@ class LaneRunner:
         self._twin: dict[int, Any] = {}
         self._anchor: Any = None
         self._stream: Any = None
+        self._replayed: set[str] = set()  # the references that answered the corpus (results.corpus_through)
 
     def champion(self, ranks: int = 1) -> Any:
         """The champion's own code, written from its commit's blobs and built in its worker (its
@@ -236,12 +240,12 @@ class LaneRunner:
             st = queries.state(self.sess.cfg.root)
             # the working tree is the candidate: edited (`dit-ar try`), it differs from HEAD even
             # where HEAD is the champion, so the champion is timed beside it
-            head = None if st.dirty_paths or self.sess.beside_champion else st.head
+            head = None if st.dirty_paths or self.guard() is not None else st.head
             commit = champion.commit(self.sess)
             try:  # booked as perf.build_champion
                 self._champion[ranks] = champion.build(self.sess, commit, head, ranks=ranks)
             except Exception as exc:  # noqa: BLE001 - whatever stopped it, the run cannot judge
-                if exc in self.sess.errors:  # the candidate's doing (its code edited the champion's): a CRASH
+                if exc in self.results.errors:  # the candidate's doing (its code edited the champion's): a CRASH
                     raise
                 raise self._reference_failed(f"champion {str(commit)[:7]}", "could not be built", exc) from exc
         return self._champion[ranks]
@@ -250,8 +254,7 @@ class LaneRunner:
         """The run's refusal for a reference that failed: named, with its error; never the candidate's."""
         said = str(exc).replace("candidate raised", "its code raised", 1)  # the reference's code, not the candidate's
         err = ReferenceFailure(f"{who} {what} in its role: {said if isinstance(exc, CandidateError) else repr(exc)}")
-        if self.sess.reference_error is None:
-            self.sess.refuse_reference(str(err))
+        self.results.refuse_reference(str(err))
         return err
 
     def anchor(self) -> Any:
@@ -274,7 +277,7 @@ class LaneRunner:
         if self._twin.get(ranks) is None and self.sess.cfg.perf.twin:
             commit = champion.commit(self.sess)
             if commit:
-                self._twin[ranks] = self.sess.build_twin(commit, TWIN_PHASE, ranks=ranks)
+                self._twin[ranks] = self.sess.build_at_commit(commit, TWIN_PHASE, ranks=ranks, role="twin")
         return self._twin.get(ranks)
 
     def requests(self) -> Any:
@@ -311,7 +314,7 @@ class LaneRunner:
                 sequential = guard_plan_for(lane, sess.cfg.perf, perf_cfg.guard_tolerance)
             for w in (cand, champ, twin) if ranks == 1 else ():  # the same history of requests on every side
                 if w is not None:
-                    sess.corpus_through(w)
+                    corpus_through(sess, self.results, w, self._replayed)
             anchor_w = (self.anchor() or champ) if objective and champ is not None and ranks == 1 else None
             m, watch = self._measure(lane, cand, champ, twin, sequential, benchmark, progress, objective, anchor_w)
         except CandidateError as exc:
@@ -321,8 +324,8 @@ class LaneRunner:
                 who = {id(twin): "the champion's twin", id(self._anchor): "the anchor (the baseline's code)"}.get(
                     id(failed), "the champion")
                 raise self._reference_failed(who, "failed while timed", exc) from exc
-            if exc not in sess.errors:
-                sess.errors.append(exc)
+            if exc not in self.results.errors:
+                self.results.add_error(exc)
             raise
         sess.clock.timed(m.timed_s)
         stored = champion.stored_lanes(sess).get(lane.name)
@@ -344,18 +347,19 @@ class LaneRunner:
                     stored_samples=stored_samples, sequential=sequential if objective else None,
                     kept_anchor=kept_anchor, stored_host_s=stored.host_s if stored is not None else [],
                     guard_run=tolerance is not None, device=exclusivity.combine([wt.report for wt in watch]))
-        res = champion.with_flops(sess, lane, res)
+        res = champion.with_flops(sess, self.results, lane, res)
         sess.check_worktrees()  # the champion's and baseline's worktrees must still be their commits
         if benchmark is not None and not getattr(benchmark, "disabled", False):
             benchmark.extra_info.update(verdict_story(res, champ_samples))  # benchmark.json tells the verdict's story
-        sess.put_lane(res)
+        self.results.add_lane(res)
         return res
 
     def _run_kind(self, kind: lanekinds.LaneKind, lane: Any) -> LaneResult:
         """A lane of another kind (loop.lanekinds): its measure against the champion's worker, its judge."""
         sess = self.sess
         holdout.settle(sess)  # as for a timed lane: the holdout's reference may run on the champion's worker
-        perf_cfg = sess.cfg.perf if self.guard() is None else replace(sess.cfg.perf, guard_tolerance=self.guard())
+        tolerance = self.guard()
+        perf_cfg = sess.cfg.perf if tolerance is None else replace(sess.cfg.perf, guard_tolerance=tolerance)
         champ = None
         try:
             cand = sess.get_candidate()
@@ -366,12 +370,12 @@ class LaneRunner:
         except CandidateError as exc:
             if champ is not None and getattr(champ, "error", None) is exc:
                 raise self._reference_failed("the champion", "failed while measured", exc) from exc
-            if exc not in sess.errors:
-                sess.errors.append(exc)
+            if exc not in self.results.errors:
+                self.results.add_error(exc)
             raise
         res = kind.judge(m, perf_cfg)
         sess.check_worktrees()
-        sess.put_lane(res)
+        self.results.add_lane(res)
         return res
 
     def _measure(self, lane: Any, cand: Any, champ: Any, twin: Any, sequential: Sequential | None, benchmark: Any,

@@ -10,6 +10,8 @@ from typing import Any
 from pytest_ditar.core.reach import Reach, smallest_win
 from pytest_ditar.loop import champion
 from pytest_ditar.loop.lanes import plan_for
+from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.session import DitarSession
 
 
 def lane_reach(measurement: Mapping[str, Any], lane: Any, perf: Any) -> Reach | None:
@@ -43,11 +45,11 @@ def baseline_reach(lanes: Mapping[str, Any], suite: Any, perf: Any) -> dict[str,
     return out
 
 
-def undecided_note(sess: Any) -> str | None:
+def undecided_note(sess: DitarSession, results: RunResults) -> str | None:
     """After a run whose objective lane stopped undecided (its budget or its last look, the
     measurement's `undecided`): the smallest win that lane resolves, from the baseline's A/A."""
     name = sess.cfg.objective_lane
-    res = sess.lanes.get(name)
+    res = results.lanes.get(name)
     if res is None or getattr(res.measurement, "undecided", None) is None:
         return None
     ln = sess.suite.lane(name)

@@ -47,8 +47,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("runtime/peaks.py", "m.seeds.append(...)"): "the LaneMeasurement this function makes, filled as it measures",
     ("runtime/peaks.py", "m.orders.append(...)"): "the LaneMeasurement this function makes, filled as it measures",
     ("runtime/peaks.py", "m.peaks.setdefault(...)"): "the LaneMeasurement this function makes, filled as it measures",
-    ("runtime/profiler.py", "setattr(obj, ...)"): "the candidate's scheduler: the method wrapped by install(), put back",
-    ("runtime/profiler.py", "obj.__dict__.pop(...)"): "the candidate's scheduler: the wrapper install() added, removed",
+    ("runtime/profiler.py", "setattr(obj, ...)"): "the candidate's scheduler: a method install() wrapped, put back",
+    ("runtime/profiler.py", "obj.__dict__.pop(...)"): "the candidate's scheduler: a wrapper install() added, removed",
     ("runtime/profiler.py", "setattr(sched, ...)"): "the candidate's scheduler: a method wrapped in a profiler range",
     ("core/attribution.py", "stack[-1].children.append(...)"): "the module's own _Node tree, built in this function",
 }
