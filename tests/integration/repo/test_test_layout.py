@@ -76,7 +76,6 @@ INDIRECT = {
                                  "test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run",
     "pytest_ditar.loop.verify": "tests/e2e/test_firewall.py::"
                                 "test_verify_catches_an_edited_manifest_through_the_ledger_anchor",
-    "pytest_ditar.store.shards": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
     # the plugin: loaded by pytest (entry point pytest11), in every run of a project
     "pytest_ditar.plugin.activation": "tests/integration/plugin/test_activation.py::"
                                       "test_the_suites_folder_or_a_ditar_option_make_a_ditar_run",
