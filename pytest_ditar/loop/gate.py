@@ -231,7 +231,7 @@ class Gate:
 
     def _kept_classes(self) -> list[str]:
         rows = self.ledger.rows()
-        return [str(r["class"]) for r in kept_rows(rows)]
+        return [r.cls for r in kept_rows(rows)]
 
     def _class_gate(self, cls: str) -> GuardResult:
         why = class_refusal(self.sess.cfg, cls)  # the smoke check refuses with the same words

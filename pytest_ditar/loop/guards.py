@@ -14,6 +14,7 @@ from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.hardware.profiles import check_features, get_profile
 from pytest_ditar.loop import backup
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.vcs import queries, trees
 
 _SKIP_PARTS = {"__pycache__", ".index", ".pytest_cache"}
@@ -113,7 +114,7 @@ MAX_WALK = 50  # commits looked at above the champion before the count is given 
 
 
 def one_commit_refusal(root: Path, st: queries.RepoState, champion: str,
-                       rows: Iterable[Mapping[str, Any]] = (), paths: TagPaths | None = None) -> str | None:
+                       rows: Iterable[LedgerRow] = (), paths: TagPaths | None = None) -> str | None:
     """HEAD must be one commit above the champion. Otherwise the refusal says what the state is
     and the one command that fixes it: a commit left in place below HEAD (judged DISCARD/CRASH
     by the ledger but never reverted, or the candidate of a run that ended without a verdict, as
@@ -124,10 +125,10 @@ def one_commit_refusal(root: Path, st: queries.RepoState, champion: str,
         return None
     head, c7 = str(st.head), champion[:7]
     rows = list(rows)
-    left_why = {str(r.get("commit")): f"recorded as {r.get('status')} but never reverted (a revert that failed, or "
-                                      "--ditar-no-revert)" for r in rows if r.get("status") in ("DISCARD", "CRASH")}
+    left_why = {r.commit: f"recorded as {r.status} but never reverted (a revert that failed, or "
+                          "--ditar-no-revert)" for r in rows if r.status in ("DISCARD", "CRASH")}
     mark = backup.marker(root, paths) if paths is not None else None  # the last gated run's commit
-    if mark is not None and mark.head and mark.head not in {str(r.get("commit")) for r in rows}:
+    if mark is not None and mark.head and mark.head not in {r.commit for r in rows}:
         left_why[mark.head] = "the candidate of a run that ended without a verdict (interrupted or killed)"
     if not queries.is_ancestor(root, champion, head):
         return (f"guard one_commit: HEAD {head[:7]}'s parent {str(st.parent)[:7]} is not the champion {c7}, and the "
@@ -216,7 +217,7 @@ def feature_guard(dtypes: set[str], target: str) -> GuardResult:
     return GuardResult("features", not problems, "; ".join(problems))
 
 
-def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[Mapping[str, Any]],
+def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[LedgerRow],
                    since: str | None = None) -> str | None:
     """The change at HEAD was judged on this champion already, or left unjudged twice (core.rerun)."""
     return rerun.refusal(rows, rerun.patch_key(queries.diff_patch(root, champion, head)), champion, since)

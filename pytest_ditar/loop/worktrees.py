@@ -82,12 +82,12 @@ def collect_all(cfg: Any) -> list[dict[str, Any]]:
             sess = json.loads(tag.session_file.read_text())
             ledger = Ledger(tag.dir)
             led = ledger.rows()
-            exps = [r for r in led if r.get("status") in STATUSES]
+            exps = [r for r in led if r.status in STATUSES]
             champ = champion_row(exps)
             rows.append({"tag": tag.tag, "branch": sess.get("branch"), "checked_out": wt["branch"],
                          "worktree": wt["path"], "gpu": sess.get("gpu"),
                          "baseline": (tag.baseline / MANIFEST).is_file(),
-                         "champion": champ["commit"] if champ else None,
+                         "champion": champ.commit if champ else None,
                          # a run that judged nothing is not a DISCARD (core.rerun.counts), as in `dit-ar status`
                          "counts": counts(exps)})
     return rows
