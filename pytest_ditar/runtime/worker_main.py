@@ -442,7 +442,7 @@ def _join_group(backend: str, device: str) -> None:
     import torch
     import torch.distributed as dist
 
-    extra: dict[str, torch.device] = {}
+    extra: dict[str, Any] = {}  # Any: init_process_group checks each keyword against its own parameter
     if backend == "nccl":
         torch.cuda.set_device(device)
         extra["device_id"] = torch.device(device)  # NCCL bound to this rank's GPU up front
