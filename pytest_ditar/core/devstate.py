@@ -58,8 +58,9 @@ def round_state(reads: Sequence[State]) -> dict[str, object]:
         vals = _numbers(reads, key)
         return how(vals) if vals else None
 
-    out: dict[str, object] = {"load1": pick("load1", max), "cpu_mhz": pick("cpu_mhz", min), "sm_mhz": pick("sm_mhz", min),
-           "mem_mhz": pick("mem_mhz", min), "temp_c": pick("temp_c", max), "power_w": pick("power_w", max)}
+    out: dict[str, object] = {
+        "load1": pick("load1", max), "cpu_mhz": pick("cpu_mhz", min), "sm_mhz": pick("sm_mhz", min),
+        "mem_mhz": pick("mem_mhz", min), "temp_c": pick("temp_c", max), "power_w": pick("power_w", max)}
     out = {k: v for k, v in out.items() if v is not None}
     if any("reasons" in r for r in reads):
         out["reasons"] = sorted({x for r in reads for x in _words(r.get("reasons"))})

@@ -49,7 +49,8 @@ class Marks:
     """The hooks and wrappers installed on one candidate, and how to take them off again."""
 
     handles: list[RemovableHandle] = field(default_factory=list)
-    wrapped: list[tuple[object, str, object, bool]] = field(default_factory=list)  # (object, name, old, was an attribute)
+    # (object, name, the old value, whether it was the object's own attribute)
+    wrapped: list[tuple[object, str, object, bool]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # label -> modules or methods marked
 
     def remove(self) -> None:

@@ -18,13 +18,13 @@ import gc
 import json
 import mmap
 import os
-import socket
 import signal
+import socket
 import sys
 import time
 import traceback
-from multiprocessing.connection import Connection
 from io import BufferedRandom
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Sequence, TypedDict
 
