@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
-from pytest_ditar.config.project import load_config
+from pytest_ditar.config.project import PerfConfig, load_config
 from pytest_ditar.config.semantic import OWNER, availability
+from pytest_ditar.config.suite import Suite
 from pytest_ditar.core.cumulative import cite
 from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
 from pytest_ditar.core.reach import Reach
@@ -104,7 +105,7 @@ def _initialised(cfg, paths) -> bool:
         or branches.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
 
 
-def _baseline(base_dir, suite: Any = None, perf: Any = None) -> dict[str, Any] | None:
+def _baseline(base_dir, suite: Suite | None = None, perf: PerfConfig | None = None) -> dict[str, Any] | None:
     if not (base_dir / MANIFEST).is_file():
         return None
     snap = load_snapshot(base_dir, verify=False)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
+from pytest_ditar.config.project import Config
 from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.hardware.profiles import check_features, get_profile
@@ -54,7 +55,7 @@ def is_mutable(path: str, mutable_paths: Iterable[str]) -> bool:
     return False
 
 
-def config_refusal(cfg: Any, toplevel: Path | None) -> str | None:
+def config_refusal(cfg: Config, toplevel: Path | None) -> str | None:
     """Why `cfg` may not judge a gated run, or None: a gated run uses the repository's own
     config file (<root>/config/autoresearch.json), not one passed from elsewhere, and a `root`
     key may not move the project away from the file's own."""
@@ -162,7 +163,7 @@ class ConfigPin:
     note: str | None = None  # an older baseline that recorded no hash
 
 
-def config_pin(cfg: Any, recorded: str | None, st: queries.RepoState, baseline_commit: str | None) -> ConfigPin:
+def config_pin(cfg: Config, recorded: str | None, st: queries.RepoState, baseline_commit: str | None) -> ConfigPin:
     """A gated run uses the repository's config file at the hash the baseline recorded."""
     if not recorded:
         return ConfigPin(note="ditar: note: the baseline records no config_sha256 (an older baseline): "

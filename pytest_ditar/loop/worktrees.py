@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
+from pytest_ditar.config.project import Config
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.rerun import NOT_JUDGED, counts
@@ -51,7 +52,7 @@ def default_path(root: Path, tag: str) -> Path:
     return root.parent / f"{root.name}-{tag}"
 
 
-def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) -> Path:
+def init_worktree(cfg: Config, tag: str, gpu: int | None, path: str | None = None) -> Path:
     """Create worktree + branch autoresearch/<tag> from HEAD and the tag's state dir in it."""
     # info/exclude is shared by all worktrees, so ignoring the state dir here covers the new one
     st = branches.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
@@ -74,7 +75,7 @@ def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) 
     return wt
 
 
-def collect_all(cfg: Any) -> list[dict[str, Any]]:
+def collect_all(cfg: Config) -> list[dict[str, Any]]:
     """Every tag of every worktree of this repository (the main checkout included)."""
     rows = []
     for wt in trees.list_worktrees(cfg.root):
@@ -93,7 +94,7 @@ def collect_all(cfg: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def status_all(cfg: Any, as_json: bool = False) -> int:
+def status_all(cfg: Config, as_json: bool = False) -> int:
     rows = collect_all(cfg)
     if as_json:
         print(json.dumps(rows, indent=1))
