@@ -10,9 +10,9 @@ from typing import Any
 
 from pytest_ditar import interface
 from pytest_ditar.cli.command import Command, light_session
+from pytest_ditar.config import suite as suites
 from pytest_ditar.config.project import Config
 from pytest_ditar.config.semantic import OWNER, availability
-from pytest_ditar.config import suite as suites
 from pytest_ditar.core.errors import ConfigError
 from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS
 from pytest_ditar.runtime.models import model_location

@@ -17,21 +17,25 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store import shards
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths
 
+if TYPE_CHECKING:  # the record calls these phases: its type only, here
+    from pytest_ditar.loop.record import RunFacts
+
 QUALITY, DECIDE = "quality", "decide"
 
 
-def pointer_path(sess: Any) -> Path:
+def pointer_path(sess: DitarSession) -> Path:
     return TagPaths(sess.state_dir).phase_pointer
 
 
-def record_quality(gate: Any) -> str:
+def record_quality(gate: RunFacts) -> str:
     """End of phase 1 on the controller: write the merged session and point at it. Returns the
     summary line that says so."""
     s = gate.sess
@@ -47,7 +51,7 @@ def record_quality(gate: Any) -> str:
             f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
 
 
-def load_quality(gate: Any) -> str | None:
+def load_quality(gate: RunFacts) -> str | None:
     """Start of phase 2 (guards passed): load phase 1 into the session. Returns a refusal or None."""
     s = gate.sess
     p = pointer_path(s)
@@ -68,7 +72,7 @@ def load_quality(gate: Any) -> str | None:
     return None
 
 
-def consume(sess: Any) -> None:
+def consume(sess: DitarSession) -> None:
     """After the decision: the record is spent."""
     pointer_path(sess).unlink(missing_ok=True)
 

@@ -12,6 +12,7 @@ from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core.reach import Reach, smallest_win
 from pytest_ditar.loop import champion
 from pytest_ditar.loop.lanes import plan_for
+from pytest_ditar.loop.session import DitarSession
 
 
 def lane_reach(measurement: Mapping[str, Any], lane: Lane, perf: PerfConfig) -> Reach | None:
@@ -45,7 +46,7 @@ def baseline_reach(lanes: Mapping[str, Any], suite: Suite, perf: PerfConfig) -> 
     return out
 
 
-def undecided_note(sess: Any) -> str | None:
+def undecided_note(sess: DitarSession) -> str | None:
     """After a run whose objective lane stopped undecided (its budget or its last look, the
     measurement's `undecided`): the smallest win that lane resolves, from the baseline's A/A."""
     name = sess.cfg.objective_lane

@@ -19,7 +19,7 @@ import statistics
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, cast
 
 from pytest_ditar.core import rerun, verdict_json
 from pytest_ditar.core.decision import Decision, GuardResult
@@ -38,6 +38,9 @@ from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.vcs import branches, queries
+
+if TYPE_CHECKING:  # preflight reads the record (finish_revert): its type only, here
+    from pytest_ditar.loop.preflight import ExperimentMeta
 
 VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one document (core.verdict_json.record)
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
@@ -67,7 +70,7 @@ class RunFacts(Protocol):
     @property
     def branch(self) -> str | None: ...
     @property
-    def meta(self) -> Any: ...
+    def meta(self) -> ExperimentMeta | None: ...
     @property
     def guards(self) -> list[GuardResult]: ...
     @property
@@ -75,7 +78,7 @@ class RunFacts(Protocol):
     @property
     def state_watch(self) -> backup.Watch | None: ...
     @property
-    def git_watch(self) -> dict[str, Any] | None: ...
+    def git_watch(self) -> gitpins.Pins | None: ...
 
 
 @dataclass(frozen=True)
@@ -335,11 +338,11 @@ def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
             "fingerprint": _fingerprint(s)}
 
 
-def _fingerprint(sess: Any) -> dict[str, Any] | None:
+def _fingerprint(sess: DitarSession) -> dict[str, object] | None:
     """The run's hardware fingerprint (the off-target check collected it already); None where no
     worker could say (a candidate that crashed its worker at start-up)."""
     try:
-        return cast("dict[str, Any]", sess.fingerprint().to_dict())
+        return sess.fingerprint().to_dict()
     except Exception:  # noqa: BLE001 - a convenience for `dit-ar compare`: the verdict stands without it
         return None
 
