@@ -16,16 +16,16 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from pytest_ditar.core import ci, guard, verdict_json
 from pytest_ditar.loop.gate import Gate
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 
-def _errors(gate: Gate) -> list[dict[str, object]]:
+def _errors(gate: Gate) -> list[ci.ErrorDoc]:
     seen: set[str] = set()
-    out: list[dict[str, object]] = []
+    out: list[ci.ErrorDoc] = []
     for e in gate.sess.errors:
         if str(e) not in seen:
             seen.add(str(e))
@@ -33,7 +33,7 @@ def _errors(gate: Gate) -> list[dict[str, object]]:
     return out
 
 
-def document(gate: Gate, exit_status: int) -> dict[str, Any]:
+def document(gate: Gate, exit_status: int) -> ci.VerdictDoc:
     """The run's JSON document: a guard's (kind "guard") or a gated run's, refused or decided (kind "gate")."""
     s = gate.sess
     if gate.opts.guard is not None:
@@ -93,7 +93,7 @@ def write_outputs(env: Mapping[str, str], values: Mapping[str, str]) -> None:
         _append(Path(env["GITHUB_OUTPUT"]), ci.output_text(values, f"ghadelimiter_{secrets.token_hex(16)}"))
 
 
-def _markdown(doc: Mapping[str, Any]) -> str:
+def _markdown(doc: ci.VerdictDoc) -> str:
     if doc.get("kind") == "guard":
         return ci.guard_markdown(doc)
     md = None

@@ -26,6 +26,7 @@ from typing import Mapping, TypedDict, cast
 
 from pytest_ditar.vcs import queries
 
+
 class Pins(TypedDict):
     config: dict[str, dict[str, str]]  # file -> {key: digest of its values}
     hooks: dict[str, str]  # hook file -> digest ("link:..." for a link, ":x" where executable)

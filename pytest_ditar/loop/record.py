@@ -19,7 +19,7 @@ import statistics
 import traceback
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Protocol, cast
+from typing import Any, Callable, NamedTuple, Protocol, cast
 
 from pytest_ditar.core import rerun, verdict_json
 from pytest_ditar.core.decision import Decision, GuardResult
@@ -39,11 +39,17 @@ from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.vcs import branches, queries
 
-if TYPE_CHECKING:  # preflight reads the record (finish_revert): its type only, here
-    from pytest_ditar.loop.preflight import ExperimentMeta
-
 VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one document (core.verdict_json.record)
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
+
+
+class Claim(Protocol):
+    """What the record reads of the commit's claim (loop.preflight.ExperimentMeta)."""
+
+    @property
+    def cls(self) -> str: ...
+    @property
+    def description(self) -> str: ...
 
 
 class RunFacts(Protocol):
@@ -70,7 +76,7 @@ class RunFacts(Protocol):
     @property
     def branch(self) -> str | None: ...
     @property
-    def meta(self) -> ExperimentMeta | None: ...
+    def meta(self) -> Claim | None: ...
     @property
     def guards(self) -> list[GuardResult]: ...
     @property
