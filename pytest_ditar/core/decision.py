@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_ditar.core import vocabulary as v
+from pytest_ditar.core.rerun import R
 from pytest_ditar.core.vocabulary import (
     CLASSES,
     ERROR_KINDS,
@@ -345,12 +346,12 @@ def verdict_line(
     return " ".join(parts)
 
 
-def kept_rows(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
+def kept_rows(rows: Iterable[R]) -> list[R]:
     """The KEEP rows of a ledger, oldest first: the last one is the champion (champion_row)."""
-    return [r for r in rows if r.get("status") == "KEEP"]
+    return [r for r in rows if r.status == "KEEP"]
 
 
-def champion_row(rows: Iterable[Mapping[str, object]]) -> Mapping[str, object] | None:
+def champion_row(rows: Iterable[R]) -> R | None:
     """The champion's ledger row, the last KEEP; None before any (then the baseline is the
     champion: loop.champion.commit). Every reader of the champion asks here."""
     kept = kept_rows(rows)

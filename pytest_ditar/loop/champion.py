@@ -26,7 +26,7 @@ BUILD_PHASE = "perf.build_champion"  # the clock's name for checking out and bui
 def kept_commit(ledger: Ledger) -> str | None:
     """The last KEEP's commit; None before any keep."""
     row = champion_row(ledger.rows())
-    return str(row["commit"]) if row else None
+    return row.commit if row else None
 
 
 def baseline_commit(sess: DitarSession) -> str | None:

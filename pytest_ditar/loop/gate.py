@@ -80,7 +80,7 @@ class Gate:
         self.summary_lines: list[str] = []
         self.state_watch: backup.Watch | None = None  # the state directory as the candidate found it
         # the repository's git config and hooks then (loop.gitpins)
-        self.git_watch: dict[str, dict[str, Any]] | None = None
+        self.git_watch: gitpins.Pins | None = None
         self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
         self.test_log = TestLog()  # tests.log's reports, each failure text once
         self.guard_line: str | None = None  # a guard's last line (DITAR GUARD: PASS/FAIL)
@@ -233,7 +233,7 @@ class Gate:
 
     def _kept_classes(self) -> list[str]:
         rows = self.ledger.rows()
-        return [str(r["class"]) for r in kept_rows(rows)]
+        return [r.cls for r in kept_rows(rows)]
 
     def _class_gate(self, cls: str) -> GuardResult:
         why = class_refusal(self.sess.cfg, cls)  # the smoke check refuses with the same words

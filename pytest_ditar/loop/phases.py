@@ -17,13 +17,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Protocol
 
+from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.loop.results import RunResults
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths
+
+
+class QualityRun(Protocol):
+    """What the quality phase reads of a gated run (loop.record.RunFacts, the gate)."""
+
+    @property
+    def sess(self) -> DitarSession: ...
+    @property
+    def results(self) -> RunResults: ...
+    @property
+    def head(self) -> str | None: ...
+    @property
+    def guards(self) -> list[GuardResult]: ...
 
 QUALITY, DECIDE = "quality", "decide"
 
@@ -32,7 +47,7 @@ def pointer_path(sess: DitarSession) -> Path:
     return TagPaths(sess.state_dir).phase_pointer
 
 
-def record_quality(gate: Any) -> str:
+def record_quality(gate: QualityRun) -> str:
     """End of phase 1 on the controller: write the merged session and point at it. Returns the
     summary line that says so."""
     s, r = gate.sess, gate.results
@@ -48,7 +63,7 @@ def record_quality(gate: Any) -> str:
             f"({len(r.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
 
 
-def load_quality(gate: Any) -> str | None:
+def load_quality(gate: QualityRun) -> str | None:
     """Start of phase 2 (guards passed): load phase 1 into the session. Returns a refusal or None."""
     s, r = gate.sess, gate.results
     p = pointer_path(s)

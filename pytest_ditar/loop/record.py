@@ -37,10 +37,20 @@ from pytest_ditar.store import space
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.vcs import branches, queries
 
 VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one document (core.verdict_json.record)
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
+
+
+class Claim(Protocol):
+    """What the record reads of the commit's claim (loop.preflight.ExperimentMeta)."""
+
+    @property
+    def cls(self) -> str: ...
+    @property
+    def description(self) -> str: ...
 
 
 class RunFacts(Protocol):
@@ -69,7 +79,7 @@ class RunFacts(Protocol):
     @property
     def branch(self) -> str | None: ...
     @property
-    def meta(self) -> Any: ...
+    def meta(self) -> Claim | None: ...
     @property
     def guards(self) -> list[GuardResult]: ...
     @property
@@ -77,7 +87,7 @@ class RunFacts(Protocol):
     @property
     def state_watch(self) -> backup.Watch | None: ...
     @property
-    def git_watch(self) -> dict[str, Any] | None: ...
+    def git_watch(self) -> gitpins.Pins | None: ...
 
 
 @dataclass(frozen=True)
@@ -218,7 +228,7 @@ def _append_row(gate: RunFacts, row: dict[str, Any]) -> list[str]:
             rows = gate.ledger.rows()
         except Exception:  # noqa: BLE001
             raise exc from None
-        if not (len(rows) == before + 1 and rows[-1].get("commit") == row.get("commit")):
+        if not (len(rows) == before + 1 and rows[-1].commit == row.get("commit")):
             raise
         return [f"ditar: ledger row recorded, but {exc}"]
     return []
@@ -300,20 +310,20 @@ def _back_up_record(gate: RunFacts, d: Decision) -> tuple[str | None, str | None
         return None, f"ditar: state not backed up to {backup.ref(TagPaths(gate.sess.state_dir))}: {exc}"
 
 
-def finish_revert(root: Path, rows: list[dict[str, Any]], st: queries.RepoState,
+def finish_revert(root: Path, rows: list[LedgerRow], st: queries.RepoState,
                   no_revert: bool) -> tuple[str | None, str | None]:
     """Finish a revert that a kill -9 interrupted (the ledger's last row is DISCARD/CRASH for HEAD),
     with reset --keep, on a tree the gate has found clean. Returns (a refusal when git will not,
     the summary line of a revert finished)."""
-    if not (rows and rows[-1].get("commit") == st.head and rows[-1].get("status") in ("DISCARD", "CRASH")) \
+    if not (rows and rows[-1].commit == st.head and rows[-1].status in ("DISCARD", "CRASH")) \
             or no_revert:
         return None, None
     try:
         branches.revert_to_parent(root, str(st.head))
     except DitarError as exc:
-        return (f"HEAD {str(st.head)[:7]} is recorded as {rows[-1]['status']} but its revert cannot be finished: "
+        return (f"HEAD {str(st.head)[:7]} is recorded as {rows[-1].status} but its revert cannot be finished: "
                 f"{exc}"), None
-    return None, f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1]['status']}"
+    return None, f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1].status}"
 
 
 def oserror_line(exc: OSError) -> str:
@@ -337,7 +347,7 @@ def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
             "fingerprint": _fingerprint(s)}
 
 
-def _fingerprint(sess: DitarSession) -> dict[str, Any] | None:
+def _fingerprint(sess: DitarSession) -> dict[str, object] | None:
     """The run's hardware fingerprint (the off-target check collected it already); None where no
     worker could say (a candidate that crashed its worker at start-up)."""
     try:

@@ -192,7 +192,7 @@ def _champion_trees(sess: DitarSession, manifest: dict[str, Any]) -> Iterator[Ch
     of its own was decided by code the candidate chose (issue 49), whatever its row says."""
     base = manifest.get("git_sha")
     try:
-        kept = [str(r.get("commit")) for r in Ledger(sess.state_dir).rows() if r.get("status") == "KEEP"]
+        kept = [r.commit for r in Ledger(sess.state_dir).rows() if r.status == "KEEP"]
     except LedgerError:
         return  # the chain's check says why
     if not base or not kept:
@@ -240,7 +240,7 @@ def _anchor(ledger: Ledger, digest: str) -> Check:
         rows = ledger.rows()
     except LedgerError as exc:
         return Check("baseline anchor", False, f"the ledger cannot be read: {exc}")
-    found = [ANCHOR.search(str(r.get("description", ""))) for r in rows if r.get("status") == "BASELINE"]
+    found = [ANCHOR.search(r.description) for r in rows if r.status == "BASELINE"]
     anchors = [m.group(1) for m in found if m]
     if not anchors:
         return Check("baseline anchor", False, "no BASELINE row with the manifest's sha256 in the ledger")
