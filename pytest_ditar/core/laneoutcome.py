@@ -16,7 +16,7 @@ The rules, in their order of precedence:
    - the speed-up net of the harness's round trip and the throttled rounds, named,
    - a reference slowed right after the candidate's calls (core.interference.AfterCandidate).
 3. A GPU another process used during the lane makes any of these UNSTABLE, cause shared_device.
-A memory lane (MemoryPeaks) is judged on its peaks alone (rule 3 does not reach it).
+A memory lane is judged on its peaks (MemoryPeaks) in place of rules 1 and 2.
 Rules read the checks' `cause` fields, never their words.
 """
 from __future__ import annotations
