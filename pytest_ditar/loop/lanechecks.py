@@ -8,7 +8,6 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Any
 
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core import anchor, meantime, roundtrip
@@ -48,11 +47,11 @@ def host_ratio(now: Sequence[float], stored: Sequence[float]) -> float:
 
 def information(m: LaneMeasurement, stored_samples: Sequence[float] | None, stored_host_s: Sequence[float] | None,
                  kept_anchor: float | None, drift: anchor.AnchorDrift | None,
-                 net: roundtrip.Net | None) -> dict[str, Any]:
+                 net: roundtrip.Net | None) -> dict[str, object]:
     """What the lane's record says beside its verdict, deciding nothing: the anchor's ratios, the
     champion's in-run median against its stored samples and the host probe then and now (the retired
     drift rule's figures, kept as information), and the speed-up net of the harness's round trip."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if m.anchor_samples:
         out["anchor"] = {"kept_ratio": kept_anchor, "rounds": len(m.anchor_samples),
                          "champion_ratio": anchor.ratio(m.champion_samples, m.anchor_samples),

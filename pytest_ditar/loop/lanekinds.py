@@ -20,7 +20,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.config.suite import Lane, Suite
@@ -48,7 +48,7 @@ class Baseline(Protocol):
     """What the baseline's lanes.json keeps for a lane of the kind (store.records.LaneRecord's dict)."""
 
     def __call__(self, candidate: CandidateWorker, suite: Suite, lane: Lane,
-                 timeout_s: float | None = None) -> dict[str, Any]: ...
+                 timeout_s: float | None = None) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _measure_memory(candidate: CandidateWorker, suite: Suite, lane: Lane, *, cha
 
 
 def _baseline_memory(candidate: CandidateWorker, suite: Suite, lane: Lane,
-                     timeout_s: float | None = None) -> dict[str, Any]:
+                     timeout_s: float | None = None) -> dict[str, object]:
     """The baseline's own peaks on the lane (the record; a memory lane is judged against the champion's
     worker measured beside the candidate, never against stored figures)."""
     m = _measure_memory(candidate, suite, lane, timeout_s=timeout_s)

@@ -1,12 +1,13 @@
-"""The lane policy: what a perf lane is timed against, how it grows, and how it is judged.
+"""The lane policy: what a perf lane is timed against, how it grows, and what its verdict is made of.
 
-One home for the rules that turn a lane's rounds into its verdict (the perf fixture is a few
+One home for the rules that turn a lane's rounds into its evidence (the perf fixture is a few
 lines over `run`): the champion's worker and its twin (a second build of the champion's commit,
 timed in the same randomized rounds: core.sequential says why), the sequential plan and its
 threshold (`perf.min_speedup`), the integrity checks that void the timing (a failed audit, a
 caching candidate, champion drift, interference from the untimed side: core.interference) and
-GPU exclusivity. runtime.lanes times; core.sequential and core.stats decide; loop.lanechecks holds
-the checks a verdict passes after them (interference, total time, the tail's calls, the anchor).
+GPU exclusivity. runtime.lanes times; core.sequential and core.stats give the statistic;
+loop.lanechecks the total time's and the tail's findings; core.laneoutcome.compose alone makes
+the lane's outcome from all of it.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Protocol
 
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.config.suite import Lane
@@ -45,6 +46,13 @@ from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store.records import LaneRecord
 from pytest_ditar.vcs import queries
 
+
+class Benchmark(Protocol):
+    """pytest-benchmark's fixture, as far as a lane uses it (runtime.lanes times its first rounds)."""
+
+    extra_info: dict[str, object]
+
+
 Worker = CandidateWorker  # a side's worker (runtime.group.GroupWorker, one for a multi-GPU lane, is one too)
 
 TWIN_PHASE = "perf.build_twin"  # the clock's name for the wait on the twin's build
@@ -72,7 +80,7 @@ def guard_plan_for(lane: Lane, perf: PerfConfig, tolerance: float) -> Sequential
 
 
 def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
-          noise: Mapping[str, Any] | None, perf_cfg: PerfConfig, stored_samples: list[float] | None = None,
+          noise: Mapping[str, object] | None, perf_cfg: PerfConfig, stored_samples: list[float] | None = None,
           sequential: Sequential | None = None, kept_anchor: float | None = None,
           stored_host_s: list[float] | None = None,
           guard_run: bool = False, device: exclusivity.ExclusivityReport | None = None) -> LaneResult:
@@ -97,7 +105,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         champion_rounds=len(champion_samples), candidate_rounds=len(m.samples),
         foreign=tuple(m.foreign()) if source == "interleaved" else (), pids=dict(m.pids),
         shared_device=device.message() if device is not None and not device.ok else None)
-    comparison: dict[str, Any] = {}
+    comparison: dict[str, object] = {}
     if laneoutcome.voided(ev) is None:
         stat, comparison = _statistic(m, champion_samples, objective=objective, source=source, perf_cfg=perf_cfg,
                                       sequential=sequential if grown else None, guard_run=guard_run, paired=paired,
@@ -122,7 +130,7 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
 
 def _statistic(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
                perf_cfg: PerfConfig, sequential: Sequential | None, guard_run: bool, paired: bool,
-               min_effect: float) -> tuple[Statistic, dict[str, Any]]:
+               min_effect: float) -> tuple[Statistic, dict[str, object]]:
     """What the lane's statistics say of its rounds (the checks that void them passed), and the
     comparison its record keeps: a lane grown by `sequential` by its looks (core.sequential), a
     guard lane grown by core.guard's looks by its last, any other by core.stats."""
@@ -167,7 +175,7 @@ def _guard_statistic(m: LaneMeasurement, looks: list[guard.Look], tolerance: flo
     return Statistic(verdict, last.speedup, last.ci_low, last.ci_high, said)
 
 
-def verdict_story(res: LaneResult, champion_samples: list[float]) -> dict[str, Any]:
+def verdict_story(res: LaneResult, champion_samples: list[float]) -> dict[str, object]:
     """What pytest-benchmark's JSON should say beside its own samples: the verdict, the rounds it
     was judged on (the judge's clock) and what pytest-benchmark's `stats` hold instead."""
     m, oc = res.measurement, res.outcome
@@ -254,7 +262,8 @@ class LaneRunner:
             self._stream = new_stream(self.sess.suite, bytes.fromhex(self.sess.request_secret))
         return self._stream
 
-    def run(self, lane: Lane, benchmark: Any = None, progress: Callable[[int], None] | None = None) -> LaneResult:
+    def run(self, lane: Lane, benchmark: Benchmark | None = None,
+            progress: Callable[[int], None] | None = None) -> LaneResult:
         kind = lanekinds.of(lane)
         if kind is not None:  # a lane that measures something else than time: its kind measures and judges it
             return self._run_kind(kind, lane)
@@ -368,7 +377,7 @@ class LaneRunner:
         sess.put_lane(res)
         return res
 
-    def _measure(self, lane: Lane, sides: _Sides, benchmark: Any, progress: Callable[[int], None] | None,
+    def _measure(self, lane: Lane, sides: _Sides, benchmark: Benchmark | None, progress: Callable[[int], None] | None,
                  objective: bool) -> tuple[LaneMeasurement, list[exclusivity.Watch]]:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
