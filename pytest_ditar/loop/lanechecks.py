@@ -1,8 +1,9 @@
-"""The checks a lane's evidence passes once its statistics spoke (loop.lanes gathers them): the
-summed time a median may hide, the tail rule's 90 calls, the speed-up net of the harness's round
-trip, and what the lane's record says beside its verdict, deciding nothing (the anchor's ratios, the
-retired stored-samples figures). Each returns a frozen finding with a `cause`; core.laneoutcome
-alone turns the findings into the lane's outcome."""
+"""What a lane's rounds show, as evidence (loop.lanes gathers it): the statistic of its rounds
+(core.sequential, core.guard's looks, core.stats), the summed time a median may hide, the tail
+rule's 90 calls, the speed-up net of the harness's round trip, and what the lane's record says
+beside its verdict, deciding nothing (the anchor's ratios, the retired stored-samples figures).
+Each returns a frozen finding (a `cause` where a rule reads one); core.laneoutcome.compose alone
+turns the findings into the lane's outcome."""
 from __future__ import annotations
 
 import statistics
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from pytest_ditar.config.project import PerfConfig
-from pytest_ditar.core import anchor, meantime, roundtrip
+from pytest_ditar.core import anchor, guard, meantime, roundtrip, sequential as seq, stats
 from pytest_ditar.core.laneoutcome import (
     FEW_CALLS,
     ONE_ROUND,
@@ -18,11 +19,12 @@ from pytest_ditar.core.laneoutcome import (
     TAIL_UNPROVEN,
     TOTAL_SLOWER,
     TOTAL_UNPROVEN,
+    Statistic,
     TailCheck,
     TotalCheck,
 )
 from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
-from pytest_ditar.runtime.lanes import LaneMeasurement
+from pytest_ditar.runtime.lanes import LaneMeasurement, Sequential
 
 
 def _trimmed_mean(xs: Sequence[float], cut: float = 0.1) -> float:
@@ -64,6 +66,53 @@ def information(m: LaneMeasurement, stored_samples: Sequence[float] | None, stor
     if net is not None:
         out["net"] = asdict(net)
     return out
+
+
+def statistic(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
+              perf_cfg: PerfConfig, sequential: Sequential | None, guard_run: bool, paired: bool,
+              min_effect: float) -> tuple[Statistic, dict[str, object]]:
+    """What the lane's statistics say of its rounds (the checks that void them passed), and the
+    comparison its record keeps: a lane grown by `sequential` by its looks (core.sequential), a
+    guard lane grown by core.guard's looks by its last, any other by core.stats."""
+    if sequential is not None:
+        looks = [seq.Look(**lk) for lk in m.looks]
+        c = seq.verdict(m.sides(), min_effect, looks, sequential.plan, undecided=m.undecided,
+                        max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
+        refs = "champion and twin in the same randomized rounds" if m.twin_samples else "champion, no twin"
+        comparison = asdict(c)
+        if m.twin_samples:
+            twin = stats.compare(m.champion_samples, m.twin_samples, min_effect=0.0, max_cv=1e9,
+                                 n_boot=perf_cfg.n_boot, paired=True)
+            comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
+        said = f"{c.why} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
+        return Statistic(c.verdict, c.speedup, c.ci_low, c.ci_high, said), comparison
+    if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
+        looks_ = [guard.Look(**lk) for lk in m.looks]
+        return guard_statistic(m, looks_, perf_cfg.guard_tolerance, source, shown_only=guard_run), dict(m.looks[-1])
+    if objective:
+        c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
+                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
+    else:
+        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance,
+                                   n_boot=perf_cfg.n_boot, paired=paired)
+    # c.why, not c.reason: the verdict line already carries the speedup and its CI
+    said = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
+    return Statistic(c.verdict, c.speedup, c.ci_low, c.ci_high, said), asdict(c)
+
+
+def guard_statistic(m: LaneMeasurement, looks: list[guard.Look], tolerance: float, source: str, *,
+                    shown_only: bool) -> Statistic:
+    """A guard lane grown by core.guard's looks is what its last look says: the rule that stopped
+    the rounds is the rule that judges them (and what its record keeps)."""
+    last = looks[-1]
+    slower = guard.counts_as_slower(last, tolerance, shown_only=shown_only)
+    verdict = stats.REGRESSED if slower else stats.OK
+    why = (f"within tolerance {tolerance * 100:.1f}%" if not slower
+           else f"slower beyond tolerance {tolerance * 100:.1f}%" if last.decision == guard.SLOWER
+           else f"slower than 1-{tolerance * 100:.1f}% by its median, not ruled out")
+    said = (f"{why}{guard.growth_note(looks, m.undecided, tolerance)} [{source} paired champion, "
+            f"exact CI at {(1 - last.alpha) * 100:.2f}%]")
+    return Statistic(verdict, last.speedup, last.ci_low, last.ci_high, said)
 
 
 def net(m: LaneMeasurement) -> roundtrip.Net | None:

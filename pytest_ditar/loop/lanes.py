@@ -15,7 +15,7 @@ import contextlib
 import os
 import statistics
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from pytest_ditar.config.project import PerfConfig
@@ -24,16 +24,14 @@ from pytest_ditar.core import (
     anchor,
     devstate,
     effect,
-    guard,
     interference,
     laneoutcome,
     meantime,
     probes,
     sequential as seq,
-    stats,
 )
 from pytest_ditar.core.errors import CandidateError, ReferenceFailure
-from pytest_ditar.core.laneoutcome import LaneEvidence, Statistic
+from pytest_ditar.core.laneoutcome import LaneEvidence
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.hardware import exclusivity
 from pytest_ditar.loop import champion, holdout, lanechecks as checks, lanekinds
@@ -107,9 +105,9 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
         shared_device=device.message() if device is not None and not device.ok else None)
     comparison: dict[str, object] = {}
     if laneoutcome.voided(ev) is None:
-        stat, comparison = _statistic(m, champion_samples, objective=objective, source=source, perf_cfg=perf_cfg,
-                                      sequential=sequential if grown else None, guard_run=guard_run, paired=paired,
-                                      min_effect=min_effect)
+        stat, comparison = checks.statistic(m, champion_samples, objective=objective, source=source,
+                                            perf_cfg=perf_cfg, sequential=sequential if grown else None,
+                                            guard_run=guard_run, paired=paired, min_effect=min_effect)
         drift = None
         if source == "interleaved" and m.anchor_samples and kept_anchor is not None:
             drift = anchor.drift(m.champion_samples, m.anchor_samples, kept_anchor, alpha=perf_cfg.alpha,
@@ -126,53 +124,6 @@ def judge(m: LaneMeasurement, champion_samples: list[float], *, objective: bool,
     if device is not None:
         comparison["exclusivity"] = device.message()
     return LaneResult(m, laneoutcome.compose(ev), source, min_effect, comparison=comparison)
-
-
-def _statistic(m: LaneMeasurement, champion_samples: list[float], *, objective: bool, source: str,
-               perf_cfg: PerfConfig, sequential: Sequential | None, guard_run: bool, paired: bool,
-               min_effect: float) -> tuple[Statistic, dict[str, object]]:
-    """What the lane's statistics say of its rounds (the checks that void them passed), and the
-    comparison its record keeps: a lane grown by `sequential` by its looks (core.sequential), a
-    guard lane grown by core.guard's looks by its last, any other by core.stats."""
-    if sequential is not None:
-        looks = [seq.Look(**lk) for lk in m.looks]
-        c = seq.verdict(m.sides(), min_effect, looks, sequential.plan, undecided=m.undecided,
-                        max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot)
-        refs = "champion and twin in the same randomized rounds" if m.twin_samples else "champion, no twin"
-        comparison = asdict(c)
-        if m.twin_samples:
-            twin = stats.compare(m.champion_samples, m.twin_samples, min_effect=0.0, max_cv=1e9,
-                                 n_boot=perf_cfg.n_boot, paired=True)
-            comparison["twin_vs_champion"] = {"speedup": twin.speedup, "ci_low": twin.ci_low, "ci_high": twin.ci_high}
-        said = f"{c.why} [{source} paired {refs}, threshold {min_effect * 100:.1f}% = min_speedup]"
-        return Statistic(c.verdict, c.speedup, c.ci_low, c.ci_high, said), comparison
-    if paired and not objective and m.looks:  # a guard lane grown by core.guard's looks
-        looks_ = [guard.Look(**lk) for lk in m.looks]
-        return _guard_statistic(m, looks_, perf_cfg.guard_tolerance, source, shown_only=guard_run), dict(m.looks[-1])
-    if objective:
-        c = stats.compare(champion_samples, m.samples, min_effect=min_effect, alpha=perf_cfg.alpha,
-                          max_cv=perf_cfg.max_cv, n_boot=perf_cfg.n_boot, paired=paired)
-    else:
-        c = stats.regression_check(champion_samples, m.samples, perf_cfg.guard_tolerance,
-                                   n_boot=perf_cfg.n_boot, paired=paired)
-    # c.why, not c.reason: the verdict line already carries the speedup and its CI
-    said = f"{c.why} [{source}{' paired' if paired else ''} champion, min effect {min_effect * 100:.1f}%]"
-    return Statistic(c.verdict, c.speedup, c.ci_low, c.ci_high, said), asdict(c)
-
-
-def _guard_statistic(m: LaneMeasurement, looks: list[guard.Look], tolerance: float, source: str, *,
-                     shown_only: bool) -> Statistic:
-    """A guard lane grown by core.guard's looks is what its last look says: the rule that stopped
-    the rounds is the rule that judges them (and what its record keeps)."""
-    last = looks[-1]
-    slower = guard.counts_as_slower(last, tolerance, shown_only=shown_only)
-    verdict = stats.REGRESSED if slower else stats.OK
-    why = (f"within tolerance {tolerance * 100:.1f}%" if not slower
-           else f"slower beyond tolerance {tolerance * 100:.1f}%" if last.decision == guard.SLOWER
-           else f"slower than 1-{tolerance * 100:.1f}% by its median, not ruled out")
-    said = (f"{why}{guard.growth_note(looks, m.undecided, tolerance)} [{source} paired champion, "
-            f"exact CI at {(1 - last.alpha) * 100:.2f}%]")
-    return Statistic(verdict, last.speedup, last.ci_low, last.ci_high, said)
 
 
 def verdict_story(res: LaneResult, champion_samples: list[float]) -> dict[str, object]:
