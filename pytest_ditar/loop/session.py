@@ -22,6 +22,7 @@ from pytest_ditar.loop import roles
 from pytest_ditar.loop.tags import resolve_tag
 from pytest_ditar.loop.worktrees import bound_device
 from pytest_ditar.runtime import boxdir, compiled, logs, zygote
+from pytest_ditar.runtime.clock import process_start_epoch
 from pytest_ditar.runtime.group import GroupWorker
 from pytest_ditar.runtime.harness import make_spec, pick_device, require_pipeline
 from pytest_ditar.runtime.models import resolve_model_dir
@@ -72,7 +73,8 @@ class DitarSession:
     _code_changed: bool = False  # a role's code changed since written: said once (check_worktrees)
     memory_budget_gib: float | None = None  # set by a gated run: each worker's allocator is capped at it
     semantic: SessionScores = field(default_factory=SessionScores)  # evaluators, built on first use + score cache
-    clock: PhaseClock = field(default_factory=PhaseClock)  # where this run's wall time goes
+    # where this run's wall time goes, from the judge process's start
+    clock: PhaseClock = field(default_factory=lambda: PhaseClock(process_start=process_start_epoch()))
     holdout_reference: Any = None  # loop.holdout.Reference: the baseline's fresh outputs, made early
     # set once the candidate is recorded as the champion (a KEEP, a baseline): close() adds what it
     # compiled to the tag's compile cache (runtime.compiled)
