@@ -95,45 +95,60 @@ def install(candidate: object) -> Marks:
     import torch
     from torch.autograd.profiler import record_function
 
-    marks = Marks()
-    stack: list[Any] = []
-
-    def hook(module: Any, label: str) -> None:
-        def enter(*_: Any) -> None:
-            rf = record_function(PREFIX + label)
-            rf.__enter__()
-            stack.append(rf)
-
-        def leave(*_: Any) -> None:
-            if stack:
-                stack.pop().__exit__(None, None, None)
-
-        marks.handles.append(module.register_forward_pre_hook(enter))
-        marks.handles.append(module.register_forward_hook(leave, always_call=True))
-        marks.counts[label] = marks.counts.get(label, 0) + 1
-
+    marker = _Marker(record_function, torch.nn.Module)
     roots, schedulers = _reachable(candidate)
     for root in roots:
+        marker.model(root)
+    for sched in schedulers:
+        marker.scheduler(sched)
+    return marker.marks
+
+
+class _Marker:
+    """Puts the ranges on, into one Marks: a forward pre-hook and hook pair on a module (one stack of
+    open ranges for all of them), a wrapper on a scheduler's method."""
+
+    def __init__(self, record_function: Any, module_type: type):
+        self.marks = Marks()
+        self.record_function, self.module_type = record_function, module_type
+        self.stack: list[Any] = []
+
+    def hook(self, module: Any, label: str) -> None:
+        def enter(*_: Any) -> None:
+            rf = self.record_function(PREFIX + label)
+            rf.__enter__()
+            self.stack.append(rf)
+
+        def leave(*_: Any) -> None:
+            if self.stack:
+                self.stack.pop().__exit__(None, None, None)
+
+        self.marks.handles.append(module.register_forward_pre_hook(enter))
+        self.marks.handles.append(module.register_forward_hook(leave, always_call=True))
+        self.marks.counts[label] = self.marks.counts.get(label, 0) + 1
+
+    def model(self, root: Any) -> None:
+        """A top-level model: a VAE's decoder as one range; a transformer as one, and every inner
+        module whose class names a phase as its own."""
         if _is_vae(root):
             for part in (getattr(root, "post_quant_conv", None), root.decoder):
-                if isinstance(part, torch.nn.Module):
-                    hook(part, "vae")
-            continue
+                if isinstance(part, self.module_type):
+                    self.hook(part, "vae")
+            return
         if "Transformer" in type(root).__name__ or "Transformer" in type(getattr(root, "_orig_mod", None)).__name__:
-            hook(root, "transformer")
+            self.hook(root, "transformer")
         for m in list(root.modules())[1:]:
             label = module_label(c.__name__ for c in type(m).__mro__)
             if label is not None and label in SPAN_PHASE:
-                hook(m, label)
-    for sched in schedulers:
+                self.hook(m, label)
+
+    def scheduler(self, sched: Any) -> None:
         for name, label in SCHEDULER_METHODS.items():
             old = getattr(sched, name, None)
             if callable(old):
-                marks.wrapped.append((sched, name, old, name in vars(sched)))
-                setattr(sched, name, _ranged(old, PREFIX + label, record_function))
-                marks.counts[label] = marks.counts.get(label, 0) + 1
-    return marks
-
+                self.marks.wrapped.append((sched, name, old, name in vars(sched)))
+                setattr(sched, name, _ranged(old, PREFIX + label, self.record_function))
+                self.marks.counts[label] = self.marks.counts.get(label, 0) + 1
 
 def _ranged(fn: Callable[..., Any], name: str, record_function: Any) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
