@@ -21,7 +21,7 @@ from typing import Any
 
 from pytest_ditar.cli.command import Command, light_session
 from pytest_ditar.core import effect, stats
-from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.cumulative import Cited, cite
 from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.store.ledger import Ledger
@@ -56,7 +56,7 @@ class Gate:
     alpha: float
     max_cv: float
     noise: dict[str, Any]  # lane -> the baseline's stored A/A noise (lanes.json)
-    cited: Any = None  # core.cumulative.Cited
+    cited: Cited | None = None
 
 
 class Compare(Command):
@@ -87,7 +87,7 @@ class Compare(Command):
         return 0
 
 
-def resolve(spec: str, root: Path, paths: Any) -> Side:
+def resolve(spec: str, root: Path, paths: TagPaths) -> Side:
     """The side `spec` names; a DitarError that says what it takes where it names nothing timed."""
     rows = Ledger(paths.dir).rows()
     base_sha = _manifest(paths.baseline).get("git_sha")
@@ -103,17 +103,27 @@ def resolve(spec: str, root: Path, paths: Any) -> Side:
         return _run(spec, given)
     number = spec.removeprefix("run:")
     if number.isdigit():
-        row = next((r for r in rows if r.get("run") == int(number)), None)
-        if row is None:
-            raise DitarError(f"compare: the ledger has no run {number} (runs 1-{len(rows)})")
-        run_dir = paths.newest_run(str(row["commit"]))
-        if run_dir is None:
-            raise DitarError(f"compare: run {number} ({row['status']}) left no summary.json under {paths.runs}")
-        return _run(spec, run_dir)
+        return _ledger_run(spec, int(number), rows, paths)
     sha = ref_commit(root, spec)
     if sha is None:
         raise DitarError(f"compare: {spec!r} is no run dir, run number or commit; give baseline, champion, "
                          "a run dir, a run number (3 or run:3) or a commit")
+    return _commit(spec, sha, base_sha, paths)
+
+
+def _ledger_run(spec: str, number: int, rows: list[dict[str, object]], paths: TagPaths) -> Side:
+    """The ledger's run `number`, by its newest run folder."""
+    row = next((r for r in rows if r.get("run") == number), None)
+    if row is None:
+        raise DitarError(f"compare: the ledger has no run {number} (runs 1-{len(rows)})")
+    run_dir = paths.newest_run(str(row["commit"]))
+    if run_dir is None:
+        raise DitarError(f"compare: run {number} ({row['status']}) left no summary.json under {paths.runs}")
+    return _run(spec, run_dir)
+
+
+def _commit(spec: str, sha: str, base_sha: str | None, paths: TagPaths) -> Side:
+    """Commit `sha` as it was timed: the baseline's or a champion's snapshot, else its newest run."""
     if sha == base_sha:
         return _stored(spec, "baseline", paths.baseline, sha)
     if (paths.champion(sha) / "lanes.json").is_file():
@@ -123,7 +133,6 @@ def resolve(spec: str, root: Path, paths: Any) -> Side:
         raise DitarError(f"compare: commit {sha[:7]} ({spec}) was never timed: no run, champion or baseline has it")
     return _run(spec, run_dir)
 
-
 def _baseline_noise(base: Path) -> dict[str, Any]:
     """lane -> the A/A noise the baseline stored: the gate's threshold reads it (core.effect)."""
     p = base / "lanes.json"
@@ -131,7 +140,7 @@ def _baseline_noise(base: Path) -> dict[str, Any]:
     return {k: v.noise for k, v in lanes.items()}
 
 
-def _cited(a: Side, b: Side, paths: Any) -> Any:
+def _cited(a: Side, b: Side, paths: TagPaths) -> Cited | None:
     """The chained figure of the baseline (A) against a kept commit (B), up to that KEEP; else None."""
     if not a.commit or a.commit != _manifest(paths.baseline).get("git_sha") or not b.commit:
         return None
@@ -216,7 +225,7 @@ def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, A
     return out
 
 
-def _cited_row(row: dict[str, Any], cited: Any, bar: float) -> dict[str, Any]:
+def _cited_row(row: dict[str, Any], cited: Cited, bar: float) -> dict[str, Any]:
     """The objective lane of the baseline against a kept commit: the chained paired figure (what
     status and the report cite), judged at the bar each KEEP cleared; the timed-apart ratio kept beside."""
     lo, hi = cited.ci_low, cited.ci_high
