@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Sequence, cast
+from typing import Callable, Sequence, cast
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import seccomp
@@ -284,6 +284,22 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
 
     if not select.select([ready_r], [], [], READY_TIMEOUT_S)[0] or os.read(ready_r, 1) != b"r":
         raise fail("bwrap failed")
+    _join_namespaces(libc, info_r, fail)
+    for fd in (info_r, ready_r):
+        os.close(fd)
+    os.chdir(cwd)  # joining the mount namespace put us at its root
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()  # the sandbox's PID namespace's first process after its PID 1
+    if child == 0:
+        return _sandboxed_child(libc, spec, keep_fds)
+    _keep(child, box, hold_w)
+    raise AssertionError("the keeper never returns")  # _keep exits
+
+
+
+def _join_namespaces(libc: ctypes.CDLL, info_r: int, fail: Callable[[str], SandboxError]) -> None:
+    """Join the namespaces of the sandbox's PID 1 (bwrap's --info-fd names it)."""
     try:
         pid1 = int(_read_json(info_r)["child-pid"])
         ns = {name: os.open(f"/proc/{pid1}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name, _ in _NAMESPACES}
@@ -292,25 +308,22 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
     for name, flag in _NAMESPACES:
         if libc.setns(ns[name], flag) != 0:
             raise fail(f"cannot join the sandbox's {name} namespace: {os.strerror(ctypes.get_errno())}")
-    for fd in (*ns.values(), info_r, ready_r):
+    for fd in ns.values():
         os.close(fd)
-    os.chdir(cwd)  # joining the mount namespace put us at its root
-    sys.stdout.flush()
-    sys.stderr.flush()
-    child = os.fork()  # the sandbox's PID namespace's first process after its PID 1
-    if child == 0:
-        _close_fds_but({0, 1, 2, *keep_fds})
-        fds = _renumber(list(keep_fds))
-        _drop_capabilities(libc)
-        if seccomp.install(libc, spec.unix_sockets) is not None:
-            os._exit(121)  # never run candidate code without the filter (the selftest said why first)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
-        os.environ.update(spec.env)
-        tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
-        return fds
-    _keep(child, box, hold_w)
-    raise AssertionError("the keeper never returns")  # _keep exits
 
+
+def _sandboxed_child(libc: ctypes.CDLL, spec: Spec, keep_fds: Sequence[int]) -> list[int]:
+    """The sandbox's child, before any candidate code: only its fds (renumbered from 3, returned), no
+    capabilities, the seccomp filter, death with its keeper, the spec's environment."""
+    _close_fds_but({0, 1, 2, *keep_fds})
+    fds = _renumber(list(keep_fds))
+    _drop_capabilities(libc)
+    if seccomp.install(libc, spec.unix_sockets) is not None:
+        os._exit(121)  # never run candidate code without the filter (the selftest said why first)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
+    os.environ.update(spec.env)
+    tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
+    return fds
 
 def _renumber(fds: list[int]) -> list[int]:
     """Move `fds` to 3, 4, ... in their order, parked above them all first so none is overwritten."""
