@@ -111,7 +111,7 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     lines.append(f"coverage: the phases hold {100 * s['coverage']:.1f}% of the call's wall; host gaps "
                  f"{gaps['host_ms']:.2f} ms ({100 * gaps['share']:.1f}%)")
     if cuda:
-        lines += _device_busy(s, wall)
+        lines += _device_busy(s["device_ms"], s.get("device_linked_ms") or 0.0, wall)
     lines += [f"note: {n}" for n in s.get("notes", [])]
     un = s.get("unprofiled_wall_ms")
     lines.append(f"call wall {wall:.2f} ms under the profiler" + (
@@ -119,7 +119,7 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
         "profiler's and the marks' overhead plus host noise)"
         if un else ""))
     lines += kernel_lines(s, cuda)
-    lines += _top_operators(s, cuda)
+    lines += _top_operators(s["top_ops"], cuda)
     if s.get("flops"):
         lines.append(f"FLOPs (the profiler's formulas: matmul, conv, add, mul; not attention kernels): "
                      f"{fmt_flops(s['flops'])} in the call, {fmt_flops(s['achieved_flops_per_s'])}/s achieved "
@@ -163,21 +163,22 @@ def _phase_table(s: dict[str, Any], cuda: bool) -> list[str]:
     return lines + [total, "* placed between the marked ranges around it, not marked itself"]
 
 
-def _device_busy(s: dict[str, Any], wall: float) -> list[str]:
-    lines = [f"device busy {100 * s['device_ms'] / wall if wall else 0:.1f}% of the call's wall: every kernel "
+def _device_busy(device_ms: float, linked_ms: float, wall: float) -> list[str]:
+    """How busy the device was over the call, and the share of it no host operator launched."""
+    lines = [f"device busy {100 * device_ms / wall if wall else 0:.1f}% of the call's wall: every kernel "
              "the device ran, graph-replayed and compiled ones included (low: launch- or host-bound)"]
-    unlinked = s["device_ms"] - (s.get("device_linked_ms") or 0.0)
-    if unlinked > 0.005 * s["device_ms"]:  # kernels no host operator claims: a graph's replay, mostly
+    unlinked = device_ms - linked_ms
+    if unlinked > 0.005 * device_ms:  # kernels no host operator claims: a graph's replay, mostly
         lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): in the "
                      "device column only where their launch lies inside a phase")
     return lines
 
 
-def _top_operators(s: dict[str, Any], cuda: bool) -> list[str]:
+def _top_operators(ops: list[dict[str, Any]], cuda: bool) -> list[str]:
     key = "self device" if cuda else "self CPU"
-    lines = [f"top {len(s['top_ops'])} operators by {key} time:",
+    lines = [f"top {len(ops)} operators by {key} time:",
              f"  {'operator':<44} {'calls':>6} {key + ' ms':>14} {'CPU total ms':>13} {'FLOP':>11}"]
-    for op in s["top_ops"]:
+    for op in ops:
         self_ms = (op["self_device_us"] if cuda else op["self_cpu_us"]) / 1e3
         flop = fmt_flops(op["flops"]) if op["flops"] else "-"
         lines.append(f"  {op['name'][:44]:<44} {op['calls']:>6} {self_ms:>14.3f} {op['cpu_total_us'] / 1e3:>13.3f} "

@@ -157,90 +157,99 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         off = off_research_branch(cfg, tag)
         print(off or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
         return 1
-    _print_baseline(st["baseline"])
-    _print_champion(st["champion"])
-    _print_counts(st["counts"], st["bound"])
-    _print_classes(st["classes"])
-    _print_recent(st["recent"])
-    _print_tried(st["tried"])
-    _print_ledger(st["ledger"])
+    _StatusPrinter(st).sections()
     for line in st["problems"]:
         print(f"state     {line}")
     print("ditar: next: " + _next_step(st))
     return 0 if healthy else 1
 
 
-def _print_baseline(b: dict[str, Any] | None) -> None:
-    if not b:
-        print("baseline  missing")
-        return
-    flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
-    print(f"baseline  {str(b['commit'])[:7]}  {b['items']} items on {b['device']}  {flag}")
-    for k, v in b["lanes"].items():
-        print(f"  lane {k}: median {v['median_s'] * 1e3:.2f} ms, noise +/-{v['noise_half_width'] * 100:.2f}%"
-              + (f"; {Reach(**v['resolvable']).text()}" if v.get("resolvable") else ""))
+class _StatusPrinter:
+    """status's text, a section a method, from collect_status's document."""
 
+    def __init__(self, st: dict[str, Any]):
+        self.st = st
 
-def _print_champion(c: dict[str, Any] | None) -> None:
-    if not c:
-        print("champion  the baseline (nothing kept yet)")
-        return
-    cu = c["cumulative"]
-    chain = cu["text"] if cu else "n/a"
-    d = c["stored_vs_baseline"]
-    direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
-              if d and d["ratio"] else "n/a")
-    print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  speedup over the baseline {chain} (cite this)")
-    # the other figure, said as what it is: two medians of different runs, each under its own load
-    print(f"          stored medians ratio {direct}: baseline and champion each timed in its own run, under "
-          "that run's load; not a speed-up to cite")
+    def sections(self) -> None:
+        self.baseline()
+        self.champion()
+        self.counts()
+        self.classes()
+        self.recent()
+        self.tried()
+        self.ledger()
 
+    def baseline(self) -> None:
+        b = self.st["baseline"]
+        if not b:
+            print("baseline  missing")
+            return
+        flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
+        print(f"baseline  {str(b['commit'])[:7]}  {b['items']} items on {b['device']}  {flag}")
+        for k, v in b["lanes"].items():
+            print(f"  lane {k}: median {v['median_s'] * 1e3:.2f} ms, noise +/-{v['noise_half_width'] * 100:.2f}%"
+                  + (f"; {Reach(**v['resolvable']).text()}" if v.get("resolvable") else ""))
 
-def _print_counts(cnt: dict[str, int], bound: dict[str, Any]) -> None:
-    print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
-          f"not judged {cnt['not judged']}" + (f" ({NOT_JUDGED_RULE})" if cnt["not judged"] else ""))
-    if bound["max_experiments"] is not None or bound["until"]:
-        print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
+    def champion(self) -> None:
+        c = self.st["champion"]
+        if not c:
+            print("champion  the baseline (nothing kept yet)")
+            return
+        cu = c["cumulative"]
+        chain = cu["text"] if cu else "n/a"
+        d = c["stored_vs_baseline"]
+        direct = (f"{d['ratio']:.3f}x ({d['baseline_median_s'] * 1e3:.2f} -> {d['champion_median_s'] * 1e3:.2f} ms)"
+                  if d and d["ratio"] else "n/a")
+        print(f"champion  {str(c['commit'])[:7]}  lane {c['lane']}  speedup over the baseline {chain} (cite this)")
+        # the other figure, said as what it is: two medians of different runs, each under its own load
+        print(f"          stored medians ratio {direct}: baseline and champion each timed in its own run, under "
+              "that run's load; not a speed-up to cite")
 
+    def counts(self) -> None:
+        cnt, bound = self.st["counts"], self.st["bound"]
+        print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
+              f"not judged {cnt['not judged']}" + (f" ({NOT_JUDGED_RULE})" if cnt["not judged"] else ""))
+        if bound["max_experiments"] is not None or bound["until"]:
+            print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
 
-def _print_classes(classes: dict[str, dict[str, Any]]) -> None:
-    """The classes the run can judge, and the others grouped by why not."""
-    print("classes   can judge: " + (", ".join(k for k, v in classes.items() if v["available"]) or "none"))
-    whys: dict[str, list[str]] = {}
-    for k, v in classes.items():
-        if not v["available"]:
-            whys.setdefault(v["why"], []).append(k)
-    for why, names in whys.items():
-        print(f"          {', '.join(names)}: unavailable, {why}; {OWNER}")
+    def classes(self) -> None:
+        """The classes the run can judge, and the others grouped by why not."""
+        classes = self.st["classes"]
+        print("classes   can judge: " + (", ".join(k for k, v in classes.items() if v["available"]) or "none"))
+        whys: dict[str, list[str]] = {}
+        for k, v in classes.items():
+            if not v["available"]:
+                whys.setdefault(v["why"], []).append(k)
+        for why, names in whys.items():
+            print(f"          {', '.join(names)}: unavailable, {why}; {OWNER}")
 
+    def recent(self) -> None:
+        for r in self.st["recent"]:
+            metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
+            why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
+            if not r["judged"]:
+                why = f"  (not judged: {r['reason']})"
+            print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
+                  f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
 
-def _print_recent(rows: list[dict[str, Any]]) -> None:
-    for r in rows:
-        metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
-        why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
-        if not r["judged"]:
-            why = f"  (not judged: {r['reason']})"
-        print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
-              f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
+    def tried(self) -> None:
+        tried = self.st["tried"]
+        if not tried:
+            return
+        print(f"tried     {len(tried)} idea(s) timed by `dit-ar try` (no verdict), newest last:")
+        for t in tried:
+            speed = f"{t['speedup']:.3f}x" if isinstance(t.get("speedup"), (int, float)) else "n/a"
+            print(f"  {t.get('time', '?')} {t.get('head', '?')} {t.get('outcome', '?'):<14} {speed:>7}  "
+                  f"{t.get('description') or '(no description)'}")
 
-
-def _print_tried(tried: list[dict[str, Any]]) -> None:
-    if not tried:
-        return
-    print(f"tried     {len(tried)} idea(s) timed by `dit-ar try` (no verdict), newest last:")
-    for t in tried:
-        speed = f"{t['speedup']:.3f}x" if isinstance(t.get("speedup"), (int, float)) else "n/a"
-        print(f"  {t.get('time', '?')} {t.get('head', '?')} {t.get('outcome', '?'):<14} {speed:>7}  "
-              f"{t.get('description') or '(no description)'}")
-
-
-def _print_ledger(led: dict[str, Any]) -> None:
-    if not led["exists"]:
-        print("ledger    missing")
-    elif led["verifies"]:
-        print(f"ledger    {led['rows']} rows, hash chain verifies")
-    else:
-        print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
+    def ledger(self) -> None:
+        led = self.st["ledger"]
+        if not led["exists"]:
+            print("ledger    missing")
+        elif led["verifies"]:
+            print(f"ledger    {led['rows']} rows, hash chain verifies")
+        else:
+            print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
 
 
 def _next_step(st: dict[str, Any]) -> str:

@@ -148,7 +148,7 @@ _NESTED = {"perf": PerfConfig, "semantic": SemanticConfig, "holdout": HoldoutCon
 
 # how a scalar's annotation starts -> whether a value is one, what it must be (the error's words), its
 # value in the dataclass; first match wins ("str" never matches "tuple[str")
-_SCALARS: tuple[tuple[str, Callable[[Any], bool], str, Callable[[Any], Any]], ...] = (
+_SCALARS: tuple[tuple[str, Callable[[object], bool], str, Callable[[Any], object]], ...] = (
     ("tuple[str", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings", tuple),
     ("float", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number, got {value!r}", float),
     ("int", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer, got {value!r}", lambda v: v),
@@ -157,7 +157,7 @@ _SCALARS: tuple[tuple[str, Callable[[Any], bool], str, Callable[[Any], Any]], ..
 )
 
 
-def _typecheck(where: str, key: str, value: Any, annotation: str) -> Any:
+def _typecheck(where: str, key: str, value: object, annotation: str) -> object:
     """Check a scalar against the dataclass annotation string (we use `from __future__`)."""
     ann = annotation.replace(" ", "")
     if value is None:
@@ -171,7 +171,7 @@ def _typecheck(where: str, key: str, value: Any, annotation: str) -> Any:
             return convert(value)
     raise AssertionError(f"unhandled annotation {annotation}")
 
-def build_dataclass(cls: type, raw: Any, where: str, prefix: str = "", **extra: Any) -> Any:
+def build_dataclass(cls: type, raw: object, where: str, prefix: str = "", **extra: Any) -> Any:
     """Build a frozen dataclass from a mapping, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: '{prefix.rstrip('.') or 'top level'}' must be a mapping")
@@ -220,7 +220,7 @@ def _parse(path: Path, text: str) -> Config:
     return cfg
 
 
-def _read_mapping(path: Path, text: str) -> dict[str, Any]:
+def _read_mapping(path: Path, text: str) -> dict[str, object]:
     """The config's text parsed (JSON by its own rules: YAML 1.1 reads 1e-2 as a string), a mapping."""
     if path.suffix.lower() == ".json":
         try:
@@ -239,14 +239,14 @@ def _read_mapping(path: Path, text: str) -> dict[str, Any]:
     return dict(raw)
 
 
-def _top_level_values(raw: dict[str, Any], path: Path) -> dict[str, Any]:
+def _top_level_values(raw: dict[str, object], path: Path) -> dict[str, Any]:
     """Config's keyword arguments from the config's top-level scalar keys, each checked."""
     where = str(path)
     cfg_fields = {n: f for n, f in _SIMPLE.items() if n not in ("path", "root", "thresholds", *_NESTED)}
     kwargs: dict[str, Any] = {"path": path, "root": project_root_of(path)}
     for key, value in raw.items():
         if key == "root":
-            kwargs["root"] = (path.parent / _typecheck(where, key, value, "str")).resolve()
+            kwargs["root"] = (path.parent / str(_typecheck(where, key, value, "str"))).resolve()
             continue
         if key not in cfg_fields:
             known = ", ".join(sorted([*cfg_fields, "root", "thresholds", *_NESTED]))
@@ -257,16 +257,17 @@ def _top_level_values(raw: dict[str, Any], path: Path) -> dict[str, Any]:
         kwargs[key] = _typecheck(where, key, value, str(cfg_fields[key].type))
     return kwargs
 
-def _sandbox_mode(where: str, value: Any) -> str:
+
+def _sandbox_mode(where: str, value: object) -> str:
     """"on" or "off"; YAML's bare `sandbox: off` arrives as False, JSON's may be a boolean too."""
     if isinstance(value, bool):
         return "on" if value else "off"
-    if value in ("on", "off"):
+    if isinstance(value, str) and value in ("on", "off"):
         return value
     raise ConfigError(f"{where}: key 'sandbox' must be \"on\" or \"off\", got {value!r}")
 
 
-def _load_thresholds(raw: Any, where: str) -> Mapping[str, Thresholds]:
+def _load_thresholds(raw: object, where: str) -> Mapping[str, Thresholds]:
     merged = {c: dict(DEFAULT_THRESHOLDS[c]) for c in CLASSES}
     if raw is not None:
         if not isinstance(raw, dict):

@@ -128,7 +128,7 @@ def output_text(values: Mapping[str, str], delimiter: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _num(x: Any, fmt: str = "{:.3f}") -> str:
+def _num(x: object, fmt: str = "{:.3f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 

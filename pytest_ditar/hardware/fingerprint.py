@@ -21,6 +21,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from types import ModuleType
 from typing import Any
 
 from pytest_ditar.hardware.profiles import TargetProfile
@@ -193,7 +194,7 @@ def _nvml_info(props: Any, index: int) -> _NvmlInfo:
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else str(driver)
-        handle = _nvml_handle(pynvml, props, index)
+        handle = _nvml_handle(pynvml, getattr(props, "uuid", None), index)
         clocks, power = _nvml_limits(pynvml, handle) if handle is not None else (None, None)
         return _NvmlInfo(driver=driver, clocks=clocks, power_limit_w=power)
     except Exception:  # noqa: BLE001 - a failing query: the driver from /proc
@@ -206,11 +207,11 @@ def _nvml_info(props: Any, index: int) -> _NvmlInfo:
 
 
 
-def _nvml_handle(pynvml: Any, props: Any, index: int) -> Any:
-    """NVML's handle of torch's device: by UUID (NVML indices ignore CUDA_VISIBLE_DEVICES, torch
-    indices do not), by index only where no CUDA_VISIBLE_DEVICES renumbers them; else None."""
+def _nvml_handle(pynvml: ModuleType, uuid: object, index: int) -> object | None:
+    """NVML's handle of torch's device: by its UUID (torch's props.uuid; NVML indices ignore
+    CUDA_VISIBLE_DEVICES, torch indices do not), by index only where no CUDA_VISIBLE_DEVICES
+    renumbers them; else None."""
     handle = None
-    uuid = getattr(props, "uuid", None)
     if uuid is not None:
         try:
             handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
@@ -221,7 +222,7 @@ def _nvml_handle(pynvml: Any, props: Any, index: int) -> Any:
     return handle
 
 
-def _nvml_limits(pynvml: Any, handle: Any) -> tuple[Clocks | None, float | None]:
+def _nvml_limits(pynvml: ModuleType, handle: object) -> tuple[Clocks | None, float | None]:
     """The device's max clocks and power limit (W), each None where the driver cannot say."""
     try:
         clocks: Clocks | None = Clocks(

@@ -20,10 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_ditar.core.attribution import CALL, OP, SPAN_PHASE, module_label
 from pytest_ditar.interface import Request
+
+if TYPE_CHECKING:
+    import torch
+    from torch.autograd.profiler import record_function as RecordFunction
 
 PREFIX = "ditar::"  # every range this module opens; nothing else in a trace starts with it
 TRACE = "trace.json"
@@ -108,18 +112,18 @@ class _Marker:
     """Puts the ranges on, into one Marks: a forward pre-hook and hook pair on a module (one stack of
     open ranges for all of them), a wrapper on a scheduler's method."""
 
-    def __init__(self, record_function: Any, module_type: type):
+    def __init__(self, record_function: type[RecordFunction], module_type: type[torch.nn.Module]):
         self.marks = Marks()
         self.record_function, self.module_type = record_function, module_type
-        self.stack: list[Any] = []
+        self.stack: list[RecordFunction] = []
 
-    def hook(self, module: Any, label: str) -> None:
-        def enter(*_: Any) -> None:
+    def hook(self, module: torch.nn.Module, label: str) -> None:
+        def enter(*_: object) -> None:
             rf = self.record_function(PREFIX + label)
             rf.__enter__()
             self.stack.append(rf)
 
-        def leave(*_: Any) -> None:
+        def leave(*_: object) -> None:
             if self.stack:
                 self.stack.pop().__exit__(None, None, None)
 
@@ -127,7 +131,7 @@ class _Marker:
         self.marks.handles.append(module.register_forward_hook(leave, always_call=True))
         self.marks.counts[label] = self.marks.counts.get(label, 0) + 1
 
-    def model(self, root: Any) -> None:
+    def model(self, root: torch.nn.Module) -> None:
         """A top-level model: a VAE's decoder as one range; a transformer as one, and every inner
         module whose class names a phase as its own."""
         if _is_vae(root):
@@ -142,7 +146,7 @@ class _Marker:
             if label is not None and label in SPAN_PHASE:
                 self.hook(m, label)
 
-    def scheduler(self, sched: Any) -> None:
+    def scheduler(self, sched: object) -> None:
         for name, label in SCHEDULER_METHODS.items():
             old = getattr(sched, name, None)
             if callable(old):
