@@ -212,8 +212,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
         twin = anchor = None
     # the champion is the baseline's code: it is its own anchor (ratio 1), its rounds the anchor's
     own_anchor = anchor is not None and anchor is champion
-    lr = _LaneRounds(LaneMeasurement(lane.name, [], [], ranks=len(getattr(candidate, "ranks", ())) or 1),
-                     suite, lane, stream or new_stream(suite), timeout_s, audit,
+    m = LaneMeasurement(lane.name, [], [], ranks=len(getattr(candidate, "ranks", ())) or 1)
+    lr = _LaneRounds(m, suite, lane, stream or new_stream(suite), timeout_s, audit,
                      _Sides(candidate, champion, twin, None if own_anchor else anchor),
                      anchor_rounds=anchor_rounds, anchor_budget_s=anchor_budget_s, empty=empty, progress=progress)
     warm = lane_request(suite, lane)
@@ -223,8 +223,8 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     with _steady(lr.distinct, pin_cpu, steady, one_core) as lane_cpu:
         lr.cpu = lane_cpu
         lr.warm_up(warm)
-        lr.measure(_round_count(lane, repeats, sequential), benchmark, sequential, t_wall, probe)
-    return lr.finish(own_anchor, t_wall)
+        _measure(m, lr, _round_count(lane, repeats, sequential), benchmark, sequential, t_wall, probe)
+    return _finish(m, lr, own_anchor, t_wall)
 
 
 def _round_count(lane: Lane, repeats: int | None, sequential: Sequential | None) -> int:
@@ -253,8 +253,8 @@ _SIDE_NAMES = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin", "a": "anchor"}
 class _LaneRounds:
     """One lane's calls as the judge makes them, into one LaneMeasurement: the warm-up, the timed
     rounds (each opened by the references drawn to run before the candidate and closed by the rest,
-    the audit, the host's speed and the empty calls), the growth of a sequential lane, the confirming
-    calls and the caching probe."""
+    the audit, the host's speed and the empty calls), the confirming calls and the caching probe.
+    measure_lane drives it (_measure: the rounds, a sequential lane's growth; _finish)."""
 
     def __init__(self, m: LaneMeasurement, suite: Suite, lane: Lane, stream: RequestStream,
                  timeout_s: float | None, audit: Audit | None, sides: _Sides, *, anchor_rounds: int,
@@ -288,22 +288,6 @@ class _LaneRounds:
         for _ in range(self.lane.warmup):
             for worker, _, warmups in self.sides.values():
                 warmups.append(timed_call(worker, self.workers, warm, self.timeout_s, []).seconds)
-
-    def measure(self, rounds: int, benchmark: Benchmark | None, sequential: Sequential | None, t_wall: float,
-                probe: bool) -> None:
-        """The timed rounds, a sequential lane's growth and confirmation, the caching probe; an audit
-        failure stops them and is kept in the measurement."""
-        try:
-            self.time_rounds(rounds, benchmark)
-            if sequential is not None:
-                _grow(self.m, sequential, self.one_round, t_wall)
-                _confirm(self.m, sequential, self.confirming_call)
-            if probe:
-                self.probe_caching()
-        except AuditFailure as exc:
-            self.m.audit_failure = str(exc)
-        finally:
-            self.rec.close()
 
     def time_rounds(self, rounds: int, benchmark: Benchmark | None) -> None:
         if benchmark is None or getattr(benchmark, "disabled", False):
@@ -341,7 +325,7 @@ class _LaneRounds:
         for key in self.order.split("c")[1]:
             self.call(key)
         if self.audit is not None:
-            self._audit_round(self.audit)
+            _audit_round(self.m, self, self.audit)
         self.m.host_s.append(host_speed(self.cpu))  # every worker is paused now
         if self.empty and self.round < self.anchor_rounds:  # a median of the round trip: the first rounds tell it
             for key, (w, _, _) in self.sides.items():
@@ -379,41 +363,58 @@ class _LaneRounds:
         if problem:
             raise AuditFailure(f"audit: a confirming call: {problem[1]}")
 
-    def _audit_round(self, audit: Audit) -> None:
-        t0 = judge_clock()
-        try:
-            problem = audit(self.outputs["c"], self.outputs.get("h") if self.judged else None)
-        finally:
-            self.m.audit_s += judge_clock() - t0
-        if problem:
-            req, (i, what) = self.request(), problem  # the round's, drawn at its candidate's call
-            raise AuditFailure(f"audit: timed round {self.round + 1}, seed {req.seeds[i]} "
-                               f"(label {req.labels[i]}): {what}")
-
-    def probe_caching(self) -> None:
-        """The caching probe on the candidate after its last timed round; the references get the same
-        requests, untimed, so no side's history of requests differs."""
-        if self.last is None:
-            return
+    def caching_probe(self, last: Request) -> dict[str, Any]:
+        """The caching probe on the candidate after its last timed round (`last`); the references get
+        the same requests, untimed, so no side's history of requests differs."""
         sent: list[Request] = []
-        self.m.probe = caching_probe(self.candidate, self.workers, self.stream, self.suite, self.lane, self.last,
-                                     self.timeout_s, self.audit, sent)
+        found = caching_probe(self.candidate, self.workers, self.stream, self.suite, self.lane, last, self.timeout_s,
+                              self.audit, sent)
         for key, (ref, _, _) in self.sides.items():
             if key in ("h", "t"):
                 for req in sent:
                     timed_call(ref, self.workers, req, self.timeout_s, [])
+        return found
 
-    def finish(self, own_anchor: bool, t_wall: float) -> LaneMeasurement:
-        """Resume every worker and fill in what the lane as a whole measured."""
-        m = self.m
-        if own_anchor:  # the same calls, not timed twice (timed_s counts them once)
-            m.anchor_samples, m.anchor_is_champion = list(m.champion_samples), True
-        m.energy_per_image_j = {side: energy_per_image(js, self.lane.batch) for side, js in m.energy_j.items()}
-        for w in self.distinct:
-            w.resume()
-        m.peak_allocated_gib, m.peak_reserved_gib = self.candidate.memory()
-        m.wall_s = judge_clock() - t_wall
-        return m
+
+def _measure(m: LaneMeasurement, lr: _LaneRounds, rounds: int, benchmark: Benchmark | None,
+             sequential: Sequential | None, t_wall: float, probe: bool) -> None:
+    """The timed rounds, a sequential lane's growth and confirmation, the caching probe; an audit
+    failure stops them and is kept in the measurement."""
+    try:
+        lr.time_rounds(rounds, benchmark)
+        if sequential is not None:
+            _grow(m, sequential, lr.one_round, t_wall)
+            _confirm(m, sequential, lr.confirming_call)
+        if probe and lr.last is not None:
+            m.probe = lr.caching_probe(lr.last)
+    except AuditFailure as exc:
+        m.audit_failure = str(exc)
+    finally:
+        lr.rec.close()
+
+
+def _audit_round(m: LaneMeasurement, lr: _LaneRounds, audit: Audit) -> None:
+    t0 = judge_clock()
+    try:
+        problem = audit(lr.outputs["c"], lr.outputs.get("h") if lr.judged else None)
+    finally:
+        m.audit_s += judge_clock() - t0
+    if problem:
+        req, (i, what) = lr.request(), problem  # the round's, drawn at its candidate's call
+        raise AuditFailure(f"audit: timed round {lr.round + 1}, seed {req.seeds[i]} "
+                           f"(label {req.labels[i]}): {what}")
+
+
+def _finish(m: LaneMeasurement, lr: _LaneRounds, own_anchor: bool, t_wall: float) -> LaneMeasurement:
+    """Resume every worker and fill in what the lane as a whole measured."""
+    if own_anchor:  # the same calls, not timed twice (timed_s counts them once)
+        m.anchor_samples, m.anchor_is_champion = list(m.champion_samples), True
+    m.energy_per_image_j = {side: energy_per_image(js, lr.lane.batch) for side, js in m.energy_j.items()}
+    for w in lr.distinct:
+        w.resume()
+    m.peak_allocated_gib, m.peak_reserved_gib = lr.candidate.memory()
+    m.wall_s = judge_clock() - t_wall
+    return m
 
 
 def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0: float) -> None:
