@@ -12,6 +12,7 @@ from typing import Iterable
 from pytest_ditar.config.suite import Lane
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.loop import champion, holdout, phases
+from pytest_ditar.loop.lanes import TWIN_PHASE
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 
@@ -26,7 +27,7 @@ def prestart(sess: DitarSession, opts: RunOptions) -> str | None:
     if opts.xdist_controller:
         return None  # the controller runs no candidate; its xdist workers start their own
     try:
-        sess.worker(sess.candidate_code(), "candidate")
+        sess.worker(sess.code(), "candidate")
     except START_ERRORS as exc:
         return f"candidate worker: {exc}"
     return None
@@ -41,7 +42,7 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
         return []
     failed = []
     try:
-        sess.start_candidate()
+        sess.get_candidate(start_only=True)
     except START_ERRORS as exc:
         failed.append(f"candidate build: {exc}")
     wanted = set(lane_names)
@@ -63,12 +64,12 @@ def _start_reference_sides(sess: DitarSession, lanes: list[Lane], head: str | No
     objective = sess.cfg.objective_lane
     for ranks in sorted({getattr(ln, "gpus", 1) for ln in lanes}):
         if ranks > 1:
-            sess.start_candidate(ranks)
+            sess.get_candidate(ranks, start_only=True)
         champion.build(sess, champion_commit, head, start_only=True, ranks=ranks)
         if sess.cfg.perf.twin and champion_commit and champion_commit != head and sess.cfg.perf.interleave \
                 and any(ln.name == objective and getattr(ln, "gpus", 1) == ranks for ln in lanes):
             # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
-            sess.build_twin(champion_commit, start_only=True, ranks=ranks)
+            sess.build_at_commit(champion_commit, TWIN_PHASE, start_only=True, ranks=ranks, role="twin")
 
 
 def _start_holdout_reference(sess: DitarSession, opts: RunOptions, head: str | None,

@@ -130,6 +130,25 @@ class LaneMeasurement:
         """Calls that started on a device busy with another process's work (core.interference)."""
         return foreign_work(self.probes, self.orders) if self.probes else []
 
+    # what a round adds (_LaneRounds calls these: the lists are the measurement's own)
+    def add_order(self, order: str) -> None:
+        self.orders.append(order)
+
+    def add_host(self, seconds: float) -> None:
+        self.host_s.append(seconds)
+
+    def add_empty(self, side: str, seconds: float) -> None:
+        self.empty_s.setdefault(side, []).append(seconds)
+
+    def add_seeds(self, seeds: list[int]) -> None:
+        self.seeds.append(seeds)
+
+    def add_probe(self, side: str, seconds: float) -> None:
+        self.probes.setdefault(side, []).append(seconds)
+
+    def add_confirm(self, seconds: float) -> None:
+        self.confirm_s.append(seconds)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -312,7 +331,7 @@ class _LaneRounds:
         order = [k for k in self.sides if k != "a" or self._anchor_due()]
         JUDGE_ORDER.shuffle(order)
         self.order = "".join(order)
-        self.m.orders.append(self.order)
+        self.m.add_order(self.order)
         for key in self.order.split("c")[0]:
             self.call(key)
 
@@ -326,10 +345,10 @@ class _LaneRounds:
             self.call(key)
         if self.audit is not None:
             _audit_round(self.m, self, self.audit)
-        self.m.host_s.append(host_speed(self.cpu))  # every worker is paused now
+        self.m.add_host(host_speed(self.cpu))  # every worker is paused now
         if self.empty and self.round < self.anchor_rounds:  # a median of the round trip: the first rounds tell it
             for key, (w, _, _) in self.sides.items():
-                self.m.empty_s.setdefault(_SIDE_NAMES[key], []).append(empty_call(w, self.workers))
+                self.m.add_empty(_SIDE_NAMES[key], empty_call(w, self.workers))
         self.rec.end_round()  # the device's and the host's state of this round
         self.round, self.req, self.outputs = self.round + 1, None, {}
         if self.progress:
@@ -340,7 +359,7 @@ class _LaneRounds:
         if self.req is None:
             self.req = self.last = fresh_request(self.stream, self.suite, self.lane, f"round/{self.round}",
                                                  self.m.nonces)
-            self.m.seeds.append(list(self.req.seeds))
+            self.m.add_seeds(list(self.req.seeds))
         return self.req
 
     def call(self, key: str) -> None:
@@ -351,14 +370,14 @@ class _LaneRounds:
                                                       self.m.overhead_s))
         samples.append(out.seconds)
         if out.idle_probe_s is not None:
-            self.m.probes.setdefault(side, []).append(out.idle_probe_s)
+            self.m.add_probe(side, out.idle_probe_s)
         self.outputs[key] = out
 
     def confirming_call(self) -> None:
         """The candidate alone, on a fresh request of its own (core.meantime's confirmation)."""
         req = fresh_request(self.stream, self.suite, self.lane, f"confirm/{len(self.m.confirm_s)}")
         out = timed_call(self.candidate, self.workers, req, self.timeout_s, [])
-        self.m.confirm_s.append(out.seconds)
+        self.m.add_confirm(out.seconds)
         problem = self.audit(out, None) if self.audit is not None else None
         if problem:
             raise AuditFailure(f"audit: a confirming call: {problem[1]}")

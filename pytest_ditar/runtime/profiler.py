@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Union
 
 from pytest_ditar.core.attribution import CALL, OP, SPAN_PHASE, module_label
-from pytest_ditar.interface import Request
+from pytest_ditar.interface import Candidate, Request
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the worker imports torch when it profiles; the judge never does
     import torch
     from torch.autograd.profiler import record_function as RecordFunction
+    from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
+    from torch.profiler import profile
+    from torch.utils.hooks import RemovableHandle
+
+Event = Union["FunctionEvent", "FunctionEventAvg"]  # a profiler event, or an operator's average
+Cell = str | int | float  # one cell of profile.json's tables
 
 PREFIX = "ditar::"  # every range this module opens; nothing else in a trace starts with it
 TRACE = "trace.json"
@@ -42,9 +49,20 @@ WALK_DEPTH = 4
 class Marks:
     """The hooks and wrappers installed on one candidate, and how to take them off again."""
 
-    handles: list[Any] = field(default_factory=list)
-    wrapped: list[tuple[Any, str, Any, bool]] = field(default_factory=list)  # (object, name, old, was an attribute)
+    handles: list[RemovableHandle] = field(default_factory=list)
+    # (object, name, the old value, whether it was the object's own attribute)
+    wrapped: list[tuple[object, str, object, bool]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # label -> modules or methods marked
+
+    def add_hooks(self, label: str, *handles: RemovableHandle) -> None:
+        """A module marked with `label`: its hooks, taken off by remove()."""
+        self.handles.extend(handles)
+        self.counts[label] = self.counts.get(label, 0) + 1
+
+    def add_wrapped(self, label: str, obj: object, name: str, old: object, had: bool) -> None:
+        """A method of `obj` wrapped in a `label` range: its old value, put back by remove()."""
+        self.wrapped.append((obj, name, old, had))
+        self.counts[label] = self.counts.get(label, 0) + 1
 
     def remove(self) -> None:
         for h in self.handles:
@@ -57,16 +75,17 @@ class Marks:
         self.handles, self.wrapped = [], []
 
 
-def _reachable(candidate: object) -> tuple[list[Any], list[Any]]:
+def _reachable(candidate: object) -> tuple[list[torch.nn.Module], list[object]]:
     """The torch modules and the scheduler-like objects reachable from the candidate's attributes
     (and dict/list values) a few levels deep; a module's own insides are not walked here."""
     import torch
 
     seen: set[int] = set()
-    modules, schedulers = [], []
-    frontier: list[Any] = [candidate]
+    modules: list[torch.nn.Module] = []
+    schedulers: list[object] = []
+    frontier: list[object] = [candidate]
     for _ in range(WALK_DEPTH + 1):
-        nxt: list[Any] = []
+        nxt: list[object] = []
         for obj in frontier:
             if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, type)):
                 continue
@@ -89,7 +108,7 @@ def _reachable(candidate: object) -> tuple[list[Any], list[Any]]:
     return [m for m in modules if id(m) not in inner], schedulers
 
 
-def _is_vae(m: Any) -> bool:
+def _is_vae(m: object) -> bool:
     name = type(m).__name__.lower()
     return ("autoencoder" in name or "vae" in name) and hasattr(m, "decoder")
 
@@ -127,9 +146,8 @@ class _Marker:
             if self.stack:
                 self.stack.pop().__exit__(None, None, None)
 
-        self.marks.handles.append(module.register_forward_pre_hook(enter))
-        self.marks.handles.append(module.register_forward_hook(leave, always_call=True))
-        self.marks.counts[label] = self.marks.counts.get(label, 0) + 1
+        self.marks.add_hooks(label, module.register_forward_pre_hook(enter),
+                             module.register_forward_hook(leave, always_call=True))
 
     def model(self, root: torch.nn.Module) -> None:
         """A top-level model: a VAE's decoder as one range; a transformer as one, and every inner
@@ -150,12 +168,13 @@ class _Marker:
         for name, label in SCHEDULER_METHODS.items():
             old = getattr(sched, name, None)
             if callable(old):
-                self.marks.wrapped.append((sched, name, old, name in vars(sched)))
+                self.marks.add_wrapped(label, sched, name, old, name in vars(sched))
                 setattr(sched, name, _ranged(old, PREFIX + label, self.record_function))
-                self.marks.counts[label] = self.marks.counts.get(label, 0) + 1
 
-def _ranged(fn: Callable[..., Any], name: str, record_function: Any) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+
+def _ranged(fn: Callable[..., object], name: str,
+            record_function: Callable[[str], AbstractContextManager[object]]) -> Callable[..., object]:
+    def wrapper(*args: object, **kwargs: object) -> object:
         with record_function(name):
             return fn(*args, **kwargs)
     return wrapper
@@ -168,8 +187,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def profile_call(candidate: Any, request: Request, warm: Request, warmup: int, reference: Request | None,
-                 device: str, out_dir: Path) -> dict[str, Any]:
+def profile_call(candidate: Candidate, request: Request, warm: Request, warmup: int, reference: Request | None,
+                 device: str, out_dir: Path) -> dict[str, object]:
     """Warm up (`warmup` calls of `warm`), time one unprofiled call of `reference`, then run
     `request` once under torch.profiler inside a "call" range; write the trace and the data
     file into `out_dir`; return the reply (file names, sizes, walls)."""
@@ -210,34 +229,35 @@ def profile_call(candidate: Any, request: Request, warm: Request, warmup: int, r
     return {"trace": TRACE, "data": DATA, "wall_s": wall_s, "post_s": time.perf_counter() - t_post}
 
 
-def _on_host(e: Any) -> bool:
+def _on_host(e: Event) -> bool:
     """A host-side event (an operator, a range), not a kernel or a device-side range."""
     return str(getattr(e, "device_type", "CPU")).endswith("CPU")
 
 
-def _device_us(e: Any) -> float:
+def _device_us(e: Event) -> float:
     # device_time_total since torch 2.4; cuda_time_total before it (deprecated since, with a warning)
-    return float((e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total) or 0.0)
-
-
-def _self_device_us(e: Any) -> float:
-    return float((e.self_device_time_total if hasattr(e, "self_device_time_total") else e.self_cuda_time_total)
+    return float((e.device_time_total if hasattr(e, "device_time_total") else getattr(e, "cuda_time_total", 0.0))
                  or 0.0)
 
 
-def spans_of(events: Any, cuda: bool) -> list[list[Any]]:
+def _self_device_us(e: Event) -> float:
+    return float((e.self_device_time_total if hasattr(e, "self_device_time_total")
+                  else getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
+
+
+def spans_of(events: Iterable[FunctionEvent], cuda: bool) -> list[list[Cell]]:
     """[label, start us, end us(, device us)] of every range this module opened, on the call's
     thread; on CUDA also each top-level operator of the call ("op"), for the device time of the
     phases that have no range (core.attribution)."""
     call = next((e for e in events if e.name == PREFIX + CALL and _on_host(e)), None)
     if call is None:
         return []
-    out = []
+    out: list[list[Cell]] = []
     for e in events:
         if e.thread != call.thread or not _on_host(e):  # a range's device-side twin (gpu_user_annotation) too
             continue
         if e.name.startswith(PREFIX):
-            row = [e.name[len(PREFIX):], round(e.time_range.start, 3), round(e.time_range.end, 3)]
+            row: list[Cell] = [e.name[len(PREFIX):], round(e.time_range.start, 3), round(e.time_range.end, 3)]
         elif cuda and e.cpu_parent is not None and e.cpu_parent.id == call.id:
             row = [OP, round(e.time_range.start, 3), round(e.time_range.end, 3)]
         else:
@@ -248,7 +268,7 @@ def spans_of(events: Any, cuda: bool) -> list[list[Any]]:
     return out
 
 
-def kernels_of(events: Any, cuda: bool) -> list[list[Any]]:
+def kernels_of(events: Iterable[FunctionEvent], cuda: bool) -> list[list[Cell]]:
     """[name, calls, device ms] of every kernel, copy and memset the device ran while the call's
     range was open, from the profiler's device-side records: a CUDA graph's replayed kernels and a
     compiled region's Triton kernels count like an eager operator's (no host operator is needed to
@@ -269,13 +289,13 @@ def kernels_of(events: Any, cuda: bool) -> list[list[Any]]:
     return [[name, int(c), round(ms, 6)] for name, (c, ms) in acc.items()]
 
 
-def host_ops(prof: Any) -> list[list[Any]]:
+def host_ops(prof: profile) -> list[list[Cell]]:
     """[name, calls, self CPU ms] of every host operator (the marks left out): a CPU's kernel table."""
     return [[a.key, int(a.count), round(a.self_cpu_time_total / 1e3, 6)] for a in prof.key_averages()
             if _on_host(a) and not a.key.startswith(PREFIX) and a.self_cpu_time_total > 0]
 
 
-def top_ops(prof: Any, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Any]]:
+def top_ops(prof: profile, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Cell | None]]:
     """The operators with the most self time (device time on CUDA), the marked ranges left out."""
     rows = [a for a in prof.key_averages() if not a.key.startswith(PREFIX) and _on_host(a)]  # kernels: the trace
     rows.sort(key=(lambda a: _self_device_us(a)) if cuda else (lambda a: a.self_cpu_time_total), reverse=True)
@@ -284,6 +304,6 @@ def top_ops(prof: Any, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Any]]:
              "flops": float(a.flops or 0)} for a in rows[:n]]
 
 
-def total_flops(prof: Any) -> float:
+def total_flops(prof: profile) -> float:
     """FLOPs of the operators the profiler has a formula for (matmul, conv, add, mul)."""
     return float(sum(a.flops or 0 for a in prof.key_averages()))
