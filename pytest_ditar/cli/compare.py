@@ -27,7 +27,7 @@ from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.store.records import RunSummary, read_lanes
+from pytest_ditar.store.records import LedgerRow, RunSummary, read_lanes
 from pytest_ditar.store.snapshot import lane_samples
 from pytest_ditar.vcs.queries import ref_commit
 
@@ -138,17 +138,27 @@ def resolve(spec: str, root: Path, paths: TagPaths) -> Side:
         return _run(spec, given)
     number = spec.removeprefix("run:")
     if number.isdigit():
-        row = next((r for r in rows if r.run == int(number)), None)
-        if row is None:
-            raise DitarError(f"compare: the ledger has no run {number} (runs 1-{len(rows)})")
-        run_dir = paths.newest_run(row.commit)
-        if run_dir is None:
-            raise DitarError(f"compare: run {number} ({row.status}) left no summary.json under {paths.runs}")
-        return _run(spec, run_dir)
+        return _ledger_run(spec, int(number), rows, paths)
     sha = ref_commit(root, spec)
     if sha is None:
         raise DitarError(f"compare: {spec!r} is no run dir, run number or commit; give baseline, champion, "
                          "a run dir, a run number (3 or run:3) or a commit")
+    return _commit(spec, sha, base_sha, paths)
+
+
+def _ledger_run(spec: str, number: int, rows: list[LedgerRow], paths: TagPaths) -> Side:
+    """The ledger's run `number`, by its newest run folder."""
+    row = next((r for r in rows if r.run == number), None)
+    if row is None:
+        raise DitarError(f"compare: the ledger has no run {number} (runs 1-{len(rows)})")
+    run_dir = paths.newest_run(row.commit)
+    if run_dir is None:
+        raise DitarError(f"compare: run {number} ({row.status}) left no summary.json under {paths.runs}")
+    return _run(spec, run_dir)
+
+
+def _commit(spec: str, sha: str, base_sha: str | None, paths: TagPaths) -> Side:
+    """Commit `sha` as it was timed: the baseline's or a champion's snapshot, else its newest run."""
     if sha == base_sha:
         return _stored(spec, "baseline", paths.baseline, sha)
     if (paths.champion(sha) / "lanes.json").is_file():

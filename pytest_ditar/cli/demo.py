@@ -174,39 +174,15 @@ def _walk(ws: Path, zygotes: list[dict]) -> int:
     0 when both experiments came out as shown, else 1."""
     print(f"[demo] workspace {ws}")
     print("[demo] " + _ditar(ws, "init", "--tag", TAG).stdout.splitlines()[0])
-    res = _ditar(ws, "baseline")
-    _note_zygote(ws, zygotes)
-    for line in res.stdout.splitlines()[1:]:
-        if not line.startswith("ditar: next: "):  # the demo takes the next steps itself
-            print("[demo] " + line)
-    for line in _noisy_lanes(ws):
-        print("[demo] " + line)
-    print("[demo] quality gates of the unmodified pipeline against its own baseline:")
-    q = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "quality", "-q", "-rA"], ws, check=False)
-    for line in q.stdout.splitlines():
-        if line.startswith("PASSED") or line.startswith("FAILED") or "ditar: quality" in line:
-            print("[demo]   " + line)
+    _baseline_step(ws, zygotes)
+    _quality_step(ws)
     stock = (ws / "mutable" / "pipeline.py").read_text()
     mislabelled = _mislabelled(ws)
     assert mislabelled != stock, "the stock pipeline no longer passes guidance_scale=self.spec.guidance"
     steps = [((CANDIDATES / "faster_exact.py").read_text(), "exact",
               "Lean sampling loop: cut per-step Python and dispatch overhead", "KEEP"),
              (mislabelled, "exact", "Lower the guidance scale (mislabelled as exact)", "DISCARD")]
-    problems = []
-    for source, cls, subject, want in steps:
-        _commit_candidate(ws, source, cls, subject)
-        print(f"[demo] experiment: {subject} (class {cls}; shown to be {want})")
-        res = _ditar(ws, "experiment", "--classification", cls, "--description", subject, "--json", check=False)
-        _note_zygote(ws, zygotes)
-        try:
-            doc = json.loads(res.stdout)
-        except ValueError:
-            doc = {"verdict": None, "line": None, "reason": (res.stderr.strip().splitlines() or ["no output"])[-1]}
-        print("[demo]   " + (doc.get("line") or f"no verdict (exit status {res.returncode})"))
-        problem = showcase_problem(doc, want)
-        if problem:
-            problems.append(problem)
-            print(f"[demo]   NOT {want}: {problem[0]}")
+    problems = [p for step in steps if (p := _experiment_step(ws, zygotes, *step)) is not None]
     print("[demo] status:")
     for line in _ditar(ws, "status", check=False).stdout.splitlines():
         if not line.startswith("ditar: next: "):
@@ -215,3 +191,39 @@ def _walk(ws: Path, zygotes: list[dict]) -> int:
         print(f"[demo] FAILED: {why}")
         print(f"[demo] next: {todo}")
     return 1 if problems else 0
+
+
+def _baseline_step(ws: Path, zygotes: list[dict]) -> None:
+    res = _ditar(ws, "baseline")
+    _note_zygote(ws, zygotes)
+    for line in res.stdout.splitlines()[1:]:
+        if not line.startswith("ditar: next: "):  # the demo takes the next steps itself
+            print("[demo] " + line)
+    for line in _noisy_lanes(ws):
+        print("[demo] " + line)
+
+
+def _quality_step(ws: Path) -> None:
+    print("[demo] quality gates of the unmodified pipeline against its own baseline:")
+    q = _run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "quality", "-q", "-rA"], ws, check=False)
+    for line in q.stdout.splitlines():
+        if line.startswith("PASSED") or line.startswith("FAILED") or "ditar: quality" in line:
+            print("[demo]   " + line)
+
+
+def _experiment_step(ws: Path, zygotes: list[dict], source: str, cls: str, subject: str,
+                     want: str) -> tuple[str, str] | None:
+    """Commit a candidate and judge it; the problem (why, what to do) where its verdict is not `want`."""
+    _commit_candidate(ws, source, cls, subject)
+    print(f"[demo] experiment: {subject} (class {cls}; shown to be {want})")
+    res = _ditar(ws, "experiment", "--classification", cls, "--description", subject, "--json", check=False)
+    _note_zygote(ws, zygotes)
+    try:
+        doc = json.loads(res.stdout)
+    except ValueError:
+        doc = {"verdict": None, "line": None, "reason": (res.stderr.strip().splitlines() or ["no output"])[-1]}
+    print("[demo]   " + (doc.get("line") or f"no verdict (exit status {res.returncode})"))
+    problem = showcase_problem(doc, want)
+    if problem:
+        print(f"[demo]   NOT {want}: {problem[0]}")
+    return problem

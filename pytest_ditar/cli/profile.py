@@ -105,9 +105,43 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     cuda = s.get("device_ms") is not None
     lines = [(f"ditar: profile: {what}, lane {s['lane']} (batch {s['batch']}, {s['steps']} steps), "
               f"device {s['device']}, {s['threads']} thread(s), a fresh request after {s['warmup']} warm-up call(s)")]
+    lines += _phase_table(s, cuda)
+    wall = s["call_wall_ms"]
+    gaps = next(r for r in s["phases"] if r["key"] == "gaps")
+    lines.append(f"coverage: the phases hold {100 * s['coverage']:.1f}% of the call's wall; host gaps "
+                 f"{gaps['host_ms']:.2f} ms ({100 * gaps['share']:.1f}%)")
+    if cuda:
+        lines += _device_busy(s["device_ms"], s.get("device_linked_ms") or 0.0, wall)
+    lines += [f"note: {n}" for n in s.get("notes", [])]
+    un = s.get("unprofiled_wall_ms")
+    lines.append(f"call wall {wall:.2f} ms under the profiler" + (
+        f"; {un:.2f} ms unprofiled just before (another fresh request of the same shape; the difference is the "
+        "profiler's and the marks' overhead plus host noise)"
+        if un else ""))
+    lines += kernel_lines(s, cuda)
+    lines += _top_operators(s["top_ops"], cuda)
+    if s.get("flops"):
+        lines.append(f"FLOPs (the profiler's formulas: matmul, conv, add, mul; not attention kernels): "
+                     f"{fmt_flops(s['flops'])} in the call, {fmt_flops(s['achieved_flops_per_s'])}/s achieved "
+                     "over its wall")
+    else:
+        lines.append("FLOPs: the profiler counted none for this call")
+    lines.append(f"trace    {_where(out_dir / s['trace'])}  (chrome://tracing or ui.perfetto.dev; ranges ditar::*)")
+    if s.get("against"):
+        lines += against_lines(s["against"])
+        lines.append(f"trace    {_where(out_dir / s['against']['summary']['trace'])}  (the reference's call)")
+    lines.append(f"summary  {_where(out_dir / 'summary.json')}")
+    lines.append("ditar: profile: no lane timed, nothing recorded, git untouched")
+    lines.append("ditar: next: the largest phase above is the bottleneck: `dit-ar search \"<that phase> <mechanism> "
+                 "<model/hardware>\"`, then one hypothesis against it (program.md section 2)")
+    return lines
+
+
+def _phase_table(s: dict[str, Any], cuda: bool) -> list[str]:
+    """The phases, indented by depth, then the call's wall; device columns on CUDA."""
     head = f"{'phase':<50} {'ms':>9} {'% call':>7} {'ms/step':>8}"
     head += f" {'device ms':>10} {'% wall':>7}" if cuda else ""
-    lines += [head, "-" * len(head)]
+    lines = [head, "-" * len(head)]
     wall = s["call_wall_ms"]
     for r in s["phases"]:
         label = "  " * r["level"] + r["label"]
@@ -126,44 +160,27 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     total = f"{'call (wall)':<50} {wall:>9.2f} {100.0:>6.1f}% {'':>8}"
     if cuda:
         total += f" {s['device_ms']:>10.2f} {100 * s['device_ms'] / wall if wall else 0:>6.1f}%"
-    lines += [total, "* placed between the marked ranges around it, not marked itself"]
-    gaps = next(r for r in s["phases"] if r["key"] == "gaps")
-    lines.append(f"coverage: the phases hold {100 * s['coverage']:.1f}% of the call's wall; host gaps "
-                 f"{gaps['host_ms']:.2f} ms ({100 * gaps['share']:.1f}%)")
-    if cuda:
-        lines.append(f"device busy {100 * s['device_ms'] / wall if wall else 0:.1f}% of the call's wall: every kernel "
-                     "the device ran, graph-replayed and compiled ones included (low: launch- or host-bound)")
-        unlinked = s["device_ms"] - (s.get("device_linked_ms") or 0.0)
-        if unlinked > 0.005 * s["device_ms"]:  # kernels no host operator claims: a graph's replay, mostly
-            lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): in the "
-                         "device column only where their launch lies inside a phase")
-    lines += [f"note: {n}" for n in s.get("notes", [])]
-    un = s.get("unprofiled_wall_ms")
-    lines.append(f"call wall {wall:.2f} ms under the profiler" + (
-        f"; {un:.2f} ms unprofiled just before (another fresh request of the same shape; the difference is the "
-        "profiler's and the marks' overhead plus host noise)"
-        if un else ""))
-    lines += kernel_lines(s, cuda)
+    return lines + [total, "* placed between the marked ranges around it, not marked itself"]
+
+
+def _device_busy(device_ms: float, linked_ms: float, wall: float) -> list[str]:
+    """How busy the device was over the call, and the share of it no host operator launched."""
+    lines = [f"device busy {100 * device_ms / wall if wall else 0:.1f}% of the call's wall: every kernel "
+             "the device ran, graph-replayed and compiled ones included (low: launch- or host-bound)"]
+    unlinked = device_ms - linked_ms
+    if unlinked > 0.005 * device_ms:  # kernels no host operator claims: a graph's replay, mostly
+        lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): in the "
+                     "device column only where their launch lies inside a phase")
+    return lines
+
+
+def _top_operators(ops: list[dict[str, Any]], cuda: bool) -> list[str]:
     key = "self device" if cuda else "self CPU"
-    lines.append(f"top {len(s['top_ops'])} operators by {key} time:")
-    lines.append(f"  {'operator':<44} {'calls':>6} {key + ' ms':>14} {'CPU total ms':>13} {'FLOP':>11}")
-    for op in s["top_ops"]:
+    lines = [f"top {len(ops)} operators by {key} time:",
+             f"  {'operator':<44} {'calls':>6} {key + ' ms':>14} {'CPU total ms':>13} {'FLOP':>11}"]
+    for op in ops:
         self_ms = (op["self_device_us"] if cuda else op["self_cpu_us"]) / 1e3
         flop = fmt_flops(op["flops"]) if op["flops"] else "-"
         lines.append(f"  {op['name'][:44]:<44} {op['calls']:>6} {self_ms:>14.3f} {op['cpu_total_us'] / 1e3:>13.3f} "
                      f"{flop:>11}")
-    if s.get("flops"):
-        lines.append(f"FLOPs (the profiler's formulas: matmul, conv, add, mul; not attention kernels): "
-                     f"{fmt_flops(s['flops'])} in the call, {fmt_flops(s['achieved_flops_per_s'])}/s achieved "
-                     "over its wall")
-    else:
-        lines.append("FLOPs: the profiler counted none for this call")
-    lines.append(f"trace    {_where(out_dir / s['trace'])}  (chrome://tracing or ui.perfetto.dev; ranges ditar::*)")
-    if s.get("against"):
-        lines += against_lines(s["against"])
-        lines.append(f"trace    {_where(out_dir / s['against']['summary']['trace'])}  (the reference's call)")
-    lines.append(f"summary  {_where(out_dir / 'summary.json')}")
-    lines.append("ditar: profile: no lane timed, nothing recorded, git untouched")
-    lines.append("ditar: next: the largest phase above is the bottleneck: `dit-ar search \"<that phase> <mechanism> "
-                 "<model/hardware>\"`, then one hypothesis against it (program.md section 2)")
     return lines

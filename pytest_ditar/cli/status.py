@@ -153,22 +153,49 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     if as_json:
         print(json.dumps(st, indent=1, default=str))
         return 0 if healthy else 1
-    b = st["baseline"]
     print(f"tag {tag}  suite {suite.name}  objective {cfg.objective_lane}  cumulative class {st['cumulative_class']}")
     if not st["initialised"]:
         off = off_research_branch(cfg, tag)
         print(off or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
         return 1
-    if b:
+    _StatusPrinter(st).sections()
+    for line in st["problems"]:
+        print(f"state     {line}")
+    print("ditar: next: " + _next_step(st))
+    return 0 if healthy else 1
+
+
+class _StatusPrinter:
+    """status's text, a section a method, from collect_status's document."""
+
+    def __init__(self, st: dict[str, Any]):
+        self.st = st
+
+    def sections(self) -> None:
+        self.baseline()
+        self.champion()
+        self.counts()
+        self.classes()
+        self.recent()
+        self.tried()
+        self.ledger()
+
+    def baseline(self) -> None:
+        b = self.st["baseline"]
+        if not b:
+            print("baseline  missing")
+            return
         flag = "verifies" if b["verifies"] else f"CORRUPTED: {b['problems'][0]}"
         print(f"baseline  {str(b['commit'])[:7]}  {b['items']} items on {b['device']}  {flag}")
         for k, v in b["lanes"].items():
             print(f"  lane {k}: median {v['median_s'] * 1e3:.2f} ms, noise +/-{v['noise_half_width'] * 100:.2f}%"
                   + (f"; {Reach(**v['resolvable']).text()}" if v.get("resolvable") else ""))
-    else:
-        print("baseline  missing")
-    c = st["champion"]
-    if c:
+
+    def champion(self) -> None:
+        c = self.st["champion"]
+        if not c:
+            print("champion  the baseline (nothing kept yet)")
+            return
         cu = c["cumulative"]
         chain = cu["text"] if cu else "n/a"
         d = c["stored_vs_baseline"]
@@ -178,46 +205,52 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
         # the other figure, said as what it is: two medians of different runs, each under its own load
         print(f"          stored medians ratio {direct}: baseline and champion each timed in its own run, under "
               "that run's load; not a speed-up to cite")
-    else:
-        print("champion  the baseline (nothing kept yet)")
-    cnt = st["counts"]
-    print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
-          f"not judged {cnt['not judged']}" + (f" ({NOT_JUDGED_RULE})" if cnt["not judged"] else ""))
-    bound = st["bound"]
-    if bound["max_experiments"] is not None or bound["until"]:
-        print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
-    classes = st["classes"]
-    print("classes   can judge: " + (", ".join(k for k, v in classes.items() if v["available"]) or "none"))
-    whys: dict[str, list[str]] = {}
-    for k, v in classes.items():
-        if not v["available"]:
-            whys.setdefault(v["why"], []).append(k)
-    for why, names in whys.items():
-        print(f"          {', '.join(names)}: unavailable, {why}; {OWNER}")
-    for r in st["recent"]:
-        metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
-        why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
-        if not r["judged"]:
-            why = f"  (not judged: {r['reason']})"
-        print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
-              f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
-    if st["tried"]:
-        print(f"tried     {len(st['tried'])} idea(s) timed by `dit-ar try` (no verdict), newest last:")
-        for t in st["tried"]:
+
+    def counts(self) -> None:
+        cnt, bound = self.st["counts"], self.st["bound"]
+        print(f"experiments  KEEP {cnt['KEEP']}  DISCARD {cnt['DISCARD']}  CRASH {cnt['CRASH']}  "
+              f"not judged {cnt['not judged']}" + (f" ({NOT_JUDGED_RULE})" if cnt["not judged"] else ""))
+        if bound["max_experiments"] is not None or bound["until"]:
+            print(f"bound     {bound['now']}" + ("; REACHED: stop" if bound["reached"] else ""))
+
+    def classes(self) -> None:
+        """The classes the run can judge, and the others grouped by why not."""
+        classes = self.st["classes"]
+        print("classes   can judge: " + (", ".join(k for k, v in classes.items() if v["available"]) or "none"))
+        whys: dict[str, list[str]] = {}
+        for k, v in classes.items():
+            if not v["available"]:
+                whys.setdefault(v["why"], []).append(k)
+        for why, names in whys.items():
+            print(f"          {', '.join(names)}: unavailable, {why}; {OWNER}")
+
+    def recent(self) -> None:
+        for r in self.st["recent"]:
+            metric = f"{float(r['metric']):.3f}x" if r["metric"] not in ("", None) else "n/a"
+            why = f"  ({r['reason']})" if r["status"] != "KEEP" and r["reason"] else ""
+            if not r["judged"]:
+                why = f"  (not judged: {r['reason']})"
+            print(f"  #{r['run']} {str(r['commit'])[:7]} {r['status']:<7} {r['class']:<12} {metric:>7} "
+                  f"q={r['quality_pass']}/{r['quality_total']}  {r['description']}{why}")
+
+    def tried(self) -> None:
+        tried = self.st["tried"]
+        if not tried:
+            return
+        print(f"tried     {len(tried)} idea(s) timed by `dit-ar try` (no verdict), newest last:")
+        for t in tried:
             speed = f"{t['speedup']:.3f}x" if isinstance(t.get("speedup"), (int, float)) else "n/a"
             print(f"  {t.get('time', '?')} {t.get('head', '?')} {t.get('outcome', '?'):<14} {speed:>7}  "
                   f"{t.get('description') or '(no description)'}")
-    led = st["ledger"]
-    if not led["exists"]:
-        print("ledger    missing")
-    elif led["verifies"]:
-        print(f"ledger    {led['rows']} rows, hash chain verifies")
-    else:
-        print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
-    for line in st["problems"]:
-        print(f"state     {line}")
-    print("ditar: next: " + _next_step(st))
-    return 0 if healthy else 1
+
+    def ledger(self) -> None:
+        led = self.st["ledger"]
+        if not led["exists"]:
+            print("ledger    missing")
+        elif led["verifies"]:
+            print(f"ledger    {led['rows']} rows, hash chain verifies")
+        else:
+            print(f"ledger    CHAIN BROKEN: {'; '.join(led['problems'][:3])}")
 
 
 def _next_step(st: dict[str, Any]) -> str:

@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -146,38 +146,32 @@ _SIMPLE = {f.name: f for f in dataclasses.fields(Config)}
 _NESTED = {"perf": PerfConfig, "semantic": SemanticConfig, "holdout": HoldoutConfig}
 
 
-def _typecheck(where: str, key: str, value: Any, annotation: str) -> Any:
+# how a scalar's annotation starts -> whether a value is one, what it must be (the error's words), its
+# value in the dataclass; first match wins ("str" never matches "tuple[str")
+_SCALARS: tuple[tuple[str, Callable[[object], bool], str, Callable[[Any], object]], ...] = (
+    ("tuple[str", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings", tuple),
+    ("float", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "a number, got {value!r}", float),
+    ("int", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer, got {value!r}", lambda v: v),
+    ("bool", lambda v: isinstance(v, bool), "true or false, got {value!r}", lambda v: v),
+    ("str", lambda v: isinstance(v, str), "a string, got {value!r}", lambda v: v),
+)
+
+
+def _typecheck(where: str, key: str, value: object, annotation: str) -> object:
     """Check a scalar against the dataclass annotation string (we use `from __future__`)."""
     ann = annotation.replace(" ", "")
-    optional = "None" in ann
     if value is None:
-        if optional:
+        if "None" in ann:
             return None
         raise ConfigError(f"{where}: key '{key}' must not be null")
-    if ann.startswith("tuple[str"):
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: key '{key}' must be a list of strings")
-        return tuple(value)
-    if ann.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: key '{key}' must be a number, got {value!r}")
-        return float(value)
-    if ann.startswith("int"):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: key '{key}' must be an integer, got {value!r}")
-        return value
-    if ann.startswith("bool"):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: key '{key}' must be true or false, got {value!r}")
-        return value
-    if ann.startswith("str"):
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: key '{key}' must be a string, got {value!r}")
-        return value
+    for prefix, accepts, must_be, convert in _SCALARS:
+        if ann.startswith(prefix):
+            if not accepts(value):
+                raise ConfigError(f"{where}: key '{key}' must be " + must_be.format(value=value))
+            return convert(value)
     raise AssertionError(f"unhandled annotation {annotation}")
 
-
-def build_dataclass(cls: type, raw: Any, where: str, prefix: str = "", **extra: Any) -> Any:
+def build_dataclass(cls: type, raw: object, where: str, prefix: str = "", **extra: Any) -> Any:
     """Build a frozen dataclass from a mapping, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: '{prefix.rstrip('.') or 'top level'}' must be a mapping")
@@ -207,7 +201,28 @@ def load_config(path: str | Path) -> Config:
 @functools.lru_cache(maxsize=16)
 def _parse(path: Path, text: str) -> Config:
     """A pure function of the file's name and text (a frozen Config), hence cached."""
-    if path.suffix.lower() == ".json":  # JSON by its own rules: YAML 1.1 reads 1e-2 as a string
+    raw = _read_mapping(path, text)
+    where = str(path)
+    nested = {k: raw.pop(k) for k in list(raw) if k in _NESTED}
+    thresholds_raw = raw.pop("thresholds", None)
+    if "suite" not in raw:
+        raise ConfigError(f"{where}: missing required key 'suite' (the name of a folder under suites/)")
+    kwargs = _top_level_values(raw, path)
+    for key, value in nested.items():
+        kwargs[key] = build_dataclass(_NESTED[key], value, where, prefix=f"{key}.")
+    kwargs["thresholds"] = _load_thresholds(thresholds_raw, where)
+    cfg = Config(**kwargs)
+    if cfg.objective_lane == "":
+        raise ConfigError(f"{where}: key 'objective_lane' must name a lane of the suite")
+    if not cfg.build_timeout_s > 0:
+        raise ConfigError(f"{where}: key 'build_timeout_s' must be a positive number of seconds, "
+                          f"got {cfg.build_timeout_s!r}")
+    return cfg
+
+
+def _read_mapping(path: Path, text: str) -> dict[str, object]:
+    """The config's text parsed (JSON by its own rules: YAML 1.1 reads 1e-2 as a string), a mapping."""
+    if path.suffix.lower() == ".json":
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -221,17 +236,17 @@ def _parse(path: Path, text: str) -> Config:
             raise ConfigError(f"{path}: malformed config{at}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys to values")
+    return dict(raw)
+
+
+def _top_level_values(raw: dict[str, object], path: Path) -> dict[str, Any]:
+    """Config's keyword arguments from the config's top-level scalar keys, each checked."""
     where = str(path)
-    raw = dict(raw)
-    nested = {k: raw.pop(k) for k in list(raw) if k in _NESTED}
-    thresholds_raw = raw.pop("thresholds", None)
-    if "suite" not in raw:
-        raise ConfigError(f"{where}: missing required key 'suite' (the name of a folder under suites/)")
     cfg_fields = {n: f for n, f in _SIMPLE.items() if n not in ("path", "root", "thresholds", *_NESTED)}
     kwargs: dict[str, Any] = {"path": path, "root": project_root_of(path)}
     for key, value in raw.items():
         if key == "root":
-            kwargs["root"] = (path.parent / _typecheck(where, key, value, "str")).resolve()
+            kwargs["root"] = (path.parent / str(_typecheck(where, key, value, "str"))).resolve()
             continue
         if key not in cfg_fields:
             known = ", ".join(sorted([*cfg_fields, "root", "thresholds", *_NESTED]))
@@ -240,28 +255,19 @@ def _parse(path: Path, text: str) -> Config:
             kwargs[key] = _sandbox_mode(where, value)
             continue
         kwargs[key] = _typecheck(where, key, value, str(cfg_fields[key].type))
-    for key, value in nested.items():
-        kwargs[key] = build_dataclass(_NESTED[key], value, where, prefix=f"{key}.")
-    kwargs["thresholds"] = _load_thresholds(thresholds_raw, where)
-    cfg = Config(**kwargs)
-    if cfg.objective_lane == "":
-        raise ConfigError(f"{where}: key 'objective_lane' must name a lane of the suite")
-    if not cfg.build_timeout_s > 0:
-        raise ConfigError(f"{where}: key 'build_timeout_s' must be a positive number of seconds, "
-                          f"got {cfg.build_timeout_s!r}")
-    return cfg
+    return kwargs
 
 
-def _sandbox_mode(where: str, value: Any) -> str:
+def _sandbox_mode(where: str, value: object) -> str:
     """"on" or "off"; YAML's bare `sandbox: off` arrives as False, JSON's may be a boolean too."""
     if isinstance(value, bool):
         return "on" if value else "off"
-    if value in ("on", "off"):
+    if isinstance(value, str) and value in ("on", "off"):
         return value
     raise ConfigError(f"{where}: key 'sandbox' must be \"on\" or \"off\", got {value!r}")
 
 
-def _load_thresholds(raw: Any, where: str) -> Mapping[str, Thresholds]:
+def _load_thresholds(raw: object, where: str) -> Mapping[str, Thresholds]:
     merged = {c: dict(DEFAULT_THRESHOLDS[c]) for c in CLASSES}
     if raw is not None:
         if not isinstance(raw, dict):

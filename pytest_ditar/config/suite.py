@@ -94,6 +94,29 @@ _TOP_KEYS = {"name", "model", "pipeline", "corpus", "lanes", "description"}
 
 def load_suite(suite_dir: Path) -> Suite:
     path = suite_dir / "suite.yaml"
+    raw = _read_suite_mapping(path)
+    where = str(path)
+    model = build_dataclass(ModelSource, raw["model"], where, prefix="model.")
+    if model.source not in ("embedded-tiny", "random-init", "local"):
+        raise ConfigError(f"{where}: key 'model.source' must be embedded-tiny, random-init or local, "
+                          f"got '{model.source}'")
+    pipeline = build_dataclass(PipelineSettings, raw["pipeline"], where, prefix="pipeline.")
+    corpus = _corpus(raw["corpus"], where)
+    lanes = _lanes(raw["lanes"], where)
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
+    return Suite(
+        name=str(raw.get("name", suite_dir.name)),
+        path=path,
+        model=model,
+        pipeline=pipeline,
+        corpus=corpus,
+        lanes=lanes,
+        content_hash=hashlib.sha256(canonical.encode()).hexdigest(),
+    )
+
+
+def _read_suite_mapping(path: Path) -> dict[str, object]:
+    """suite.yaml parsed, a mapping of the known top-level keys with every required one."""
     if not path.is_file():
         raise ConfigError(f"{path}: suite file not found "
                           "(check the config key 'suite' names a folder under suites/ with a suite.yaml)")
@@ -111,15 +134,15 @@ def load_suite(suite_dir: Path) -> Suite:
     for key in ("model", "pipeline", "corpus", "lanes"):
         if key not in raw:
             raise ConfigError(f"{where}: missing required key '{key}'")
-    model = build_dataclass(ModelSource, raw["model"], where, prefix="model.")
-    if model.source not in ("embedded-tiny", "random-init", "local"):
-        raise ConfigError(f"{where}: key 'model.source' must be embedded-tiny, random-init or local, "
-                          f"got '{model.source}'")
-    pipeline = build_dataclass(PipelineSettings, raw["pipeline"], where, prefix="pipeline.")
-    if not isinstance(raw["corpus"], list) or not raw["corpus"]:
+    return raw
+
+
+def _corpus(items: object, where: str) -> tuple[CorpusItem, ...]:
+    """The corpus: a non-empty list of items, each with an id, a label and a seed, no id twice."""
+    if not isinstance(items, list) or not items:
         raise ConfigError(f"{where}: key 'corpus' must be a non-empty list of items")
     corpus = []
-    for n, item in enumerate(raw["corpus"]):
+    for n, item in enumerate(items):
         if not isinstance(item, dict):
             raise ConfigError(f"{where}: corpus item #{n} must be a mapping with id, label, seed")
         for req in ("id", "label", "seed"):
@@ -131,20 +154,16 @@ def load_suite(suite_dir: Path) -> Suite:
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
         raise ConfigError(f"{where}: duplicate corpus ids: {', '.join(sorted(dup))}")
-    if not isinstance(raw["lanes"], list) or not raw["lanes"]:
+    return tuple(corpus)
+
+
+def _lanes(raw_lanes: object, where: str) -> tuple[Lane, ...]:
+    """The lanes: a non-empty list, each of a known kind."""
+    if not isinstance(raw_lanes, list) or not raw_lanes:
         raise ConfigError(f"{where}: key 'lanes' must be a non-empty list")
-    lanes = tuple(build_dataclass(Lane, ln, where, prefix=f"lanes[{n}].") for n, ln in enumerate(raw["lanes"]))
+    lanes = tuple(build_dataclass(Lane, ln, where, prefix=f"lanes[{n}].") for n, ln in enumerate(raw_lanes))
     for n, ln in enumerate(lanes):
         if ln.kind not in LANE_KINDS:
             raise ConfigError(f"{where}: key 'lanes[{n}].kind' is {ln.kind!r}; valid: {', '.join(LANE_KINDS)}")
-    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
-    return Suite(
-        name=str(raw.get("name", suite_dir.name)),
-        path=path,
-        model=model,
-        pipeline=pipeline,
-        corpus=tuple(corpus),
-        lanes=lanes,
-        content_hash=hashlib.sha256(canonical.encode()).hexdigest(),
-    )
+    return lanes
 

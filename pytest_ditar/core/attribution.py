@@ -209,62 +209,100 @@ def attribute(spans: Iterable[Span], marks: Mapping[str, int] | None = None) -> 
     if len(calls) != 1:
         raise ValueError(f"expected one '{CALL}' span, got {len(calls)}")
     call = calls[0]
-    ops = [s for s in spans if s.label == OP]
     root = _tree(call, [s for s in spans if s.label in SPAN_PHASE])
     on_device = call.device is not None
     host: dict[str, float] = {k: 0.0 for k, _, _ in PHASES}
     device: dict[str, float] = {k: 0.0 for k, _, _ in PHASES}
     count: dict[str, int] = {k: 0 for k, _, _ in PHASES}
-
-    def walk(n: _Node) -> None:
-        for c in n.children:
-            phase = SPAN_PHASE[c.span.label]
-            host[phase] += _dur(c) - sum(_dur(g) for g in c.children)
-            if on_device:
-                device[phase] += max(0.0, (c.span.device or 0.0) - sum(g.span.device or 0.0 for g in c.children))
-            count[phase] += 1
-            walk(c)
-
-    walk(root)
-    # The call's own time, between its top-level ranges: placed by what lies on either side.
-    top = root.children
-    first_tf = next((i for i, c in enumerate(top) if c.span.label == "transformer"), None)
-    # the loop's first range where no transformer mark fired: the setup ends there
-    first_loop = first_tf if first_tf is not None else next(
-        (i for i, c in enumerate(top) if c.span.label in ("scheduler.scale", "scheduler.step")), None)
-    last_vae = max((i for i, c in enumerate(top) if c.span.label == "vae"), default=None)
-    edges = [call.start] + [x for c in top for x in (c.span.start, c.end)] + [call.end]
-    for i in range(len(top) + 1):  # the interval before top[i] (i == len(top): after the last)
-        a, b = edges[2 * i], edges[2 * i + 1]
-        if b - a <= 0:
-            continue
-        before = top[i - 1].span.label if i > 0 else None
-        after = top[i].span.label if i < len(top) else None
-        if first_loop is not None and i <= first_loop:
-            phase = "setup"
-        elif before == "transformer" and after == "scheduler.step":
-            phase = "guidance"
-        elif last_vae is not None and i > last_vae:
-            phase = "output"
-        else:
-            phase = GAPS
-        dev = sum(o.device or 0.0 for o in ops if a - EPS_US <= o.start < b) if on_device else 0.0
-        # Between ranges yet doing the model's work: the model's call before a scheduler step where
-        # no transformer mark fired (a rewrite around the marked modules), or any kernels launched
-        # there (a CUDA graph's replay, a compiled region): the pipeline's time, never a host gap.
-        if phase == GAPS and (dev > 0 or (first_tf is None and after == "scheduler.step")):
-            phase = BYPASSED
-        host[phase] += b - a
-        device[phase] += dev
-    steps = sum(1 for c in top if c.span.label == "scheduler.step") \
-        or sum(1 for c in top if c.span.label == "transformer")
-    wall = call.dur
-    parents = {k: p for k, _, p in PHASES}
+    _add_exclusive(root, on_device, host, device, count)
+    top = _TopLevel.of(root.children)
+    _place_gaps(call, top, [s for s in spans if s.label == OP], on_device, host, device)
     for key, _, parent in reversed(PHASES):  # children before their parents: sums bubble up
         if parent is not None:
             host[parent] += host[key]
             device[parent] += device[key]
-    why = unmarked(count, marks)
+    wall, steps = call.dur, top.steps()
+    rows = _rows(host, device if on_device else None, count, unmarked(count, marks), wall, steps)
+    coverage = 1.0 - host[GAPS] / wall if wall > 0 else 0.0
+    notes = []
+    if not top.ranges:
+        notes.append("no marked range fired inside the call: the hooks saw none of this candidate's modules "
+                     "(CUDA graph replay, compiled regions or classes of other names); read the operators and the "
+                     "trace")
+    return Attribution(wall_ms=wall / 1e3, steps=steps, rows=rows, coverage=max(0.0, coverage),
+                       device_ms=call.device / 1e3 if call.device is not None else None, notes=notes)
+
+
+def _add_exclusive(n: _Node, on_device: bool, host: dict[str, float], device: dict[str, float],
+                   count: dict[str, int]) -> None:
+    """Each range's own time (its children's taken out) into its phase, the whole tree below `n`."""
+    for c in n.children:
+        phase = SPAN_PHASE[c.span.label]
+        host[phase] += _dur(c) - sum(_dur(g) for g in c.children)
+        if on_device:
+            device[phase] += max(0.0, (c.span.device or 0.0) - sum(g.span.device or 0.0 for g in c.children))
+        count[phase] += 1
+        _add_exclusive(c, on_device, host, device, count)
+
+
+@dataclass(frozen=True)
+class _TopLevel:
+    """The call's top-level ranges and the landmarks its own time between them is placed by."""
+
+    ranges: list[_Node]
+    first_tf: int | None  # the first transformer range
+    first_loop: int | None  # the loop's first range (a scheduler's where no transformer mark fired): setup ends there
+    last_vae: int | None
+
+    @classmethod
+    def of(cls, top: list[_Node]) -> _TopLevel:
+        first_tf = next((i for i, c in enumerate(top) if c.span.label == "transformer"), None)
+        first_loop = first_tf if first_tf is not None else next(
+            (i for i, c in enumerate(top) if c.span.label in ("scheduler.scale", "scheduler.step")), None)
+        last_vae = max((i for i, c in enumerate(top) if c.span.label == "vae"), default=None)
+        return cls(top, first_tf, first_loop, last_vae)
+
+    def steps(self) -> int:
+        return sum(1 for c in self.ranges if c.span.label == "scheduler.step") \
+            or sum(1 for c in self.ranges if c.span.label == "transformer")
+
+    def gap_phase(self, i: int, dev: float) -> str:
+        """The phase of the interval before range `i` (i == len(ranges): after the last), which ran
+        `dev` of device time."""
+        before = self.ranges[i - 1].span.label if i > 0 else None
+        after = self.ranges[i].span.label if i < len(self.ranges) else None
+        if self.first_loop is not None and i <= self.first_loop:
+            return "setup"
+        if before == "transformer" and after == "scheduler.step":
+            return "guidance"
+        if self.last_vae is not None and i > self.last_vae:
+            return "output"
+        # Between ranges yet doing the model's work: the model's call before a scheduler step where
+        # no transformer mark fired (a rewrite around the marked modules), or any kernels launched
+        # there (a CUDA graph's replay, a compiled region): the pipeline's time, never a host gap.
+        if dev > 0 or (self.first_tf is None and after == "scheduler.step"):
+            return BYPASSED
+        return GAPS
+
+
+def _place_gaps(call: Span, top: _TopLevel, ops: list[Span], on_device: bool, host: dict[str, float],
+                device: dict[str, float]) -> None:
+    """The call's own time, between its top-level ranges: placed by what lies on either side."""
+    edges = [call.start] + [x for c in top.ranges for x in (c.span.start, c.end)] + [call.end]
+    for i in range(len(top.ranges) + 1):  # the interval before ranges[i] (i == len: after the last)
+        a, b = edges[2 * i], edges[2 * i + 1]
+        if b - a <= 0:
+            continue
+        dev = sum(o.device or 0.0 for o in ops if a - EPS_US <= o.start < b) if on_device else 0.0
+        phase = top.gap_phase(i, dev)
+        host[phase] += b - a
+        device[phase] += dev
+
+
+def _rows(host: dict[str, float], device: dict[str, float] | None, count: dict[str, int], why: dict[str, str],
+          wall: float, steps: int) -> list[PhaseRow]:
+    """A row a phase, in PHASES's order, indented by its depth; `device` only on CUDA."""
+    parents = {k: p for k, _, p in PHASES}
     rows = []
     for key, label, parent in PHASES:
         level, p = 0, parent
@@ -275,12 +313,5 @@ def attribute(spans: Iterable[Span], marks: Mapping[str, int] | None = None) -> 
                              share=host[key] / wall if wall > 0 else 0.0, calls=count[key],
                              inferred=key in INFERRED,
                              per_step_ms=host[key] / 1e3 / steps if in_loop and steps else None,
-                             device_ms=device[key] / 1e3 if on_device else None, unmarked=why.get(key)))
-    coverage = 1.0 - host[GAPS] / wall if wall > 0 else 0.0
-    notes = []
-    if not top:
-        notes.append("no marked range fired inside the call: the hooks saw none of this candidate's modules "
-                     "(CUDA graph replay, compiled regions or classes of other names); read the operators and the "
-                     "trace")
-    return Attribution(wall_ms=wall / 1e3, steps=steps, rows=rows, coverage=max(0.0, coverage),
-                       device_ms=call.device / 1e3 if call.device is not None else None, notes=notes)
+                             device_ms=device[key] / 1e3 if device is not None else None, unmarked=why.get(key)))
+    return rows

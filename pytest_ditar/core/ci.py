@@ -91,27 +91,13 @@ def annotation_lines(doc: VerdictDoc) -> list[str]:
     lane, each CRASH error at its `mutable/...:LINE`, and a KEEP's unmeasured guard lanes."""
     verdict = doc.get("verdict")
     if doc.get("kind") == "guard":
-        if verdict == "REFUSED":
-            return [annotation("error", str(doc.get("reason") or ""), title="ditar guard REFUSED")]
-        out = [annotation("error", f, title="ditar guard FAIL") for f in doc.get("failures") or []]
-        if verdict == "FAIL" and not out:
-            out.append(annotation("error", str(doc.get("line") or "the guard failed"), title="ditar guard FAIL"))
-        lanes = doc.get("lanes") or {}
-        out += [annotation("warning", f"lane {name}: {_reason(lanes.get(name))}".rstrip(": "),
-                           title=f"ditar guard: lane {name} unresolved") for name in doc.get("unresolved") or []]
-        return out
+        return _guard_annotations(doc)
     if verdict is None:
         return [annotation("error", "the run ended before it decided (pytest's own error or an interrupt)",
                            title="ditar: no verdict")]
     out = []
     if verdict == "CRASH":
-        errors = [e for e in doc.get("errors") or [] if where(e.get("where"))]
-        for e in errors:
-            file, line = where(e.get("where")) or ("", 0)
-            out.append(annotation("error", f"{e.get('kind')}: {e.get('message')}", title="ditar CRASH",
-                                  file=file, line=line))
-        if not errors:
-            out.append(annotation("error", str(doc.get("reason") or ""), title="ditar CRASH"))
+        out += _crash_annotations(doc)
     elif verdict in ("DISCARD", "REFUSED"):
         out.append(annotation("error", str(doc.get("reason") or ""), title=f"ditar {verdict}"))
     for name, lane in (doc.get("lanes") or {}).items():
@@ -120,6 +106,33 @@ def annotation_lines(doc: VerdictDoc) -> list[str]:
                                   title=f"ditar lane {name} REGRESSED"))
     out += [annotation("warning", f"guard lane {name} could not be measured", title="ditar KEEP: unmeasured")
             for name in doc.get("unmeasured") or []]
+    return out
+
+
+def _guard_annotations(doc: VerdictDoc) -> list[str]:
+    """A guard's failures (each names its lane and reason) and the lanes it left unresolved."""
+    verdict = doc.get("verdict")
+    if verdict == "REFUSED":
+        return [annotation("error", str(doc.get("reason") or ""), title="ditar guard REFUSED")]
+    out = [annotation("error", f, title="ditar guard FAIL") for f in doc.get("failures") or []]
+    if verdict == "FAIL" and not out:
+        out.append(annotation("error", str(doc.get("line") or "the guard failed"), title="ditar guard FAIL"))
+    lanes = doc.get("lanes") or {}
+    out += [annotation("warning", f"lane {name}: {_reason(lanes.get(name))}".rstrip(": "),
+                       title=f"ditar guard: lane {name} unresolved") for name in doc.get("unresolved") or []]
+    return out
+
+
+def _crash_annotations(doc: VerdictDoc) -> list[str]:
+    """Each CRASH error at its `mutable/...:LINE`; the run's reason where none has a place."""
+    errors = [e for e in doc.get("errors") or [] if where(e.get("where"))]
+    out = []
+    for e in errors:
+        file, line = where(e.get("where")) or ("", 0)
+        out.append(annotation("error", f"{e.get('kind')}: {e.get('message')}", title="ditar CRASH",
+                              file=file, line=line))
+    if not errors:
+        out.append(annotation("error", str(doc.get("reason") or ""), title="ditar CRASH"))
     return out
 
 

@@ -206,6 +206,13 @@ class PhaseClock:
     def line(self, wall_s: float | None = None) -> str:
         d = self.as_dict(wall_s)
         parts = [f"start-up {_s(d['startup'])}"] if d["startup"] is not None else []
+        parts += self._group_parts(d) + self._worker_parts(d) + _lane_parts(d) + self._run_parts(d)
+        on = f" on {self.workers} workers" if self.workers > 1 else ""
+        return f"ditar: time{on}: {', '.join(parts)}; wall {d['wall']:.1f}s"
+
+    def _group_parts(self, d: dict[str, float | None]) -> list[str]:
+        """Each group that ran: its busy time, or on several workers its window beside it."""
+        parts = []
         for g in GROUPS:
             busy, window = d[f"group.{g}"], d[f"window.{g}"]
             if not busy:
@@ -214,6 +221,11 @@ class PhaseClock:
                 parts.append(f"{g} {_s(window)} window ({_s(busy)} busy)")
             else:
                 parts.append(f"{g} {_s(busy)}")
+        return parts
+
+    def _worker_parts(self, d: dict[str, float | None]) -> list[str]:
+        """What the workers cost before the first timed call: the zygote, the builds, the warm-up."""
+        parts = []
         if self.zygote == "warm":
             parts.append("zygote warm (kept by an earlier run)")
         elif self.imports_s:
@@ -224,18 +236,11 @@ class PhaseClock:
         warm, warm_champion = (d.get(k) or 0.0 for k in WARMUP)
         if warm or warm_champion:
             parts.append(f"warm-up {_s(warm)}" + (f" (champion and twin {_s(warm_champion)})" if warm_champion else ""))
-        if d["perf.overhead"]:
-            parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
-        trips, host = (d.get(k) or 0.0 for k in UPKEEP)
-        if trips or host:
-            parts.append(f"round trips {_s(trips)}, host checks {_s(host)}")
-        anchor, confirm, empty = (d.get(k) or 0.0 for k in CHECKS)
-        if anchor or confirm or empty:
-            parts.append(f"anchor {_s(anchor)}, confirming calls {_s(confirm)}, empty calls {_s(empty)}")
-        checks = sum(d.get(k) or 0.0 for k in INTEGRITY)
-        if checks:
-            wall = cast(float, d["wall"])  # as_dict always sets it
-            parts.append(f"audit+probe {_s(checks)} ({100 * checks / wall:.1f}% of the run)")
+        return parts
+
+    def _run_parts(self, d: dict[str, float | None]) -> list[str]:
+        """The run's share outside the lanes: the holdout's reference, the firewall, the gaps."""
+        parts = []
         if d.get("holdout.reference"):
             parts.append(f"holdout reference {_s(cast(float, d['holdout.reference']))} beside the build and quality")
         if d["group.firewall"]:
@@ -245,9 +250,26 @@ class PhaseClock:
             parts.append(f"between phases {_s(sum(self.gaps.values()))} (most before {most} {_s(self.gaps[most])})")
         if self.workers > 1 and d["window.all"] is not None:
             parts.append(f"all phases {_s(d['window.all'])} window")
-        on = f" on {self.workers} workers" if self.workers > 1 else ""
-        return f"ditar: time{on}: {', '.join(parts)}; wall {d['wall']:.1f}s"
+        return parts
 
+
+def _lane_parts(d: dict[str, float | None]) -> list[str]:
+    """What the lanes cost beside their timed calls: the judge's overhead, the round trips and host
+    checks, the anchor, confirming and empty calls, the audit and probe."""
+    parts = []
+    if d["perf.overhead"]:
+        parts.append(f"perf overhead {d['perf.overhead']:.3f}x of {d['perf.timed']:.1f}s timed")
+    trips, host = (d.get(k) or 0.0 for k in UPKEEP)
+    if trips or host:
+        parts.append(f"round trips {_s(trips)}, host checks {_s(host)}")
+    anchor, confirm, empty = (d.get(k) or 0.0 for k in CHECKS)
+    if anchor or confirm or empty:
+        parts.append(f"anchor {_s(anchor)}, confirming calls {_s(confirm)}, empty calls {_s(empty)}")
+    checks = sum(d.get(k) or 0.0 for k in INTEGRITY)
+    if checks:
+        wall = cast(float, d["wall"])  # as_dict always sets it
+        parts.append(f"audit+probe {_s(checks)} ({100 * checks / wall:.1f}% of the run)")
+    return parts
 
 def _s(seconds: float) -> str:
     return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.1f}s"

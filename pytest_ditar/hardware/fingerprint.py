@@ -197,32 +197,8 @@ def _nvml_info(props: object, index: int) -> _NvmlInfo:
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
         driver = driver.decode() if isinstance(driver, bytes) else str(driver)
-        handle = None
-        # Match by UUID: NVML indices ignore CUDA_VISIBLE_DEVICES, torch indices do not.
-        uuid = getattr(props, "uuid", None)
-        if uuid is not None:
-            try:
-                handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-            except Exception:  # noqa: BLE001 - a UUID NVML does not know: no handle
-                handle = None
-        if handle is None and not os.environ.get("CUDA_VISIBLE_DEVICES"):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        clocks = None
-        power = None
-        if handle is not None:
-            try:
-                clocks = Clocks(
-                    sm_max_mhz=int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
-                    mem_max_mhz=int(
-                        pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)
-                    ),
-                )
-            except Exception:  # noqa: BLE001 - a driver that cannot say
-                clocks = None
-            try:
-                power = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
-            except Exception:  # noqa: BLE001 - a driver that cannot say
-                power = None
+        handle = _nvml_handle(pynvml, getattr(props, "uuid", None), index)
+        clocks, power = _nvml_limits(pynvml, handle) if handle is not None else (None, None)
         return _NvmlInfo(driver=driver, clocks=clocks, power_limit_w=power)
     except Exception:  # noqa: BLE001 - a failing query: the driver from /proc
         return _NvmlInfo(driver=_driver_from_proc())
@@ -231,6 +207,37 @@ def _nvml_info(props: object, index: int) -> _NvmlInfo:
             pynvml.nvmlShutdown()
         except Exception:  # noqa: BLE001 - nothing to release
             pass
+
+
+def _nvml_handle(pynvml: ModuleType, uuid: object, index: int) -> object | None:
+    """NVML's handle of torch's device: by its UUID (torch's props.uuid; NVML indices ignore
+    CUDA_VISIBLE_DEVICES, torch indices do not), by index only where no CUDA_VISIBLE_DEVICES
+    renumbers them; else None."""
+    handle = None
+    if uuid is not None:
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except Exception:  # noqa: BLE001 - a UUID NVML does not know: no handle
+            handle = None
+    if handle is None and not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    return handle
+
+
+def _nvml_limits(pynvml: ModuleType, handle: object) -> tuple[Clocks | None, float | None]:
+    """The device's max clocks and power limit (W), each None where the driver cannot say."""
+    try:
+        clocks: Clocks | None = Clocks(
+            sm_max_mhz=int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+            mem_max_mhz=int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+        )
+    except Exception:  # noqa: BLE001 - a driver that cannot say
+        clocks = None
+    try:
+        power: float | None = pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0
+    except Exception:  # noqa: BLE001 - a driver that cannot say
+        power = None
+    return clocks, power
 
 
 class _Common(TypedDict):

@@ -107,49 +107,73 @@ def option_refusal(args: Sequence[str], root: Path, suites: Path, state: Path, p
                    here: Path | None = None) -> str | None:
     """Why the pytest arguments `args` may not start a gated run (None: every one is allowed).
     Collection paths count from `here` (the invocation folder) and must lie in `suites`."""
-    here = Path(here or os.getcwd())
-    i, n = 0, len(args)
-    while i < n:
-        a = str(args[i])
-        i += 1
-        if a == "--":
-            bad = next((p for p in args[i:] if not _in_suites(str(p), here, suites)), None)
-            return _path_refusal(str(bad), suites) if bad is not None else None
-        if a.startswith("--"):
-            name, eq, value = a.partition("=")
-            if name in FLAGS or (name.startswith("--ditar-") and name not in DITAR_VALUED):
-                continue
-            if name in VALUED or name in DITAR_VALUED:
-                i += 0 if eq else 1
-                continue
-            if name in ("--basetemp", "--junitxml", "--junit-xml"):
-                if not eq:
-                    value, i = (str(args[i]) if i < n else ""), i + 1
-                why = _basetemp_refusal(value, here, root, state, protected)
-                if why:
-                    return why if name == "--basetemp" else (
-                        f"pytest option {name}={value} is not allowed in a gated run: it would write a file in the "
-                        "project, its git or its state (point it outside the project)")
-                continue
-            return _refusal(name, a)
-        if a.startswith("-") and len(a) > 1:
-            for j, c in enumerate(a[1:], 1):
-                if c in SHORT_FLAGS:
-                    continue
-                if c in SHORT_VALUED:
-                    value = a[j + 1:]
-                    if not value:
-                        value, i = (str(args[i]) if i < n else ""), i + 1
-                    if c == "p" and not (value.startswith("no:") or value == OWN_PLUGIN):
-                        return (f"pytest option -p {value} is not allowed in a gated run: it imports that module "
-                                "into the judge (only -p no:NAME is; drop it)")
-                    break
-                return _refusal(f"-{c}", a)
-            continue
-        if not _in_suites(a, here, suites):
-            return _path_refusal(a, suites)
-    return None
+    return _OptionScan(args, root, suites, state, protected, Path(here or os.getcwd())).refusal()
 
+
+class _OptionScan:
+    """pytest's arguments read left to right as pytest reads them (an option's value may be the next
+    argument), each option checked against the allowed set, each path against the suites folder."""
+
+    def __init__(self, args: Sequence[str], root: Path, suites: Path, state: Path, protected: Iterable[str],
+                 here: Path):
+        self.args = [str(a) for a in args]
+        self.root, self.suites, self.state, self.protected, self.here = root, suites, state, protected, here
+        self.i = 0
+
+    def refusal(self) -> str | None:
+        while self.i < len(self.args):
+            a = self.args[self.i]
+            self.i += 1
+            if a == "--":
+                bad = next((p for p in self.args[self.i:] if not _in_suites(p, self.here, self.suites)), None)
+                return _path_refusal(bad, self.suites) if bad is not None else None
+            if a.startswith("--"):
+                why = self._long_option(a)
+            elif a.startswith("-") and len(a) > 1:
+                why = self._short_options(a)
+            else:
+                why = None if _in_suites(a, self.here, self.suites) else _path_refusal(a, self.suites)
+            if why:
+                return why
+        return None
+
+    def _next_value(self) -> str:
+        """The next argument, taken as the value of the option before it ("" past the end)."""
+        value = self.args[self.i] if self.i < len(self.args) else ""
+        self.i += 1
+        return value
+
+    def _long_option(self, a: str) -> str | None:
+        name, eq, value = a.partition("=")
+        if name in FLAGS or (name.startswith("--ditar-") and name not in DITAR_VALUED):
+            return None
+        if name in VALUED or name in DITAR_VALUED:
+            self.i += 0 if eq else 1
+            return None
+        if name in ("--basetemp", "--junitxml", "--junit-xml"):
+            return self._write_path(name, value if eq else self._next_value())
+        return _refusal(name, a)
+
+    def _write_path(self, name: str, value: str) -> str | None:
+        why = _basetemp_refusal(value, self.here, self.root, self.state, self.protected)
+        if why and name != "--basetemp":
+            return (f"pytest option {name}={value} is not allowed in a gated run: it would write a file in the "
+                    "project, its git or its state (point it outside the project)")
+        return why
+
+    def _short_options(self, a: str) -> str | None:
+        """A cluster of short options (-vx, -pNAME, -p NAME): flags, then at most one that takes a value."""
+        for j, c in enumerate(a[1:], 1):
+            if c in SHORT_FLAGS:
+                continue
+            if c not in SHORT_VALUED:
+                return _refusal(f"-{c}", a)
+            value = a[j + 1:] or self._next_value()
+            if c == "p" and not (value.startswith("no:") or value == OWN_PLUGIN):
+                return (f"pytest option -p {value} is not allowed in a gated run: it imports that module "
+                        "into the judge (only -p no:NAME is; drop it)")
+            return None
+        return None
 
 _WHY = {"-p": "imports a module into the judge", "-c": "reads another ini file", "-o": "overrides the ini",
         "--override-ini": "overrides the ini", "--rootdir": "moves the rootdir",

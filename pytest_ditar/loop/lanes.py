@@ -16,7 +16,6 @@ import os
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.config.suite import Lane
@@ -40,17 +39,10 @@ from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime import proctree, zygote
 from pytest_ditar.runtime.calls import new_stream, output_audit
 from pytest_ditar.runtime.group import rank_device
-from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, Sequential, measure_lane
+from pytest_ditar.runtime.lanes import Benchmark, LaneMeasurement, LaneResult, Sequential, measure_lane
 from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store.records import LaneRecord
 from pytest_ditar.vcs import queries
-
-
-class Benchmark(Protocol):
-    """pytest-benchmark's fixture, as far as a lane uses it (runtime.lanes times its first rounds)."""
-
-    extra_info: dict[str, object]
-
 
 Worker = CandidateWorker  # a side's worker (runtime.group.GroupWorker, one for a multi-GPU lane, is one too)
 

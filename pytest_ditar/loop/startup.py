@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from pytest_ditar.config.suite import Lane
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.loop import champion, holdout, phases
 from pytest_ditar.loop.lanes import TWIN_PHASE
@@ -48,23 +49,35 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
     lanes = [ln for ln in sess.suite.lanes if ln.name in wanted]
     if opts.phase == phases.QUALITY or not lanes:
         return failed  # no lane to time
-    objective = sess.cfg.objective_lane
     try:
-        # one build a side per rank count: 1 for the one-GPU lanes, N for a lane of N GPUs (a group)
-        for ranks in sorted({getattr(ln, "gpus", 1) for ln in lanes}):
-            if ranks > 1:
-                sess.get_candidate(ranks, start_only=True)
-            champion.build(sess, champion_commit, head, start_only=True, ranks=ranks)
-            if sess.cfg.perf.twin and champion_commit and champion_commit != head and sess.cfg.perf.interleave \
-                    and any(ln.name == objective and getattr(ln, "gpus", 1) == ranks for ln in lanes):
-                # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
-                sess.build_at_commit(champion_commit, TWIN_PHASE, start_only=True, ranks=ranks, role="twin")
-        # the holdout's reference is the baseline code, a third worker where it is not the champion's
-        if baseline_commit and sess.cfg.holdout.count:
-            if opts.phase is None:  # built, and its outputs for the fresh items made, beside the candidate's quality
-                holdout.start_reference(sess, baseline_commit)
-            elif baseline_commit != head:
-                sess.build_at_commit(baseline_commit, "holdout", start_only=True, role="holdout")
+        _start_reference_sides(sess, lanes, head, champion_commit)
+        _start_holdout_reference(sess, opts, head, baseline_commit)
     except START_ERRORS as exc:
         failed.append(f"reference builds: {exc}")
     return failed
+
+
+def _start_reference_sides(sess: DitarSession, lanes: list[Lane], head: str | None,
+                           champion_commit: str | None) -> None:
+    """The champion's build (and its twin's, for the objective lane), one a side per rank count: 1 for
+    the one-GPU lanes, N for a lane of N GPUs (a group), with the candidate's of that count."""
+    objective = sess.cfg.objective_lane
+    for ranks in sorted({getattr(ln, "gpus", 1) for ln in lanes}):
+        if ranks > 1:
+            sess.get_candidate(ranks, start_only=True)
+        champion.build(sess, champion_commit, head, start_only=True, ranks=ranks)
+        if sess.cfg.perf.twin and champion_commit and champion_commit != head and sess.cfg.perf.interleave \
+                and any(ln.name == objective and getattr(ln, "gpus", 1) == ranks for ln in lanes):
+            # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
+            sess.build_at_commit(champion_commit, TWIN_PHASE, start_only=True, ranks=ranks, role="twin")
+
+
+def _start_holdout_reference(sess: DitarSession, opts: RunOptions, head: str | None,
+                             baseline_commit: str | None) -> None:
+    """The holdout's reference is the baseline code, a third worker where it is not the champion's."""
+    if not (baseline_commit and sess.cfg.holdout.count):
+        return
+    if opts.phase is None:  # built, and its outputs for the fresh items made, beside the candidate's quality
+        holdout.start_reference(sess, baseline_commit)
+    elif baseline_commit != head:
+        sess.build_at_commit(baseline_commit, "holdout", start_only=True, role="holdout")

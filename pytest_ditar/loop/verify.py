@@ -23,7 +23,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import check_contract, compute_metrics
@@ -76,16 +76,7 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
     these before any candidate code, `dit-ar verify`, `dit-ar status` and `dit-ar recover` run them
     too. First (`settle`), a run that ended before it recorded is rolled back, and `echo` (stderr
     by default) says so; the gate settles by itself before."""
-    busy = False
-    if settle:
-        st = state_backup.settle(root, paths)
-        if st.line:
-            (echo or _stderr)(st.line)
-        if st.error:
-            yield Check(UNRECORDED, False, st.error)
-        if st.busy:
-            busy = True
-            yield Check("run in flight", True, st.busy)
+    busy = (yield from _settle(root, paths, echo)) if settle else False
     backup = queries.ref_commit(root, trees.state_ref(paths.tag))
     fix = f" (restore it with `dit-ar recover`, from {trees.state_ref(paths.tag)})" if backup else ""
     if not paths.dir.is_dir():
@@ -95,22 +86,45 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
     has_ledger = ledger.jsonl_path.is_file()
     if not has_ledger:
         yield Check("ledger", False, f"{ledger.jsonl_path.name} missing{fix or ' (restore it, or start a new tag)'}")
-    snap = None
-    if not (paths.baseline / MANIFEST).is_file():
-        yield Check("baseline", False, f"{paths.baseline.name} missing{fix or ' (run `dit-ar baseline`)'}")
-    else:
-        try:
-            snap = load_snapshot(paths.baseline, "baseline", verify=False)
-        except DitarError as exc:
-            yield Check("baseline snapshot", False, str(exc))
-    if snap is not None:
-        yield from _many("baseline files", verify_snapshot(snap),
-                         f"{len(snap.manifest.get('files', {}))} files match the manifest")
-        if has_ledger:
-            yield _anchor(ledger, hashlib.sha256((snap.path / MANIFEST).read_bytes()).hexdigest())
+    yield from _baseline_checks(paths, ledger if has_ledger else None, fix)
     if has_ledger:
         report = ledger.verify()
         yield from _many("ledger chain", list(report.problems), f"{report.n_rows} rows")
+    yield from _champion_checks(paths)
+    if not busy:
+        yield from _drift(root, paths)
+
+
+def _settle(root: Path, paths: TagPaths, echo: Callable[[str], None] | None) -> Generator[Check, None, bool]:
+    """Roll back a run that ended before it recorded; returns whether a run is in flight now."""
+    st = state_backup.settle(root, paths)
+    if st.line:
+        (echo or _stderr)(st.line)
+    if st.error:
+        yield Check(UNRECORDED, False, st.error)
+    if st.busy:
+        yield Check("run in flight", True, st.busy)
+    return bool(st.busy)
+
+
+def _baseline_checks(paths: TagPaths, ledger: Ledger | None, fix: str) -> Iterator[Check]:
+    """The baseline snapshot: there, its files the manifest's, and its manifest anchored in the ledger
+    (`ledger`: None when there is none)."""
+    if not (paths.baseline / MANIFEST).is_file():
+        yield Check("baseline", False, f"{paths.baseline.name} missing{fix or ' (run `dit-ar baseline`)'}")
+        return
+    try:
+        snap = load_snapshot(paths.baseline, "baseline", verify=False)
+    except DitarError as exc:
+        yield Check("baseline snapshot", False, str(exc))
+        return
+    yield from _many("baseline files", verify_snapshot(snap),
+                     f"{len(snap.manifest.get('files', {}))} files match the manifest")
+    if ledger is not None:
+        yield _anchor(ledger, hashlib.sha256((snap.path / MANIFEST).read_bytes()).hexdigest())
+
+
+def _champion_checks(paths: TagPaths) -> Iterator[Check]:
     for champ in sorted(paths.champions.glob("[!.]*")) if paths.champions.is_dir() else []:
         try:
             c = load_snapshot(champ, "champion", verify=False)
@@ -118,9 +132,6 @@ def state_checks(root: Path, paths: TagPaths, settle: bool = True,
                              f"{len(c.manifest.get('files', {}))} files")
         except DitarError as exc:
             yield Check(f"champion {champ.name[:7]}", False, str(exc))
-    if not busy:
-        yield from _drift(root, paths)
-
 
 def _drift(root: Path, paths: TagPaths) -> Iterator[Check]:
     """The ledger, results and snapshots against the newest backup, when that is a settled run's."""

@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from pytest_ditar.core.rerun import row_judged
 from pytest_ditar.report.data import Experiment, cumulative_best
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 
 def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", target: str = "") -> Path:
@@ -16,7 +20,7 @@ def plot_progress(exps: Sequence[Experiment], path: Path, *, lane: str = "", tar
     return path
 
 
-def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str = "") -> Any:
+def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str = "") -> Figure:
     """Every experiment at x = its ledger run number, y = cumulative speedup (a matplotlib Figure).
 
     A candidate is drawn where it would have put the champion (previous best x its metric), so
@@ -34,48 +38,10 @@ def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str =
     best = cumulative_best(exps)
     if exps:
         xs = [e.run for e in exps]
-        # Step line through the best after each run, started at the first run's left edge.
-        sx = [xs[0] - 0.5, *xs]
-        vals = [1.0, *(b[0] for b in best)]
-        lows = [1.0, *(b[1] for b in best)]
-        highs = [1.0, *(b[2] for b in best)]
-        if any(e.status == "KEEP" for e in exps):  # nothing kept: no interval to draw
-            ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
-                            label="best: 95% CI (chained over the KEEPs)")
-        ax.step(sx, vals, where="post", color="#2a9d8f", lw=2, label=f"best {lane} speedup vs baseline")
+        _draw_best(ax, exps, best, lane)
         prev = [1.0, *(b[0] for b in best[:-1])]
-        groups: dict[str, tuple[list[float], list[float]]] = {}
-        for e, before in zip(exps, prev):
-            m = e.metric
-            key = point_kind(e)
-            # a run that judged nothing sits on the line, its speedup in a label: it is no evidence
-            y = before * m if m is not None and row_judged(e.row) else before
-            if m is not None and not row_judged(e.row):
-                ax.annotate(f"not judged ({m:.2f}x)", (e.run, y), xytext=(0, -14), textcoords="offset points",
-                            ha="center", fontsize=7, color="#7b61ff")
-            groups.setdefault(key, ([], []))[0].append(e.run)
-            groups[key][1].append(y)
-        style: dict[str, dict[str, Any]] = {  # Any: scatter checks each keyword against its own parameter
-            "KEEP": dict(marker="o", s=70, color="#1b7f3b", edgecolor="black", zorder=5),
-            "DISCARD": dict(marker="o", s=26, color="#9aa0a6", zorder=3),
-            "DISCARD (quality/guard, not timed)": dict(marker="v", s=34, color="#e9a23b", zorder=4),
-            "DISCARD (lane UNSTABLE, not judged)": dict(marker="D", s=30, color="#7b61ff", zorder=4),
-            "CRASH": dict(marker="X", s=50, color="#d62828", zorder=4)}
-        for key in ("KEEP", "DISCARD", "DISCARD (quality/guard, not timed)", "DISCARD (lane UNSTABLE, not judged)",
-                    "CRASH"):
-            if key in groups:
-                gx, gy = groups[key]
-                ax.scatter(gx, gy, label=f"{key} ({len(gx)})", **style[key])
-        off = [(e.run, (p * e.metric) if e.metric else p) for e, p in zip(exps, prev) if e.off_target]
-        if off and len(off) == len(exps):
-            ax.set_title(f"Research progress: all {len(exps)} runs OFF-TARGET "
-                         f"(not measured on {target or 'the target'})",
-                         fontsize=11, color="#b5179e")
-        else:
-            ax.set_title(f"Research progress: {len(exps)} experiments", fontsize=11)
-            for x, y in off:
-                ax.annotate("off-target", (x, y), xytext=(0, 8), textcoords="offset points", ha="center",
-                            fontsize=7, color="#b5179e")
+        _draw_points(ax, exps, prev)
+        _draw_title(ax, exps, prev, target)
         kept = [(e, y) for e, y in zip(exps, (b[0] for b in best)) if e.status == "KEEP"]
         if len(kept) <= 12:  # label keeps while the plot stays readable
             for e, y in kept:
@@ -95,6 +61,61 @@ def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str =
     fig.tight_layout()
     return fig
 
+
+
+def _draw_best(ax: Axes, exps: Sequence[Experiment], best: list[tuple[float, float, float]], lane: str) -> None:
+    """The step line through the best after each run, started at the first run's left edge, and its
+    95% CI where anything was kept."""
+    xs = [e.run for e in exps]
+    sx = [xs[0] - 0.5, *xs]
+    vals = [1.0, *(b[0] for b in best)]
+    lows = [1.0, *(b[1] for b in best)]
+    highs = [1.0, *(b[2] for b in best)]
+    if any(e.status == "KEEP" for e in exps):  # nothing kept: no interval to draw
+        ax.fill_between(sx, lows, highs, step="post", color="#2a9d8f", alpha=0.18, lw=0,
+                        label="best: 95% CI (chained over the KEEPs)")
+    ax.step(sx, vals, where="post", color="#2a9d8f", lw=2, label=f"best {lane} speedup vs baseline")
+
+
+def _draw_points(ax: Axes, exps: Sequence[Experiment], prev: list[float]) -> None:
+    """Each experiment where it would have put the champion (the best before it x its metric), one
+    marker a point_kind."""
+    groups: dict[str, tuple[list[float], list[float]]] = {}
+    for e, before in zip(exps, prev):
+        m = e.metric
+        key = point_kind(e)
+        # a run that judged nothing sits on the line, its speedup in a label: it is no evidence
+        y = before * m if m is not None and row_judged(e.row) else before
+        if m is not None and not row_judged(e.row):
+            ax.annotate(f"not judged ({m:.2f}x)", (e.run, y), xytext=(0, -14), textcoords="offset points",
+                        ha="center", fontsize=7, color="#7b61ff")
+        groups.setdefault(key, ([], []))[0].append(e.run)
+        groups[key][1].append(y)
+    style: dict[str, dict[str, Any]] = {  # Any: scatter checks each keyword against its own parameter
+        "KEEP": dict(marker="o", s=70, color="#1b7f3b", edgecolor="black", zorder=5),
+        "DISCARD": dict(marker="o", s=26, color="#9aa0a6", zorder=3),
+        "DISCARD (quality/guard, not timed)": dict(marker="v", s=34, color="#e9a23b", zorder=4),
+        "DISCARD (lane UNSTABLE, not judged)": dict(marker="D", s=30, color="#7b61ff", zorder=4),
+        "CRASH": dict(marker="X", s=50, color="#d62828", zorder=4)}
+    for key in ("KEEP", "DISCARD", "DISCARD (quality/guard, not timed)", "DISCARD (lane UNSTABLE, not judged)",
+                "CRASH"):
+        if key in groups:
+            gx, gy = groups[key]
+            ax.scatter(gx, gy, label=f"{key} ({len(gx)})", **style[key])
+
+
+def _draw_title(ax: Axes, exps: Sequence[Experiment], prev: list[float], target: str) -> None:
+    """The title, which says when no run was measured on the target; else the off-target runs marked."""
+    off = [(e.run, (p * e.metric) if e.metric else p) for e, p in zip(exps, prev) if e.off_target]
+    if off and len(off) == len(exps):
+        ax.set_title(f"Research progress: all {len(exps)} runs OFF-TARGET "
+                     f"(not measured on {target or 'the target'})",
+                     fontsize=11, color="#b5179e")
+        return
+    ax.set_title(f"Research progress: {len(exps)} experiments", fontsize=11)
+    for x, y in off:
+        ax.annotate("off-target", (x, y), xytext=(0, 8), textcoords="offset points", ha="center",
+                    fontsize=7, color="#b5179e")
 
 def point_kind(e: Experiment) -> str:
     """The plot's legend entry for one experiment."""

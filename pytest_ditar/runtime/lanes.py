@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
 from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.devstate import energy_per_image, throttled
-from pytest_ditar.core.interference import foreign_work
+from pytest_ditar.core.interference import Foreign, foreign_work
 from pytest_ditar.core.requests import RequestStream
-from pytest_ditar.core.sequential import CONTINUE, FASTER, Plan, look
+from pytest_ditar.core.sequential import CONTINUE, FASTER, Look, Plan, look
 from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
 from pytest_ditar.hardware import devstate
 from pytest_ditar.interface import Request
@@ -36,7 +36,7 @@ from pytest_ditar.runtime.calls import (
 )
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import no_gc, pin_to_cpu, quietest_cpu
-from pytest_ditar.runtime.worker import CandidateWorker
+from pytest_ditar.runtime.worker import CandidateWorker, Outputs
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,16 @@ class Sequential:
 # pytest-benchmark's group for a lane: its stats are its own timer over the candidate's first
 # rounds; the verdict's rounds, on the judge's clock, are summary.json's (and extra_info's).
 BENCHMARK_GROUP = "ditar {lane}: candidate's first rounds, pytest-benchmark's timer (verdict: summary.json)"
+
+
+class Benchmark(Protocol):
+    """What a lane uses of pytest-benchmark's `benchmark` fixture."""
+
+    extra_info: dict[str, object]
+    group: str | None
+
+    def pedantic(self, target: Callable[[], None], *, setup: Callable[[], None], teardown: Callable[..., None],
+                 rounds: int, iterations: int, warmup_rounds: int) -> object: ...
 
 
 @dataclass
@@ -116,9 +126,28 @@ class LaneMeasurement:
             out["twin"] = self.twin_samples
         return out
 
-    def foreign(self) -> list[Any]:
+    def foreign(self) -> list[Foreign]:
         """Calls that started on a device busy with another process's work (core.interference)."""
         return foreign_work(self.probes, self.orders) if self.probes else []
+
+    # what a round adds (_LaneRounds calls these: the lists are the measurement's own)
+    def add_order(self, order: str) -> None:
+        self.orders.append(order)
+
+    def add_host(self, seconds: float) -> None:
+        self.host_s.append(seconds)
+
+    def add_empty(self, side: str, seconds: float) -> None:
+        self.empty_s.setdefault(side, []).append(seconds)
+
+    def add_seeds(self, seeds: list[int]) -> None:
+        self.seeds.append(seeds)
+
+    def add_probe(self, side: str, seconds: float) -> None:
+        self.probes.setdefault(side, []).append(seconds)
+
+    def add_confirm(self, seconds: float) -> None:
+        self.confirm_s.append(seconds)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,7 +208,8 @@ def host_speed(cpu: int | None) -> float:
 
 
 def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
-                 twin: CandidateWorker | None = None, benchmark: Any = None, timeout_s: float | None = None,
+                 twin: CandidateWorker | None = None, benchmark: Benchmark | None = None,
+                 timeout_s: float | None = None,
                  repeats: int | None = None, progress: Callable[[int], None] | None = None, pin_cpu: bool = False,
                  steady: bool = True, stream: RequestStream | None = None, audit: Audit | None = None,
                  probe: bool = False, sequential: Sequential | None = None, one_core: bool = True,
@@ -195,134 +225,213 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     `anchor` (the baseline's code) is timed beside them in the first `anchor_rounds` rounds while its
     calls have cost under `anchor_budget_s` (core.anchor); `empty` times
     each side's empty call after each of those first rounds (the harness's round trip)."""
-    stream = stream or new_stream(suite)
-    warm = lane_request(suite, lane)
-    # a sequential lane's first look is its plan's (the objective lane's comes after the rounds that
-    # hit a 10% slow share: loop.lanes.plan_for), never fewer rounds than that look is tested at
-    rounds = repeats or (max(lane.repeats, sequential.plan.looks[0]) if sequential is not None and champion is not None
-                         else lane.repeats)
+    if champion is None:
+        sequential = None  # a sequential lane grows against a champion
     if champion is None or champion is candidate:
         twin = anchor = None
     # the champion is the baseline's code: it is its own anchor (ratio 1), its rounds the anchor's
     own_anchor = anchor is not None and anchor is champion
-    if own_anchor:
-        anchor = None
-    workers = [w for w in (candidate, champion, twin, anchor) if w is not None]
-    distinct = list({id(w): w for w in workers}.values())
-    judged = champion is not None and champion is not candidate  # an A/A run has nothing to audit against
     m = LaneMeasurement(lane.name, [], [], ranks=len(getattr(candidate, "ranks", ())) or 1)
-    sides: dict[str, tuple[CandidateWorker, list[float]]] = {"c": (candidate, m.samples)}
-    if champion is not None:
-        sides["h"] = (champion, m.champion_samples)
-    if twin is not None:
-        sides["t"] = (twin, m.twin_samples)
-    if anchor is not None:
-        sides["a"] = (anchor, m.anchor_samples)
-    names = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin", "a": "anchor"}
-    m.pids = {names[k]: int(w.proc.pid) for k, (w, _) in sides.items() if getattr(w, "proc", None) is not None}
-    state: dict[str, Any] = {"round": 0, "req": None, "last": None, "cand": None, "champ": None, "order": ""}
+    lr = _LaneRounds(m, suite, lane, stream or new_stream(suite), timeout_s, audit,
+                     _Sides(candidate, champion, twin, None if own_anchor else anchor),
+                     anchor_rounds=anchor_rounds, anchor_budget_s=anchor_budget_s, empty=empty, progress=progress)
+    warm = lane_request(suite, lane)
+    t_wall = judge_clock()
+    for w in lr.distinct:
+        w.memory(reset=True)
+    with _steady(lr.distinct, pin_cpu, steady, one_core) as lane_cpu:
+        lr.cpu = lane_cpu
+        lr.warm_up(warm)
+        _measure(m, lr, _round_count(lane, repeats, sequential), benchmark, sequential, t_wall, probe)
+    return _finish(m, lr, own_anchor, t_wall)
 
-    def next_request() -> Request:
-        if state["req"] is None:
-            req = fresh_request(stream, suite, lane, f"round/{state['round']}", m.nonces)
-            state["req"] = state["last"] = req
-            m.seeds.append(list(req.seeds))
-        return state["req"]
 
-    rec = devstate.Rounds(getattr(getattr(candidate, "spec", None), "device", None), m.rounds_state, m.energy_j)
+def _round_count(lane: Lane, repeats: int | None, sequential: Sequential | None) -> int:
+    """`repeats` where given, else the lane's; a sequential lane's first look is its plan's (the
+    objective lane's comes after the rounds that hit a 10% slow share: loop.lanes.plan_for), never
+    fewer rounds than that look is tested at."""
+    if repeats:
+        return repeats
+    return lane.repeats if sequential is None else max(lane.repeats, sequential.plan.looks[0])
 
-    def call(key: str) -> None:
-        if key == "x":  # the candidate alone, on a fresh request of its own (core.meantime's confirmation)
-            req = fresh_request(stream, suite, lane, f"confirm/{len(m.confirm_s)}")
-            out = timed_call(candidate, workers, req, timeout_s, [])
-            m.confirm_s.append(out.seconds)
-            if audit is not None:
-                problem = audit(out, None)
-                if problem:
-                    raise AuditFailure(f"audit: a confirming call: {problem[1]}")
+
+@dataclass(frozen=True)
+class _Sides:
+    """A lane's workers: the candidate, and the references timed beside it where there are any."""
+
+    candidate: CandidateWorker
+    champion: CandidateWorker | None
+    twin: CandidateWorker | None
+    anchor: CandidateWorker | None
+
+
+# a side's key in a round's order (LaneMeasurement.orders) and its name in the record
+_SIDE_NAMES = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin", "a": "anchor"}
+
+
+class _LaneRounds:
+    """One lane's calls as the judge makes them, into one LaneMeasurement: the warm-up, the timed
+    rounds (each opened by the references drawn to run before the candidate and closed by the rest,
+    the audit, the host's speed and the empty calls), the confirming calls and the caching probe.
+    measure_lane drives it (_measure: the rounds, a sequential lane's growth; _finish)."""
+
+    def __init__(self, m: LaneMeasurement, suite: Suite, lane: Lane, stream: RequestStream,
+                 timeout_s: float | None, audit: Audit | None, sides: _Sides, *, anchor_rounds: int,
+                 anchor_budget_s: float, empty: bool, progress: Callable[[int], None] | None):
+        self.m, self.suite, self.lane, self.stream = m, suite, lane, stream
+        self.timeout_s, self.audit, self.candidate = timeout_s, audit, sides.candidate
+        self.anchor_rounds, self.anchor_budget_s, self.empty, self.progress = (anchor_rounds, anchor_budget_s,
+                                                                                empty, progress)
+        self.judged = sides.champion is not None and sides.champion is not sides.candidate  # an A/A run audits alone
+        # each side's worker, its timed samples and its warm-up seconds, by its key in a round's order
+        self.sides: dict[str, tuple[CandidateWorker, list[float], list[float]]] = {
+            key: (worker, samples, warmups)
+            for key, worker, samples, warmups in (("c", sides.candidate, m.samples, m.warmup_s),
+                                                  ("h", sides.champion, m.champion_samples, m.champion_warmup_s),
+                                                  ("t", sides.twin, m.twin_samples, m.twin_warmup_s),
+                                                  ("a", sides.anchor, m.anchor_samples, m.anchor_warmup_s))
+            if worker is not None}
+        self.workers = [worker for worker, _, _ in self.sides.values()]
+        self.distinct = list({id(w): w for w in self.workers}.values())
+        m.pids = {_SIDE_NAMES[k]: int(w.proc.pid) for k, (w, _, _) in self.sides.items()
+                  if getattr(w, "proc", None) is not None}
+        self.rec = devstate.Rounds(getattr(getattr(sides.candidate, "spec", None), "device", None), m.rounds_state,
+                                   m.energy_j)
+        self.cpu: int | None = None  # the lane's core (_steady), where the host's speed is timed
+        self.round, self.order = 0, ""
+        self.req: Request | None = None  # the round's request, drawn at its first call
+        self.last: Request | None = None  # the last timed round's request (the caching probe repeats it)
+        self.outputs: dict[str, Outputs] = {}  # the round's outputs by side key, for its audit
+
+    def warm_up(self, warm: Request) -> None:
+        for _ in range(self.lane.warmup):
+            for worker, _, warmups in self.sides.values():
+                warmups.append(timed_call(worker, self.workers, warm, self.timeout_s, []).seconds)
+
+    def time_rounds(self, rounds: int, benchmark: Benchmark | None) -> None:
+        if benchmark is None or getattr(benchmark, "disabled", False):
+            for _ in range(rounds):
+                self.one_round()
             return
-        worker, samples = sides[key]
-        out = rec.timed(names[key], lambda: timed_call(worker, workers, next_request(), timeout_s, m.overhead_s))
+        # pytest-benchmark's own timer (time.perf_counter) is right as it is: the worker has
+        # synchronized its device before it replies. Our samples come from the judge's clock.
+        benchmark.extra_info["lane"] = self.lane.name
+        # its group names what its table holds, in the run and in `pytest-benchmark compare`
+        benchmark.group = BENCHMARK_GROUP.format(lane=self.lane.name)
+        benchmark.pedantic(lambda: self.call("c"), setup=self.open_round, teardown=self.close_round, rounds=rounds,
+                           iterations=1, warmup_rounds=0)
+
+    def one_round(self) -> None:
+        self.open_round()
+        self.call("c")
+        self.close_round()
+
+    def open_round(self) -> None:
+        """Draw the round's order and call the references drawn to run before the candidate."""
+        order = [k for k in self.sides if k != "a" or self._anchor_due()]
+        JUDGE_ORDER.shuffle(order)
+        self.order = "".join(order)
+        self.m.add_order(self.order)
+        for key in self.order.split("c")[0]:
+            self.call(key)
+
+    def _anchor_due(self) -> bool:
+        return len(self.m.anchor_samples) < self.anchor_rounds and sum(self.m.anchor_samples) < self.anchor_budget_s
+
+    def close_round(self, *_args: object, **_kwargs: object) -> None:
+        """Call the references after the candidate, audit the round, and time what every worker paused
+        allows: the host's speed and, in the first rounds, each side's empty call."""
+        for key in self.order.split("c")[1]:
+            self.call(key)
+        if self.audit is not None:
+            _audit_round(self.m, self, self.audit)
+        self.m.add_host(host_speed(self.cpu))  # every worker is paused now
+        if self.empty and self.round < self.anchor_rounds:  # a median of the round trip: the first rounds tell it
+            for key, (w, _, _) in self.sides.items():
+                self.m.add_empty(_SIDE_NAMES[key], empty_call(w, self.workers))
+        self.rec.end_round()  # the device's and the host's state of this round
+        self.round, self.req, self.outputs = self.round + 1, None, {}
+        if self.progress:
+            self.progress(self.round)
+
+    def request(self) -> Request:
+        """The round's request: drawn fresh at its first call, the same for every side of the round."""
+        if self.req is None:
+            self.req = self.last = fresh_request(self.stream, self.suite, self.lane, f"round/{self.round}",
+                                                 self.m.nonces)
+            self.m.add_seeds(list(self.req.seeds))
+        return self.req
+
+    def call(self, key: str) -> None:
+        """One side's timed call of the round."""
+        worker, samples, _ = self.sides[key]
+        side = _SIDE_NAMES[key]
+        out = self.rec.timed(side, lambda: timed_call(worker, self.workers, self.request(), self.timeout_s,
+                                                      self.m.overhead_s))
         samples.append(out.seconds)
         if out.idle_probe_s is not None:
-            m.probes.setdefault(names[key], []).append(out.idle_probe_s)
-        if key == "c":
-            state["cand"] = out
-        elif key == "h":
-            state["champ"] = out
+            self.m.add_probe(side, out.idle_probe_s)
+        self.outputs[key] = out
 
-    t_wall = judge_clock()
-    for w in distinct:
-        w.memory(reset=True)
-    with _steady(distinct, pin_cpu, steady, one_core) as lane_cpu:
-        for _ in range(lane.warmup):
-            m.warmup_s.append(timed_call(candidate, workers, warm, timeout_s, []).seconds)
-            if champion is not None:
-                m.champion_warmup_s.append(timed_call(champion, workers, warm, timeout_s, []).seconds)
-            if twin is not None:
-                m.twin_warmup_s.append(timed_call(twin, workers, warm, timeout_s, []).seconds)
-            if anchor is not None:
-                m.anchor_warmup_s.append(timed_call(anchor, workers, warm, timeout_s, []).seconds)
+    def confirming_call(self) -> None:
+        """The candidate alone, on a fresh request of its own (core.meantime's confirmation)."""
+        req = fresh_request(self.stream, self.suite, self.lane, f"confirm/{len(self.m.confirm_s)}")
+        out = timed_call(self.candidate, self.workers, req, self.timeout_s, [])
+        self.m.add_confirm(out.seconds)
+        problem = self.audit(out, None) if self.audit is not None else None
+        if problem:
+            raise AuditFailure(f"audit: a confirming call: {problem[1]}")
 
-        def setup():  # the references drawn to run before the candidate in this round
-            order = [k for k in sides if k != "a" or (len(m.anchor_samples) < anchor_rounds
-                                                       and sum(m.anchor_samples) < anchor_budget_s)]
-            JUDGE_ORDER.shuffle(order)
-            state["order"] = "".join(order)
-            m.orders.append(state["order"])
-            for key in state["order"].split("c")[0]:
-                call(key)
+    def caching_probe(self, last: Request) -> dict[str, Any]:
+        """The caching probe on the candidate after its last timed round (`last`); the references get
+        the same requests, untimed, so no side's history of requests differs."""
+        sent: list[Request] = []
+        found = caching_probe(self.candidate, self.workers, self.stream, self.suite, self.lane, last, self.timeout_s,
+                              self.audit, sent)
+        for key, (ref, _, _) in self.sides.items():
+            if key in ("h", "t"):
+                for req in sent:
+                    timed_call(ref, self.workers, req, self.timeout_s, [])
+        return found
 
-        def teardown(*_a, **_k):
-            for key in state["order"].split("c")[1]:
-                call(key)
-            if audit is not None:
-                _audit_round(m, state, audit if judged else (lambda c, _r: audit(c, None)))
-            m.host_s.append(host_speed(lane_cpu))  # every worker is paused now
-            if empty and state["round"] < anchor_rounds:  # a median of the round trip: the first rounds tell it
-                for key, (w, _) in sides.items():
-                    m.empty_s.setdefault(names[key], []).append(empty_call(w, workers))
-            rec.end_round()  # the device's and the host's state of this round
-            state.update(round=state["round"] + 1, req=None, cand=None, champ=None)
-            if progress:
-                progress(state["round"])
 
-        def one_round() -> None:
-            setup()
-            call("c")
-            teardown()
+def _measure(m: LaneMeasurement, lr: _LaneRounds, rounds: int, benchmark: Benchmark | None,
+             sequential: Sequential | None, t_wall: float, probe: bool) -> None:
+    """The timed rounds, a sequential lane's growth and confirmation, the caching probe; an audit
+    failure stops them and is kept in the measurement."""
+    try:
+        lr.time_rounds(rounds, benchmark)
+        if sequential is not None:
+            _grow(m, sequential, lr.one_round, t_wall)
+            _confirm(m, sequential, lr.confirming_call)
+        if probe and lr.last is not None:
+            m.probe = lr.caching_probe(lr.last)
+    except AuditFailure as exc:
+        m.audit_failure = str(exc)
+    finally:
+        lr.rec.close()
 
-        try:
-            if benchmark is not None and not getattr(benchmark, "disabled", False):
-                # pytest-benchmark's own timer (time.perf_counter) is right as it is: the worker has
-                # synchronized its device before it replies. Our samples come from the judge's clock.
-                benchmark.extra_info["lane"] = lane.name
-                # its group names what its table holds, in the run and in `pytest-benchmark compare`
-                benchmark.group = BENCHMARK_GROUP.format(lane=lane.name)
-                benchmark.pedantic(lambda: call("c"), setup=setup, teardown=teardown, rounds=rounds, iterations=1,
-                                   warmup_rounds=0)
-            else:
-                for _ in range(rounds):
-                    one_round()
-            if sequential is not None and champion is not None:
-                _grow(m, sequential, one_round, t_wall)
-                _confirm(m, sequential, lambda: call("x"))
-            if probe and state["last"] is not None:
-                sent: list[Request] = []
-                m.probe = caching_probe(candidate, workers, stream, suite, lane, state["last"], timeout_s, audit, sent)
-                for ref in [w for w in (champion, twin) if w is not None]:  # the same requests, untimed:
-                    for req in sent:  # no side's history of requests differs
-                        timed_call(ref, workers, req, timeout_s, [])
-        except AuditFailure as exc:
-            m.audit_failure = str(exc)
-        finally:
-            rec.close()
+
+def _audit_round(m: LaneMeasurement, lr: _LaneRounds, audit: Audit) -> None:
+    t0 = judge_clock()
+    try:
+        problem = audit(lr.outputs["c"], lr.outputs.get("h") if lr.judged else None)
+    finally:
+        m.audit_s += judge_clock() - t0
+    if problem:
+        req, (i, what) = lr.request(), problem  # the round's, drawn at its candidate's call
+        raise AuditFailure(f"audit: timed round {lr.round + 1}, seed {req.seeds[i]} "
+                           f"(label {req.labels[i]}): {what}")
+
+
+def _finish(m: LaneMeasurement, lr: _LaneRounds, own_anchor: bool, t_wall: float) -> LaneMeasurement:
+    """Resume every worker and fill in what the lane as a whole measured."""
     if own_anchor:  # the same calls, not timed twice (timed_s counts them once)
         m.anchor_samples, m.anchor_is_champion = list(m.champion_samples), True
-    m.energy_per_image_j = {side: energy_per_image(js, lane.batch) for side, js in m.energy_j.items()}
-    for w in distinct:
+    m.energy_per_image_j = {side: energy_per_image(js, lr.lane.batch) for side, js in m.energy_j.items()}
+    for w in lr.distinct:
         w.resume()
-    m.peak_allocated_gib, m.peak_reserved_gib = candidate.memory()
+    m.peak_allocated_gib, m.peak_reserved_gib = lr.candidate.memory()
     m.wall_s = judge_clock() - t_wall
     return m
 
@@ -365,7 +474,7 @@ def _confirm(m: LaneMeasurement, sq: Sequential, call: Callable[[], None]) -> No
         call()
 
 
-def _total_pending(m: LaneMeasurement, sq: Sequential, lk: Any, k: int) -> bool:
+def _total_pending(m: LaneMeasurement, sq: Sequential, lk: Look | guard.Look, k: int) -> bool:
     """A win by the median call whose summed time the rounds so far do not show (a stall or a slow
     share hit once in a short look), with a look left: more rounds decide it, not this look. The
     later look is tested at its own alpha, so the rule's error stays what the plan spends."""
@@ -379,18 +488,4 @@ def _voiding(m: LaneMeasurement) -> list[int]:
     start of the candidate's own call counts against it, so it is not voided), and rounds the
     device throttled in (core.devstate.throttled: its clock changed under the calls)."""
     return sorted({f.round for f in m.foreign() if f.side != SIDE_CANDIDATE} | set(throttled(m.rounds_state)))
-
-
-def _audit_round(m: LaneMeasurement, state: dict[str, Any], audit: Audit) -> None:
-    t0 = judge_clock()
-    try:
-        problem = audit(state["cand"], state["champ"])
-    finally:
-        m.audit_s += judge_clock() - t0
-    if problem:
-        req = state["req"]
-        i, what = problem
-        raise AuditFailure(f"audit: timed round {state['round'] + 1}, seed {req.seeds[i]} "
-                           f"(label {req.labels[i]}): {what}")
-
 

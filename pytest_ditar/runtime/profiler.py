@@ -28,6 +28,7 @@ from pytest_ditar.interface import Candidate, Request
 
 if TYPE_CHECKING:  # the worker imports torch when it profiles; the judge never does
     import torch
+    from torch.autograd.profiler import record_function as RecordFunction
     from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
     from torch.profiler import profile
     from torch.utils.hooks import RemovableHandle
@@ -52,6 +53,16 @@ class Marks:
     # (object, name, the old value, whether it was the object's own attribute)
     wrapped: list[tuple[object, str, object, bool]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # label -> modules or methods marked
+
+    def add_hooks(self, label: str, *handles: RemovableHandle) -> None:
+        """A module marked with `label`: its hooks, taken off by remove()."""
+        self.handles.extend(handles)
+        self.counts[label] = self.counts.get(label, 0) + 1
+
+    def add_wrapped(self, label: str, obj: object, name: str, old: object, had: bool) -> None:
+        """A method of `obj` wrapped in a `label` range: its old value, put back by remove()."""
+        self.wrapped.append((obj, name, old, had))
+        self.counts[label] = self.counts.get(label, 0) + 1
 
     def remove(self) -> None:
         for h in self.handles:
@@ -107,44 +118,58 @@ def install(candidate: object) -> Marks:
     import torch
     from torch.autograd.profiler import record_function
 
-    marks = Marks()
-    stack: list[record_function] = []
-
-    def hook(module: torch.nn.Module, label: str) -> None:
-        def enter(*_: object) -> None:
-            rf = record_function(PREFIX + label)
-            rf.__enter__()
-            stack.append(rf)
-
-        def leave(*_: object) -> None:
-            if stack:
-                stack.pop().__exit__(None, None, None)
-
-        marks.handles.append(module.register_forward_pre_hook(enter))
-        marks.handles.append(module.register_forward_hook(leave, always_call=True))
-        marks.counts[label] = marks.counts.get(label, 0) + 1
-
+    marker = _Marker(record_function, torch.nn.Module)
     roots, schedulers = _reachable(candidate)
     for root in roots:
+        marker.model(root)
+    for sched in schedulers:
+        marker.scheduler(sched)
+    return marker.marks
+
+
+class _Marker:
+    """Puts the ranges on, into one Marks: a forward pre-hook and hook pair on a module (one stack of
+    open ranges for all of them), a wrapper on a scheduler's method."""
+
+    def __init__(self, record_function: type[RecordFunction], module_type: type[torch.nn.Module]):
+        self.marks = Marks()
+        self.record_function, self.module_type = record_function, module_type
+        self.stack: list[RecordFunction] = []
+
+    def hook(self, module: torch.nn.Module, label: str) -> None:
+        def enter(*_: object) -> None:
+            rf = self.record_function(PREFIX + label)
+            rf.__enter__()
+            self.stack.append(rf)
+
+        def leave(*_: object) -> None:
+            if self.stack:
+                self.stack.pop().__exit__(None, None, None)
+
+        self.marks.add_hooks(label, module.register_forward_pre_hook(enter),
+                             module.register_forward_hook(leave, always_call=True))
+
+    def model(self, root: torch.nn.Module) -> None:
+        """A top-level model: a VAE's decoder as one range; a transformer as one, and every inner
+        module whose class names a phase as its own."""
         if _is_vae(root):
             for part in (getattr(root, "post_quant_conv", None), root.decoder):
-                if isinstance(part, torch.nn.Module):
-                    hook(part, "vae")
-            continue
+                if isinstance(part, self.module_type):
+                    self.hook(part, "vae")
+            return
         if "Transformer" in type(root).__name__ or "Transformer" in type(getattr(root, "_orig_mod", None)).__name__:
-            hook(root, "transformer")
+            self.hook(root, "transformer")
         for m in list(root.modules())[1:]:
             label = module_label(c.__name__ for c in type(m).__mro__)
             if label is not None and label in SPAN_PHASE:
-                hook(m, label)
-    for sched in schedulers:
+                self.hook(m, label)
+
+    def scheduler(self, sched: object) -> None:
         for name, label in SCHEDULER_METHODS.items():
             old = getattr(sched, name, None)
             if callable(old):
-                marks.wrapped.append((sched, name, old, name in vars(sched)))
-                setattr(sched, name, _ranged(old, PREFIX + label, record_function))
-                marks.counts[label] = marks.counts.get(label, 0) + 1
-    return marks
+                self.marks.add_wrapped(label, sched, name, old, name in vars(sched))
+                setattr(sched, name, _ranged(old, PREFIX + label, self.record_function))
 
 
 def _ranged(fn: Callable[..., object], name: str,

@@ -52,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
-from typing import Sequence, cast
+from typing import Callable, Sequence, cast
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import seccomp
@@ -150,9 +150,22 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
         args += _shown(folder)
     for folder in masked():  # before the binds: a writable path below one of them is bound back in
         args += ["--tmpfs", folder]
-    # An empty home: nothing the agent (or anyone) left there reaches a role. What the worker reads
-    # from it is bound back below; a home inside such a read is emptied after it (a home that is
-    # itself a read, the project as a test's $HOME, stays: the worker reads it).
+    home_args, shown_reads = _home_and_reads(spec, placed)
+    mask_args, hidden = _masks(spec.masks)
+    args += home_args + mask_args + _binds(spec) + _private_mounts(spec)
+    # read-only once every bind below it is in place (bwrap: this mount only)
+    for path in [*hidden, *shielded, *shown_reads]:
+        args += ["--remount-ro", path]
+    return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
+
+
+def _home_and_reads(spec: Spec, placed: list[str]) -> tuple[list[str], list[str]]:
+    """An empty home: nothing the agent (or anyone) left there reaches a role. What the worker reads
+    from it is bound back; a home inside such a read is emptied after it (a home that is itself a
+    read, the project as a test's $HOME, stays: the worker reads it). Returns the arguments and the
+    reads shown through an overlay (made read-only at the end)."""
+    args: list[str] = []
+    shown: list[str] = []
     reads = needed_reads(*spec.reads)
     home = [h for h in homes() if os.path.isdir(h) and not under(h, masked()) and h not in reads]
     for folder in outermost([h for h in home if not under(h, reads)]):
@@ -160,27 +173,46 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
     for path in reads:  # before the masks: a hidden path below one of them stays hidden
         if spec.shield and os.path.isdir(path) and not under(path, placed):  # needed_reads: existing paths
             args += _shown(path)
-            shielded.append(path)
+            shown.append(path)
         else:
             args += ["--ro-bind", path, path]
     for folder in outermost([h for h in home if under(h, reads)]):
         args += ["--tmpfs", folder]
-    hidden = []
-    # the repository's git, mutable paths and state: nothing of another role. A mask under another
-    # (a linked worktree's git folder inside the main repository's) is hidden with it: mounted
-    # first, its parent's tmpfs would bury it and bwrap could not make it read-only.
-    for path in outermost(spec.masks):
+    return args, shown
+
+
+def _masks(masks: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The repository's git, mutable paths and state: nothing of another role. A mask under another
+    (a linked worktree's git folder inside the main repository's) is hidden with it: mounted first,
+    its parent's tmpfs would bury it and bwrap could not make it read-only. Returns the arguments and
+    the folders hidden under a tmpfs (made read-only at the end)."""
+    args: list[str] = []
+    hidden: list[str] = []
+    for path in outermost(masks):
         if os.path.isdir(path) and not os.path.islink(path):
             args += ["--tmpfs", path]
             hidden.append(path)
         elif os.path.lexists(path):
             args += ["--ro-bind", "/dev/null", path]
+    return args, hidden
+
+
+def _binds(spec: Spec) -> list[str]:
+    """The devices, the writable paths and the spec's binds."""
+    args: list[str] = []
     for node in spec.devices:
         args += ["--dev-bind", node, node]
     for path in spec.writable:
         args += ["--bind", path, path]
     for host, inside, writable in spec.binds:
         args += ["--bind" if writable else "--ro-bind", host, inside]
+    return args
+
+
+def _private_mounts(spec: Spec) -> list[str]:
+    """Each private path: an overlay (or a tmpfs) of the sandbox's own, its writes kept in the judge's
+    folder where the spec keeps them."""
+    args: list[str] = []
     for i, path in enumerate(spec.private):
         kept = spec.kept[i] if i < len(spec.kept) else ""
         at = (spec.private_at[i] if i < len(spec.private_at) else "") or path
@@ -189,10 +221,7 @@ def argv(spec: Spec, info_fd: int) -> list[str]:
                 else ["--bind", f"{kept}/upper", at]
         else:
             args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
-    for path in [*hidden, *shielded]:  # read-only once every bind below it is in place (bwrap: this mount only)
-        args += ["--remount-ro", path]
-    return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
-
+    return args
 
 def shared_memory_dir() -> str | None:
     """/dev/shm where there is one (Linux: memory, not disk); else None, the system's temp directory."""
@@ -255,6 +284,22 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
 
     if not select.select([ready_r], [], [], READY_TIMEOUT_S)[0] or os.read(ready_r, 1) != b"r":
         raise fail("bwrap failed")
+    _join_namespaces(libc, info_r, fail)
+    for fd in (info_r, ready_r):
+        os.close(fd)
+    os.chdir(cwd)  # joining the mount namespace put us at its root
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()  # the sandbox's PID namespace's first process after its PID 1
+    if child == 0:
+        return _sandboxed_child(libc, spec, keep_fds)
+    _keep(child, box, hold_w)
+    raise AssertionError("the keeper never returns")  # _keep exits
+
+
+
+def _join_namespaces(libc: ctypes.CDLL, info_r: int, fail: Callable[[str], SandboxError]) -> None:
+    """Join the namespaces of the sandbox's PID 1 (bwrap's --info-fd names it)."""
     try:
         pid1 = int(_read_json(info_r)["child-pid"])
         ns = {name: os.open(f"/proc/{pid1}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name, _ in _NAMESPACES}
@@ -263,25 +308,22 @@ def enter(spec: Spec, cwd: str | None = None, keep_fds: Sequence[int] = ()) -> l
     for name, flag in _NAMESPACES:
         if libc.setns(ns[name], flag) != 0:
             raise fail(f"cannot join the sandbox's {name} namespace: {os.strerror(ctypes.get_errno())}")
-    for fd in (*ns.values(), info_r, ready_r):
+    for fd in ns.values():
         os.close(fd)
-    os.chdir(cwd)  # joining the mount namespace put us at its root
-    sys.stdout.flush()
-    sys.stderr.flush()
-    child = os.fork()  # the sandbox's PID namespace's first process after its PID 1
-    if child == 0:
-        _close_fds_but({0, 1, 2, *keep_fds})
-        fds = _renumber(list(keep_fds))
-        _drop_capabilities(libc)
-        if seccomp.install(libc, spec.unix_sockets) is not None:
-            os._exit(121)  # never run candidate code without the filter (the selftest said why first)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
-        os.environ.update(spec.env)
-        tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
-        return fds
-    _keep(child, box, hold_w)
-    raise AssertionError("the keeper never returns")  # _keep exits
 
+
+def _sandboxed_child(libc: ctypes.CDLL, spec: Spec, keep_fds: Sequence[int]) -> list[int]:
+    """The sandbox's child, before any candidate code: only its fds (renumbered from 3, returned), no
+    capabilities, the seccomp filter, death with its keeper, the spec's environment."""
+    _close_fds_but({0, 1, 2, *keep_fds})
+    fds = _renumber(list(keep_fds))
+    _drop_capabilities(libc)
+    if seccomp.install(libc, spec.unix_sockets) is not None:
+        os._exit(121)  # never run candidate code without the filter (the selftest said why first)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
+    os.environ.update(spec.env)
+    tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
+    return fds
 
 def _renumber(fds: list[int]) -> list[int]:
     """Move `fds` to 3, 4, ... in their order, parked above them all first so none is overwritten."""

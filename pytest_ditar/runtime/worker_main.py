@@ -26,7 +26,7 @@ import traceback
 from io import BufferedRandom
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Sequence, TypedDict
+from typing import Any, NoReturn, Sequence, TypedDict
 
 import numpy as np
 
@@ -469,29 +469,42 @@ def group(fds: list[int], logs: list[int]) -> int:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            code = 1
-            try:
-                for other in (*fds, *logs):
-                    if other not in (fd, logs[rank]):
-                        os.close(other)  # its own log stays open as its stdout and stderr, below
-                os.dup2(logs[rank], 1)
-                os.dup2(logs[rank], 2)
-                os.close(logs[rank])
-                die_with_parent()
-                os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(len(fds)),
-                                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-                sys.argv = [__file__, str(fd)]
-                Worker(Connection(fd)).serve()
-                code = 0
-            except BaseException:  # noqa: BLE001 - a forked rank never returns into the launcher
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+            _serve_rank(rank, fds, logs, port)
         pids[pid] = rank
     for fd in (*fds, *logs):
         os.close(fd)
+    return _wait_ranks(pids)
+
+
+def _serve_rank(rank: int, fds: list[int], logs: list[int], port: int) -> NoReturn:
+    """A forked rank: its own socket and log only, its place in the group in its environment; serves
+    the judge until the socket closes, and never returns into the launcher."""
+    fd = fds[rank]
+    code = 1
+    try:
+        for other in (*fds, *logs):
+            if other not in (fd, logs[rank]):
+                os.close(other)  # its own log stays open as its stdout and stderr, below
+        os.dup2(logs[rank], 1)
+        os.dup2(logs[rank], 2)
+        os.close(logs[rank])
+        die_with_parent()
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(len(fds)),
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        sys.argv = [__file__, str(fd)]
+        Worker(Connection(fd)).serve()
+        code = 0
+    except BaseException:  # noqa: BLE001 - a forked rank never returns into the launcher
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _wait_ranks(pids: dict[int, int]) -> int:
+    """Wait for every rank (pid -> rank); the first to fail ends the others. The first failure's
+    exit status, else 0."""
     code = 0
     while pids:
         try:

@@ -255,71 +255,11 @@ class Ledger:
         """
         tsv_lines = self._read_lines(self.tsv_path)
         jsonl_lines = self._read_jsonl_lines()
-        problems: list[str] = []
-        parsed: list[dict[str, object] | None] = []
-        expected_prev: str | None = GENESIS_HASH
-
-        for i, line in enumerate(jsonl_lines, start=1):
-            try:
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise ValueError("not a JSON object")
-            except ValueError as exc:
-                problems.append(f"row {i}: malformed JSON ({exc})")
-                parsed.append(None)
-                expected_prev = None  # the next link cannot be checked
-                continue
-            parsed.append(row)
-            want_keys = set(COLUMNS) | set(CHAIN_KEYS) | {"schema_version"}
-            if not (want_keys - set(LATER_COLUMNS) - {"schema_version"} <= set(row) <= want_keys):
-                missing = sorted(want_keys - set(row))
-                extra = sorted(set(row) - want_keys)
-                problems.append(f"row {i}: unexpected keys (missing {missing}, extra {extra})")
-            try:
-                actual = row_hash(row)
-            except ValueError as exc:
-                actual = f"<unhashable: {exc}>"
-            if row.get("hash") != actual:
-                problems.append(f"row {i}: hash mismatch (edited?)")
-            if expected_prev is not None and row.get("prev_hash") != expected_prev:
-                if i == 1:
-                    problems.append("row 1: prev_hash is not the genesis hash (row deleted?)")
-                else:
-                    problems.append(f"row {i}: prev_hash does not match row {i - 1}")
-            if row.get("run") != i:
-                problems.append(f"row {i}: run number {row.get('run')!r} != {i} (row deleted?)")
-            expected_prev = str(row.get("hash"))
-
-        repairable: list[str] = []
-        n = len(jsonl_lines)
-        if not tsv_lines:
-            if n:
-                repairable.append(f"results.tsv missing; ledger.jsonl has {n} row(s)")
-        elif tsv_lines[0] in _OLD_TSV_HEADERS and n:
-            repairable.append("results.tsv has an older release's columns; "
-                              "repair() (or the next append) regenerates it")
-        else:
-            if tsv_lines[0] != _TSV_HEADER:
-                problems.append("results.tsv header differs from the ledger columns")
-            body = tsv_lines[1:]
-            for i, line in enumerate(body, start=1):
-                if i > n:
-                    problems.append(
-                        f"results.tsv has {len(body)} rows but ledger.jsonl has {n}: "
-                        "rows deleted from ledger.jsonl?"
-                    )
-                    break
-                row = parsed[i - 1]
-                if row is not None and line != _tsv_line(row):
-                    problems.append(f"results.tsv row {i} differs from ledger.jsonl: edited?")
-            if len(body) < n:
-                repairable.append(
-                    f"results.tsv lags ledger.jsonl by {n - len(body)} row(s) "
-                    "(interrupted write); repair() regenerates it"
-                )
-
+        problems, parsed = _chain_problems(jsonl_lines)
+        tsv_problems, repairable = _tsv_problems(tsv_lines, parsed)
+        problems += tsv_problems
         return ChainReport(
-            ok=not problems, problems=tuple(problems), n_rows=n, repairable=tuple(repairable)
+            ok=not problems, problems=tuple(problems), n_rows=len(jsonl_lines), repairable=tuple(repairable)
         )
 
     # ---- internals -----------------------------------------------------------------------
@@ -363,3 +303,90 @@ class Ledger:
         """Remove temp files a killed writer left behind (only ever called under the lock)."""
         remove_stale_temps(self.jsonl_path)
         remove_stale_temps(self.tsv_path)
+
+
+def _chain_problems(jsonl_lines: list[str]) -> tuple[list[str], list[dict[str, object] | None]]:
+    """What is wrong with ledger.jsonl's rows and their hash chain, and each row parsed (None where
+    it is not a JSON object)."""
+    problems: list[str] = []
+    parsed: list[dict[str, object] | None] = []
+    expected_prev: str | None = GENESIS_HASH
+    for i, line in enumerate(jsonl_lines, start=1):
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            problems.append(f"row {i}: malformed JSON ({exc})")
+            parsed.append(None)
+            expected_prev = None  # the next link cannot be checked
+            continue
+        parsed.append(row)
+        problems += _row_problems(i, row, expected_prev)
+        expected_prev = str(row.get("hash"))
+    return problems, parsed
+
+
+def _row_problems(i: int, row: dict[str, object], expected_prev: str | None) -> list[str]:
+    """Row `i`'s keys, its own hash, its link to the row before (unless that one was unreadable) and
+    its run number."""
+    problems = []
+    want_keys = set(COLUMNS) | set(CHAIN_KEYS) | {"schema_version"}
+    if not (want_keys - set(LATER_COLUMNS) - {"schema_version"} <= set(row) <= want_keys):
+        missing = sorted(want_keys - set(row))
+        extra = sorted(set(row) - want_keys)
+        problems.append(f"row {i}: unexpected keys (missing {missing}, extra {extra})")
+    try:
+        actual = row_hash(row)
+    except ValueError as exc:
+        actual = f"<unhashable: {exc}>"
+    if row.get("hash") != actual:
+        problems.append(f"row {i}: hash mismatch (edited?)")
+    if expected_prev is not None and row.get("prev_hash") != expected_prev:
+        if i == 1:
+            problems.append("row 1: prev_hash is not the genesis hash (row deleted?)")
+        else:
+            problems.append(f"row {i}: prev_hash does not match row {i - 1}")
+    if row.get("run") != i:
+        problems.append(f"row {i}: run number {row.get('run')!r} != {i} (row deleted?)")
+    return problems
+
+
+def _tsv_problems(tsv_lines: list[str], parsed: list[dict[str, object] | None]) -> tuple[list[str], list[str]]:
+    """results.tsv against ledger.jsonl's parsed rows: (problems, repairable leftovers of an
+    interrupted write or an older release)."""
+    problems: list[str] = []
+    repairable: list[str] = []
+    n = len(parsed)
+    if not tsv_lines:
+        if n:
+            repairable.append(f"results.tsv missing; ledger.jsonl has {n} row(s)")
+    elif tsv_lines[0] in _OLD_TSV_HEADERS and n:
+        repairable.append("results.tsv has an older release's columns; "
+                          "repair() (or the next append) regenerates it")
+    else:
+        if tsv_lines[0] != _TSV_HEADER:
+            problems.append("results.tsv header differs from the ledger columns")
+        body = tsv_lines[1:]
+        problems += _tsv_body_problems(body, parsed)
+        if len(body) < n:
+            repairable.append(
+                f"results.tsv lags ledger.jsonl by {n - len(body)} row(s) "
+                "(interrupted write); repair() regenerates it"
+            )
+    return problems, repairable
+
+
+def _tsv_body_problems(body: list[str], parsed: list[dict[str, object] | None]) -> list[str]:
+    """results.tsv's rows each the line its ledger.jsonl row makes, and none more."""
+    problems = []
+    n = len(parsed)
+    for i, line in enumerate(body, start=1):
+        if i > n:
+            problems.append(f"results.tsv has {len(body)} rows but ledger.jsonl has {n}: "
+                            "rows deleted from ledger.jsonl?")
+            break
+        row = parsed[i - 1]
+        if row is not None and line != _tsv_line(row):
+            problems.append(f"results.tsv row {i} differs from ledger.jsonl: edited?")
+    return problems

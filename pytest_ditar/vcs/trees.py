@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -103,36 +104,69 @@ def content_changes(root: Path, rev: str, checkout: Path, under: Iterable[str] =
     matches when git hashes it back to the blob, as it would add it; the repository's own filter
     drivers are off for that too. The checkout's own `.git` (a worktree's file) is git's, not the
     commit's."""
-    prefixes = tuple(u.strip("/") for u in under)
-    skip = set(skip)
+    want = _Wanted(tuple(u.strip("/") for u in under), frozenset(skip))
+    tree = {p: ms for p, ms in tree_modes(root, rev).items() if want(p)}
+    modules = {p for p, (mode, _) in tree.items() if mode == "160000"}
+    out, convert = _by_content(checkout, tree, _checkout_files(checkout, want, modules))
+    return sorted(out + _after_conversions(root, checkout, convert))
 
-    def wanted(rel: str) -> bool:
-        return any(not p or rel == p or rel.startswith(p + "/") for p in prefixes) \
-            and not skip & set(rel.split("/")[:-1])
 
-    tree = {p: ms for p, ms in tree_modes(root, rev).items() if wanted(p)}
-    modules = [p for p, (mode, _) in tree.items() if mode == "160000"]
-    found: dict[str, str] = {}  # path -> "file" | "link"
-    tops = [p for p in prefixes if not any(q != p and (not q or p.startswith(q + "/")) for q in prefixes)]
-    for top in dict.fromkeys(tops):
+@dataclass(frozen=True)
+class _Wanted:
+    """The paths that count: under one of `prefixes` ("" for all), inside no folder named in `skip`."""
+
+    prefixes: tuple[str, ...]
+    skip: frozenset[str]
+
+    def __call__(self, rel: str) -> bool:
+        return any(not p or rel == p or rel.startswith(p + "/") for p in self.prefixes) \
+            and not self.skip & set(rel.split("/")[:-1])
+
+    def tops(self) -> list[str]:
+        """The prefixes under no other one, once each: where the walk starts."""
+        tops = [p for p in self.prefixes
+                if not any(q != p and (not q or p.startswith(q + "/")) for q in self.prefixes)]
+        return list(dict.fromkeys(tops))
+
+
+def _checkout_files(checkout: Path, want: _Wanted, modules: set[str]) -> dict[str, str]:
+    """{path: "file" | "link"} of what the checkout holds where `want` looks, submodules left out."""
+    found: dict[str, str] = {}
+    for top in want.tops():
         start = checkout / top if top else checkout
         if os.path.islink(start) or start.is_file():
             found[top] = "link" if os.path.islink(start) else "file"
             continue
         for folder, dirs, files in os.walk(start):
-            rel_dir = os.path.relpath(folder, checkout)
-            rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
-            if rel_dir in modules:
-                dirs[:] = []  # a submodule's checkout is its own repository's
-                continue
-            if not rel_dir:  # the checkout's own .git (a folder, or a worktree's file) is git's
-                files = [f for f in files if f != ".git"]
-                dirs[:] = [d for d in dirs if d != ".git"]
-            for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
-                rel = f"{rel_dir}/{name}" if rel_dir else name
-                if wanted(rel):
-                    found[rel] = "link" if os.path.islink(os.path.join(folder, name)) else "file"
-            dirs[:] = [d for d in dirs if d not in skip and not os.path.islink(os.path.join(folder, d))]
+            found.update(_walked_folder(checkout, folder, dirs, files, want, modules))
+    return found
+
+
+def _walked_folder(checkout: Path, folder: str, dirs: list[str], files: list[str], want: _Wanted,
+                   modules: set[str]) -> dict[str, str]:
+    """One folder of the walk: its files and linked folders that count; `dirs` pruned in place of
+    submodules, the checkout's own .git, skipped folders and links (os.walk then stays out of them)."""
+    rel_dir = os.path.relpath(folder, checkout)
+    rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+    if rel_dir in modules:
+        dirs[:] = []  # a submodule's checkout is its own repository's
+        return {}
+    if not rel_dir:  # the checkout's own .git (a folder, or a worktree's file) is git's
+        files = [f for f in files if f != ".git"]
+        dirs[:] = [d for d in dirs if d != ".git"]
+    found = {}
+    for name in [*files, *(d for d in dirs if os.path.islink(os.path.join(folder, d)))]:
+        rel = f"{rel_dir}/{name}" if rel_dir else name
+        if want(rel):
+            found[rel] = "link" if os.path.islink(os.path.join(folder, name)) else "file"
+    dirs[:] = [d for d in dirs if d not in want.skip and not os.path.islink(os.path.join(folder, d))]
+    return found
+
+
+def _by_content(checkout: Path, tree: dict[str, tuple[str, str]],
+                found: dict[str, str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The checkout's files against the commit's tree: what is missing, added or modified, and the
+    (path, blob) of each file whose bytes are another blob's, for `_after_conversions`."""
     out, convert = [], []
     for rel in sorted(tree.keys() | found.keys()):
         mode, sha = tree.get(rel, ("", ""))
@@ -153,15 +187,21 @@ def content_changes(root: Path, rev: str, checkout: Path, under: Iterable[str] =
                 out.append(f"{rel} modified")
             elif _blob_id(data, sha) != sha:
                 convert.append((rel, sha))
-    for rel, sha in convert:  # as git would add it: its conversions applied, the user's filters run
+    return out, convert
+
+
+def _after_conversions(root: Path, checkout: Path, convert: list[tuple[str, str]]) -> list[str]:
+    """The files of `convert` that are still another blob once hashed as git would add them: its
+    conversions applied, the user's filters run."""
+    out = []
+    for rel, sha in convert:
         try:
             again = hardened.git(root, "hash-object", f"--path={rel}", "--", str(checkout / rel)).strip()
         except DitarError:
             again = ""
         if again != sha:
             out.append(f"{rel} modified")
-    return sorted(out)
-
+    return out
 
 # ---- linked worktrees ----------------------------------------------------------------------------
 

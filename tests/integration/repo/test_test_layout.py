@@ -87,8 +87,6 @@ INDIRECT = {
                                      "test_baseline_stores_verified_snapshot",  # the root conftest.py implements one
     "pytest_ditar.plugin.keys": "tests/integration/plugin/test_plugin_hygiene.py::test_exit_status_is_pytests_own",
     # the worker process and what starts it
-    "pytest_ditar.runtime.clock": "tests/e2e/test_workers.py::"
-                                  "test_a_worker_whose_clock_disagrees_with_the_judges_is_a_crash",
     "pytest_ditar.runtime.profiler": "tests/e2e/test_profile.py::"
                                      "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.runtime.worker_main": "tests/e2e/test_workers.py::"
