@@ -132,9 +132,9 @@ def _mislabelled(ws: Path) -> str:
     return stock.replace("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
 
 
-def _commit_candidate(ws: Path, source: str, cls: str, subject: str) -> None:
+def _commit_candidate(ws: Path, source: str, claimed_class: str, subject: str) -> None:
     (ws / "mutable" / "pipeline.py").write_text(source)
-    branches.commit_tracked(ws, f"{subject}\n\n{TRAILER} {cls}", user=DEMO_USER)
+    branches.commit_tracked(ws, f"{subject}\n\n{TRAILER} {claimed_class}", user=DEMO_USER)
 
 
 def showcase_problem(doc: dict, want: str) -> tuple[str, str] | None:
@@ -193,10 +193,11 @@ def _walk(ws: Path, zygotes: list[dict]) -> int:
               "Lean sampling loop: cut per-step Python and dispatch overhead", "KEEP"),
              (mislabelled, "exact", "Lower the guidance scale (mislabelled as exact)", "DISCARD")]
     problems = []
-    for source, cls, subject, want in steps:
-        _commit_candidate(ws, source, cls, subject)
-        print(f"[demo] experiment: {subject} (class {cls}; shown to be {want})")
-        res = _ditar(ws, "experiment", "--classification", cls, "--description", subject, "--json", check=False)
+    for source, claimed_class, subject, want in steps:
+        _commit_candidate(ws, source, claimed_class, subject)
+        print(f"[demo] experiment: {subject} (class {claimed_class}; shown to be {want})")
+        res = _ditar(ws, "experiment", "--classification", claimed_class, "--description", subject, "--json",
+                     check=False)
         _note_zygote(ws, zygotes)
         try:
             doc = json.loads(res.stdout)

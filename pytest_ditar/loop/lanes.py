@@ -380,7 +380,7 @@ class LaneRunner:
         """The lane's rounds under the GPU exclusivity watch of every GPU it runs on (their
         watches come back with them)."""
         sess = self.sess
-        cls = self.claimed_class() or sess.cls
+        claimed_class = self.claimed_class() or sess.judged_class
         device = sess.resolved_device()
         ranks = getattr(lane, "gpus", 1)
         devices = [rank_device(device, r) for r in range(ranks)] if ranks > 1 else [device]
@@ -393,7 +393,8 @@ class LaneRunner:
                      for d in devices]
             m = measure_lane(cand, sess.suite, lane, champion=champ, twin=twin, benchmark=benchmark,
                              timeout_s=sess.cfg.item_timeout_s, progress=progress, pin_cpu=sess.cfg.perf.pin_cpu,
-                             stream=self.requests(), audit=output_audit(cls, sess.cfg.thresholds_for(cls)),
+                             stream=self.requests(),
+                             audit=output_audit(claimed_class, sess.cfg.thresholds_for(claimed_class)),
                              probe=objective and self.gated(), sequential=sequential, anchor=anchor_w,
                              anchor_rounds=anchor.ROUNDS, anchor_budget_s=anchor.BUDGET_S, empty=objective)
             sess.clock.note("perf.audit", m.audit_s)

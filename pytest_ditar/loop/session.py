@@ -40,7 +40,7 @@ class DitarSession:
     suite: Suite
     tag: str
     device: str
-    cls: str = "exact"  # the class this run is judged under (cumulative for gated runs)
+    judged_class: str = "exact"  # the class this run is judged under (cumulative for gated runs; loop.classes)
     candidate: CandidateWorker | None = None
     candidate_error: CandidateError | None = None
     outputs: dict[str, ItemOutput] = field(default_factory=dict)
@@ -99,9 +99,9 @@ class DitarSession:
         self._run_dir = Path(path)
 
     # ---- what the run settles, set through these methods (no other module writes a session) ----
-    def judge_as(self, cls: str) -> None:
+    def judge_as(self, judged_class: str) -> None:
         """The class this run is judged under (a gated run's cumulative one)."""
-        self.cls = cls
+        self.judged_class = judged_class
 
     def time_beside_champion(self) -> None:
         """Paired rounds against the champion's build even where the tree is its commit (a guard)."""

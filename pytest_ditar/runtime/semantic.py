@@ -33,7 +33,7 @@ CHUNK = 32  # images per evaluator forward
 
 def wanted(sess: Any) -> bool:
     """Whether this run scores with the evaluators: its class needs them and they are configured."""
-    return needed(sess.cfg.thresholds_for(sess.cls)) and configured(sess.cfg)
+    return needed(sess.cfg.thresholds_for(sess.judged_class)) and configured(sess.cfg)
 
 
 def label_names() -> tuple[str, ...]:

@@ -20,7 +20,7 @@ from pytest_ditar.store.atomic import atomic_file
 
 
 def result_to_dict(r: ContractResult) -> dict[str, Any]:
-    return {"item_id": r.item_id, "cls": r.cls, "metrics": r.metrics.as_dict(), "failures": list(r.failures)}
+    return {"item_id": r.item_id, "cls": r.class_name, "metrics": r.metrics.as_dict(), "failures": list(r.failures)}
 
 
 def result_from_dict(d: dict[str, Any]) -> ContractResult:
