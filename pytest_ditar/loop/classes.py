@@ -37,7 +37,7 @@ def read_claim(option: str | None, trailer: str | None) -> Claim:
     return Claim(claimed_class)
 
 
-def judged_class(kept_classes: Iterable[str], claim: Claim) -> str:
+def judged_class_of(kept_classes: Iterable[str], claim: Claim) -> str:
     """The class the run is judged under: the loosest of the kept commits' (the ledger's, validated as
     read) and the claim's, taken as validated."""
     kept = cumulative_class(kept_classes)

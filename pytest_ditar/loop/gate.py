@@ -32,7 +32,7 @@ from pytest_ditar.hardware.fingerprint import target_header
 from pytest_ditar.hardware.profiles import get_profile
 from pytest_ditar.loop import backup, champion, gitpins, guards, holdout, phases, record, startup, tryout
 from pytest_ditar.loop.baseline import create_baseline, manifest_summary
-from pytest_ditar.loop.classes import judged_class, read_claim
+from pytest_ditar.loop.classes import judged_class_of, read_claim
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
 from pytest_ditar.loop.remote import missing_state
@@ -172,7 +172,7 @@ class Gate:
         """Every check passed: the run is gated. The guards that judge (a DISCARD, not a refusal)
         run now; then the watches, the memory cap and the workers' builds."""
         s, meta = self.sess, cast(ExperimentMeta, self.meta)
-        s.judge_as(judged_class(self._kept_classes(), meta.claim))
+        s.judge_as(judged_class_of(self._kept_classes(), meta.claim))
         self.guards += guards.check_guards(self.root, mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
                                            recorded_hashes=base.manifest.get("fixed_paths", {}),
                                            baseline_commit=self.baseline_commit)
@@ -222,7 +222,7 @@ class Gate:
         except ValueError as exc:
             self.refusal = str(exc)
             return False
-        self.sess.judge_as(judged_class(self._kept_classes(), claim))
+        self.sess.judge_as(judged_class_of(self._kept_classes(), claim))
         if self.items_collected:  # a smoke check: the class gate of a gated run, same words
             self.refusal = class_refusal(self.sess.cfg, self.sess.judged_class)
             self.refused_class = self.refusal is not None

@@ -122,6 +122,5 @@ def _after_smoke(gate: Gate) -> str | None:
         return PREFIX + (f"judged as '{s.judged_class}' (the branch's class); smoke-check your claim: "
                          "`pytest -m quality --ditar-class CLASS`")
     return (PREFIX + f"`dit-ar try --classification {claimed_class} --description \"...\"` times it against the "
-            "champion; "
-            f"FASTER: commit with the trailer `Ditar-Class: {claimed_class}`, then "
+            f"champion; FASTER: commit with the trailer `Ditar-Class: {claimed_class}`, then "
             f"`dit-ar experiment --classification {claimed_class} --description \"...\"`")

@@ -10,7 +10,7 @@ import pytest
 
 from pytest_ditar.core import decision
 from pytest_ditar.loop import classes
-from pytest_ditar.loop.classes import Claim, judged_class, read_claim
+from pytest_ditar.loop.classes import Claim, judged_class_of, read_claim
 from pytest_ditar.loop.preflight import ExperimentMeta
 
 PKG = Path(__file__).resolve().parents[3] / "pytest_ditar"
@@ -47,12 +47,12 @@ def test_the_judged_class_reads_the_validated_claim_and_never_validates_it_again
     claim = read_claim(" Approximate ", None)
     assert seen == [" Approximate "]
     # the kept commits' classes (the ledger's) are validated as read; the claim is taken as it is
-    assert judged_class(["exact", "numerical"], claim) == "approximate"
-    assert judged_class(["quantization"], claim) == "quantization"
-    assert judged_class([], Claim(None)) == "exact"
+    assert judged_class_of(["exact", "numerical"], claim) == "approximate"
+    assert judged_class_of(["quantization"], claim) == "quantization"
+    assert judged_class_of([], Claim(None)) == "exact"
     assert seen == [" Approximate "]
     with pytest.raises(AttributeError):  # the option's string is no Claim: nothing can validate it a second time
-        judged_class(["exact"], " Approximate ")  # type: ignore[arg-type]
+        judged_class_of(["exact"], " Approximate ")  # type: ignore[arg-type]
 
 
 def _calls(name: str) -> list[str]:
