@@ -35,13 +35,13 @@ FLAGS = dict(ladder.DEFAULTS, FUSED_QKV=True, BATCHED_COND=True, CUDA_GRAPHS=Tru
 def child(args: argparse.Namespace) -> int:
     import torch
 
-    from pytest_ditar.loop.session import DitarSession
+    from pytest_ditar.loop.session import open_session
     from pytest_ditar.runtime.calls import lane_request
     from pytest_ditar.runtime.harness import make_spec
 
     from inprocess import InProcessCandidate
 
-    sess = DitarSession.open(Path(args.workdir) / "config/autoresearch.json")
+    sess = open_session(Path(args.workdir) / "config/autoresearch.json")
     device = sess.resolved_device()
     spec = make_spec(sess.suite, sess.model_dir(), device)
     t0 = time.perf_counter()

@@ -85,12 +85,12 @@ def measured_ceiling_tflops(n: int = 8192, iters: int = 20) -> float | None:
 def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes: list[str] | None = None) -> dict:
     """Time the workspace's champion against each compile mode, lane by lane; write and return the rows."""
     from pytest_ditar.core import stats
-    from pytest_ditar.loop.session import DitarSession
+    from pytest_ditar.loop.session import open_session
     from pytest_ditar.runtime.calls import new_stream
     from pytest_ditar.runtime.lanes import measure_lane
     from pytest_ditar.store.records import read_lanes
 
-    sess = DitarSession.open(ws / "config/autoresearch.json", tag=TAG)
+    sess = open_session(ws / "config/autoresearch.json", tag=TAG)
     base = read_lanes(json.loads((sess.state_dir / "baseline/lanes.json").read_text())) \
         if (sess.state_dir / "baseline/lanes.json").is_file() else {}
     ceiling = ceiling_tflops(sess)
@@ -101,7 +101,7 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
     try:
         # HEAD's blobs, as the gate builds every role (loop.roles): a worker on the checkout's own
         # folder timed the compiled champion's b1 call 1.86x slower than the gate did (H100, session 24)
-        champ = sess.worker(sess.candidate_code(), "champion-head")
+        champ = sess.worker(sess.code(), "champion-head")
         t0 = time.perf_counter()
         champ.built(sess.cfg.build_timeout_s)
         champ_build = time.perf_counter() - t0

@@ -88,7 +88,8 @@ def main() -> int:
     args = ap.parse_args()
 
     cfg = dataclasses.replace(load_config(args.config), suite=args.suite)
-    sess = DitarSession(cfg=cfg, suite=load_suite(cfg.suite_dir), tag="bench", device="auto")
+    sess = DitarSession(cfg=cfg, suite=load_suite(cfg.suite_dir), tag="bench", device="auto",
+                        state_dir=cfg.state_path / "bench")
     try:
         return run(sess, cfg, args)
     finally:

@@ -47,9 +47,9 @@ def config_path(args: argparse.Namespace) -> Path:
 def open_session(args: argparse.Namespace, device: str | None = None) -> Any:
     """The full session (suite, model settings, device): for the commands that generate."""
     # start-up: every command module imports this one; the session (numpy, the workers) only those that generate
-    from pytest_ditar.loop.session import DitarSession
+    from pytest_ditar.loop.session import open_session
 
-    return DitarSession.open(config_path(args), tag=args.tag, device=device)
+    return open_session(config_path(args), tag=args.tag, device=device)
 
 
 def light_session(args: argparse.Namespace) -> tuple[Any, Any, str]:

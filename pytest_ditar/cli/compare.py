@@ -15,18 +15,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from pytest_ditar.cli.command import Command, light_session
 from pytest_ditar.core import effect, stats
-from pytest_ditar.core.cumulative import cite
+from pytest_ditar.core.cumulative import Cited, cite
 from pytest_ditar.core.decision import champion_row, kept_rows
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.store.records import read_lanes
+from pytest_ditar.store.records import RunSummary, read_lanes
 from pytest_ditar.store.snapshot import lane_samples
 from pytest_ditar.vcs.queries import ref_commit
 
@@ -40,9 +41,42 @@ class Side:
     commit: str | None
     samples: dict[str, list[float]]  # lane -> per-call seconds
     quality: str
-    fingerprint: dict[str, Any] | None
-    run: dict[str, Any] = field(default_factory=dict)  # a run's summary.json ({} for stored snapshots)
+    fingerprint: Mapping[str, object] | None
+    run: RunSummary | None = None  # a run's summary.json (None for stored snapshots)
     where: str = ""
+
+
+class SideDoc(TypedDict):
+    spec: str
+    label: str
+    commit: str | None
+    quality: str
+    where: str
+
+
+class LaneDoc(TypedDict, total=False):
+    """One lane of the comparison: `verdict` None where a side never timed it (then `how` says why)."""
+
+    verdict: str | None
+    how: str
+    a_median_s: float
+    b_median_s: float
+    speedup: float
+    ci95: list[float | None]
+    p_value: float | None
+    reason: str
+    rounds: list[int]
+    threshold: float
+    kind: str
+    cited: str
+    timed_apart: dict[str, object]
+
+
+class CompareDoc(TypedDict):
+    a: SideDoc
+    b: SideDoc
+    cross_host: list[str]
+    lanes: dict[str, LaneDoc]
 
 
 @dataclass(frozen=True)
@@ -55,8 +89,8 @@ class Gate:
     noise_k: float
     alpha: float
     max_cv: float
-    noise: dict[str, Any]  # lane -> the baseline's stored A/A noise (lanes.json)
-    cited: Any = None  # core.cumulative.Cited
+    noise: Mapping[str, Mapping[str, float] | None]  # lane -> the baseline's stored A/A noise (lanes.json)
+    cited: Cited | None = None
 
 
 class Compare(Command):
@@ -87,28 +121,29 @@ class Compare(Command):
         return 0
 
 
-def resolve(spec: str, root: Path, paths: Any) -> Side:
+def resolve(spec: str, root: Path, paths: TagPaths) -> Side:
     """The side `spec` names; a DitarError that says what it takes where it names nothing timed."""
     rows = Ledger(paths.dir).rows()
-    base_sha = _manifest(paths.baseline).get("git_sha")
+    sha_ = _manifest(paths.baseline).get("git_sha")
+    base_sha = sha_ if isinstance(sha_, str) else None
     if spec == "baseline":
         return _stored(spec, "baseline", paths.baseline, base_sha)
     if spec == "champion":
         row = champion_row(rows)
         if row is None:
             return _stored(spec, "baseline (nothing kept yet)", paths.baseline, base_sha)
-        return _stored(spec, "champion", paths.champion(str(row["commit"])), str(row["commit"]))
+        return _stored(spec, "champion", paths.champion(row.commit), row.commit)
     given = Path(spec)
     if (given / "summary.json").is_file():
         return _run(spec, given)
     number = spec.removeprefix("run:")
     if number.isdigit():
-        row = next((r for r in rows if r.get("run") == int(number)), None)
+        row = next((r for r in rows if r.run == int(number)), None)
         if row is None:
             raise DitarError(f"compare: the ledger has no run {number} (runs 1-{len(rows)})")
-        run_dir = paths.newest_run(str(row["commit"]))
+        run_dir = paths.newest_run(row.commit)
         if run_dir is None:
-            raise DitarError(f"compare: run {number} ({row['status']}) left no summary.json under {paths.runs}")
+            raise DitarError(f"compare: run {number} ({row.status}) left no summary.json under {paths.runs}")
         return _run(spec, run_dir)
     sha = ref_commit(root, spec)
     if sha is None:
@@ -124,25 +159,26 @@ def resolve(spec: str, root: Path, paths: Any) -> Side:
     return _run(spec, run_dir)
 
 
-def _baseline_noise(base: Path) -> dict[str, Any]:
+def _baseline_noise(base: Path) -> dict[str, Mapping[str, float] | None]:
     """lane -> the A/A noise the baseline stored: the gate's threshold reads it (core.effect)."""
     p = base / "lanes.json"
     lanes = read_lanes(json.loads(p.read_text())) if p.is_file() else {}
     return {k: v.noise for k, v in lanes.items()}
 
 
-def _cited(a: Side, b: Side, paths: Any) -> Any:
+def _cited(a: Side, b: Side, paths: TagPaths) -> Cited | None:
     """The chained figure of the baseline (A) against a kept commit (B), up to that KEEP; else None."""
     if not a.commit or a.commit != _manifest(paths.baseline).get("git_sha") or not b.commit:
         return None
     kept = kept_rows(Ledger(paths.dir).rows())
-    upto = next((i for i, r in enumerate(kept) if str(r.get("commit")) and b.commit.startswith(str(r["commit"]))), None)
+    upto = next((i for i, r in enumerate(kept) if r.commit and b.commit.startswith(r.commit)), None)
     return None if upto is None else cite(kept[:upto + 1])
 
 
-def _manifest(d: Path) -> dict[str, Any]:
+def _manifest(d: Path) -> dict[str, object]:
     p = d / "manifest.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
+    data = json.loads(p.read_text()) if p.is_file() else {}
+    return data if isinstance(data, dict) else {}
 
 
 def _stored(spec: str, what: str, d: Path, commit: str | None) -> Side:
@@ -151,29 +187,37 @@ def _stored(spec: str, what: str, d: Path, commit: str | None) -> Side:
         raise DitarError(f"compare: {spec}: no stored lanes at {lanes_file} (run `dit-ar baseline` first)")
     samples = lane_samples(json.loads(lanes_file.read_text()))
     label = f"{what} ({commit[:7]})" if commit else what
+    fingerprint = _manifest(d).get("fingerprint")
     return Side(spec, label, commit, samples, "the reference" if what == "baseline" else "passed when kept",
-                _manifest(d).get("fingerprint"), where=str(d))
+                fingerprint if isinstance(fingerprint, Mapping) else None, where=str(d))
 
 
 def _run(spec: str, d: Path) -> Side:
-    summary = json.loads((d / "summary.json").read_text())
-    lanes = summary.get("lanes") or {}
-    samples = {k: list((v.get("measurement") or {}).get("samples") or []) for k, v in lanes.items()}
-    q = summary.get("quality") or {}
+    summary = RunSummary.from_json(json.loads((d / "summary.json").read_text()))
+    samples = {k: list(v.measurement.get("samples") or []) for k, v in summary.lanes.items()}
+    q = summary.quality
     passed = sum(1 for r in q.values() if r.get("passed"))
-    quality = f"{passed}/{len(q)} passed (class {summary.get('class') or '?'})" if q else "not run"
-    commit = summary.get("commit")
-    label = f"run {d.name} ({str(commit)[:7]}, {summary.get('decision')})"
-    return Side(spec, label, commit, samples, quality, summary.get("fingerprint"), run=summary, where=str(d))
+    quality = f"{passed}/{len(q)} passed (class {summary.cls or '?'})" if q else "not run"
+    label = f"run {d.name} ({str(summary.commit)[:7]}, {summary.decision})"
+    return Side(spec, label, summary.commit, samples, quality, summary.fingerprint, run=summary, where=str(d))
 
 
 def _paired(a: Side, b: Side, lane: str) -> tuple[list[float], list[float]] | None:
     """A's and B's calls from one run's interleaved rounds, where B is a run timed against A."""
-    if not b.run or not a.commit or b.run.get("champion") != a.commit:
+    if not b.run or not a.commit or b.run.champion != a.commit:
         return None
-    m = (b.run.get("lanes", {}).get(lane) or {}).get("measurement") or {}
-    champ, cand = m.get("champion_samples") or [], m.get("samples") or []
+    m = _measurement(b.run, lane)
+    champ, cand = _floats(m.get("champion_samples")), _floats(m.get("samples"))
     return (champ, cand) if champ and len(champ) == len(cand) else None
+
+
+def _measurement(run: RunSummary | None, lane: str) -> Mapping[str, object]:
+    rec = run.lanes.get(lane) if run is not None else None
+    return rec.measurement if rec is not None else {}
+
+
+def _floats(v: object) -> list[float]:
+    return [float(x) for x in v] if isinstance(v, list) else []
 
 
 def host_difference(a: Side, b: Side) -> list[str]:
@@ -184,13 +228,13 @@ def host_difference(a: Side, b: Side) -> list[str]:
             if a.fingerprint.get(k) != b.fingerprint.get(k)]
 
 
-def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, Any]:
+def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> CompareDoc:
     lanes = [name for name in dict.fromkeys([*a.samples, *b.samples]) if not only or name in only]
     if only and not lanes:
         raise DitarError(f"compare: no lane {', '.join(only)} on either side (lanes: "
                          f"{', '.join(dict.fromkeys([*a.samples, *b.samples])) or 'none'})")
     cross = host_difference(a, b)
-    out: dict[str, Any] = {"a": _side_doc(a), "b": _side_doc(b), "cross_host": cross, "lanes": {}}
+    out: CompareDoc = {"a": _side_doc(a), "b": _side_doc(b), "cross_host": cross, "lanes": {}}
     for lane in lanes:
         pair = _paired(a, b, lane)
         xa, xb = pair if pair else (a.samples.get(lane) or [], b.samples.get(lane) or [])
@@ -200,13 +244,13 @@ def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, A
             continue
         # the gate's own threshold: a lane its sequential plan grew (B's run, paired) at min_speedup,
         # anything else at k x the baseline's A/A noise, never below it
-        measured = ((b.run.get("lanes") or {}).get(lane) or {}).get("measurement") or {}
+        measured = _measurement(b.run, lane)
         grown = pair is not None and bool(measured.get("looks"))
         bar = effect.threshold(gate.noise.get(lane), paired=pair is not None, grown=grown,
                                min_speedup=gate.min_speedup, noise_k=gate.noise_k)
         c = stats.compare(xa, xb, min_effect=bar, alpha=gate.alpha, max_cv=gate.max_cv, paired=pair is not None)
         how = "paired: B's own rounds against A" if pair else "unpaired: timed apart"
-        row = {"a_median_s": statistics.median(xa), "b_median_s": statistics.median(xb),
+        row: LaneDoc = {"a_median_s": statistics.median(xa), "b_median_s": statistics.median(xb),
                "speedup": c.speedup, "ci95": [c.ci_low, c.ci_high], "p_value": c.p_value,
                "verdict": c.verdict, "reason": c.reason, "rounds": [len(xa), len(xb)], "threshold": bar,
                "how": how + (" on different hosts" if cross else ""), "kind": "paired" if pair else "unpaired"}
@@ -216,7 +260,7 @@ def compare(a: Side, b: Side, only: list[str] | None, gate: Gate) -> dict[str, A
     return out
 
 
-def _cited_row(row: dict[str, Any], cited: Any, bar: float) -> dict[str, Any]:
+def _cited_row(row: LaneDoc, cited: Cited, bar: float) -> LaneDoc:
     """The objective lane of the baseline against a kept commit: the chained paired figure (what
     status and the report cite), judged at the bar each KEEP cleared; the timed-apart ratio kept beside."""
     lo, hi = cited.ci_low, cited.ci_high
@@ -229,7 +273,7 @@ def _cited_row(row: dict[str, Any], cited: Any, bar: float) -> dict[str, Any]:
                    f"{row['speedup']:.3f}x"}
 
 
-def _side_doc(s: Side) -> dict[str, Any]:
+def _side_doc(s: Side) -> SideDoc:
     return {"spec": s.name, "label": s.label, "commit": s.commit, "quality": s.quality, "where": s.where}
 
 
@@ -237,12 +281,12 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
-def _ci(r: dict[str, Any], sep: str = ",") -> str:
+def _ci(r: LaneDoc, sep: str = ",") -> str:
     lo, hi = r["ci95"]
     return f"[{lo:.3f}{sep}{hi:.3f}]" if lo is not None and hi is not None else "n/a"
 
 
-def text(doc: dict[str, Any]) -> list[str]:
+def text(doc: CompareDoc) -> list[str]:
     lines = [f"A = {doc['a']['label']}", f"B = {doc['b']['label']}"]
     lines.append(f"{'lane':<16} {'A median':>12} {'B median':>12} {'B vs A':>8}  {'ci95':<16} {'bar':>7} "
                  f"{'verdict':<11} how")
@@ -273,7 +317,7 @@ WHY = {  # what each kind of row is, so that two comparisons of the same commits
 }
 
 
-def why_figures(kinds: set[Any]) -> str | None:
+def why_figures(kinds: set[str | None]) -> str | None:
     """Why this comparison's figures need not match another's of the same commits: `compare baseline
     champion` chains the KEEPs (objective lane) and compares stored medians (other lanes), `compare
     baseline <run>` reads that run's own paired rounds."""
@@ -284,7 +328,7 @@ def why_figures(kinds: set[Any]) -> str | None:
             "<the run that kept it>` read different rounds, so their figures and bars differ")
 
 
-def markdown(doc: dict[str, Any]) -> list[str]:
+def markdown(doc: CompareDoc) -> list[str]:
     lines = [f"**A** {doc['a']['label']} vs **B** {doc['b']['label']}", "",
              "| lane | A median | B median | B vs A | 95% CI | bar | verdict | how |",
              "|---|---|---|---|---|---|---|---|"]

@@ -11,8 +11,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.config.project import load_config
@@ -127,7 +128,7 @@ class _Tee:
             return proc.wait()
 
 
-def _document(path: Path, rc: int, last: str | None) -> dict[str, Any]:
+def _document(path: Path, rc: int, last: str | None) -> Mapping[str, object]:
     """The --json document: the one the gate wrote (`path`, its --ditar-json), with the process's exit
     status; where it wrote none (pytest failed before the gate decided or refused), the run's last
     DITAR line and no verdict."""
@@ -138,7 +139,7 @@ def _document(path: Path, rc: int, last: str | None) -> dict[str, Any]:
     return {**doc, "exit_status": int(rc)}
 
 
-def _dumps(doc: dict[str, Any]) -> str:
+def _dumps(doc: Mapping[str, object]) -> str:
     return json.dumps(doc, indent=1)
 
 

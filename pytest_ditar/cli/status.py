@@ -4,12 +4,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pytest_ditar.cli.command import Command, config_path, light_session
-from pytest_ditar.config.project import load_config
+from pytest_ditar.config.project import PerfConfig, load_config
 from pytest_ditar.config.semantic import OWNER, availability
+from pytest_ditar.config.suite import Suite
 from pytest_ditar.core.cumulative import cite
 from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
 from pytest_ditar.core.reach import Reach
@@ -22,11 +23,10 @@ from pytest_ditar.loop.reach import baseline_reach
 from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_checks
 from pytest_ditar.loop.worktrees import collect_all, status_all
-from pytest_ditar.report.data import read_rows
 from pytest_ditar.store import tried
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.store.records import read_lanes
+from pytest_ditar.store.records import LedgerRow, read_lanes
 from pytest_ditar.store.snapshot import MANIFEST, lane_samples, load_snapshot, verify_snapshot
 from pytest_ditar.vcs import branches, queries, trees
 
@@ -71,18 +71,18 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
     out["baseline"] = _baseline(paths.baseline, suite, cfg.perf)
     report = ledger.verify()
     # A broken chain is still shown (leniently parsed): status is how one finds out what broke.
-    rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else read_rows(state)
-    exps = [r for r in rows if r.get("status") in STATUSES]
+    rows = ledger.rows() if ledger.jsonl_path.exists() and not report.problems else ledger.lenient_rows()
+    exps = [r for r in rows if r.status in STATUSES]
     kept = kept_rows(exps)
     out["ledger"] = {"rows": len(rows), "exists": ledger.jsonl_path.is_file(), "verifies": report.ok,
                      "problems": list(report.problems[:5]), "repairable": list(getattr(report, "repairable", ()))}
-    out["cumulative_class"] = cumulative_class([str(r["class"]) for r in kept])
+    out["cumulative_class"] = cumulative_class([r.cls for r in kept])
     # The figure to cite (program.md section 5): the KEEPs' speedups chained, with a CI
     # (core.cumulative). The stored medians were timed apart, under each run's own load: beside it only.
     champ = champion_row(exps)
-    out["champion"] = ({"commit": champ["commit"], "lane": champ["lane"], "speedup_vs_previous": champ["metric"],
+    out["champion"] = ({"commit": champ.commit, "lane": champ.lane, "speedup_vs_previous": champ.metric,
                         "cumulative": _chained(kept),
-                        "stored_vs_baseline": _stored_ratio(paths, str(champ["commit"]), cfg.objective_lane)}
+                        "stored_vs_baseline": _stored_ratio(paths, champ.commit, cfg.objective_lane)}
                        if champ else None)
     out["classes"] = {c: {"available": why is None, "why": why} for c, why in availability(cfg)}
     bound = read_bound(state)
@@ -90,8 +90,9 @@ def collect_status(cfg, suite, tag: str, n: int = 10) -> dict[str, Any]:
                     "reached": bound.reached(experiments_run(state))}
     out["counts"] = counts(exps)  # a run that judged nothing counts as "not judged", not as its DISCARD
     out["tried"] = tried.rows(paths)[-n:]  # `dit-ar try`'s notes: ideas timed, judged by no gate
-    out["recent"] = [{**{k: r.get(k) for k in ("run", "commit", "class", "status", "metric", "ci_low", "ci_high",
-                                               "quality_pass", "quality_total", "description", "reason")},
+    out["recent"] = [{"run": r.run, "commit": r.commit, "class": r.cls, "status": r.status, "metric": r.metric,
+                      "ci_low": r.ci_low, "ci_high": r.ci_high, "quality_pass": r.quality_pass,
+                      "quality_total": r.quality_total, "description": r.description, "reason": r.reason,
                       "judged": row_judged(r)} for r in exps[-n:]]
     return out
 
@@ -104,7 +105,7 @@ def _initialised(cfg, paths) -> bool:
         or branches.branch_exists(cfg.root, cfg.branch_prefix + paths.tag)
 
 
-def _baseline(base_dir, suite: Any = None, perf: Any = None) -> dict[str, Any] | None:
+def _baseline(base_dir, suite: Suite | None = None, perf: PerfConfig | None = None) -> dict[str, Any] | None:
     if not (base_dir / MANIFEST).is_file():
         return None
     snap = load_snapshot(base_dir, verify=False)
@@ -134,7 +135,7 @@ def _stored_ratio(paths, commit: str, lane: str) -> dict[str, Any] | None:
     return {"lane": lane, "baseline_median_s": b, "champion_median_s": c, "ratio": b / c if c else None}
 
 
-def _chained(kept: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def _chained(kept: Sequence[LedgerRow]) -> dict[str, Any] | None:
     """The champion over the baseline: the kept rows' speedups chained (core.cumulative.cite, the
     figure `compare baseline champion` and the report give too)."""
     c = cite(kept)

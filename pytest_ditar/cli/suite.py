@@ -10,6 +10,8 @@ from typing import Any
 
 from pytest_ditar import interface
 from pytest_ditar.cli.command import Command, light_session
+from pytest_ditar.config import suite as suites
+from pytest_ditar.config.project import Config
 from pytest_ditar.config.semantic import OWNER, availability
 from pytest_ditar.core.errors import ConfigError
 from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS
@@ -45,7 +47,7 @@ TINY_MEASURED = (("a bf16 transformer", "numerical", 0.0089, 53.3, 0.9999),
 # by rel-L2 0.36-1.3 (PSNR 12-26 dB).
 TINY_DIFFERENT = 0.36
 
-def model_where(suite: Any) -> str:
+def model_where(suite: suites.Suite) -> str:
     """The directory PipelineSpec.model_dir will name, and whether it is there yet."""
     try:
         path = model_location(suite)
@@ -65,7 +67,7 @@ def cpu_threads() -> str:
     return f"{cpu} on CPU, {gpu} on a GPU ({how})"
 
 
-def describe(cfg: Any, suite: Any) -> list[str]:
+def describe(cfg: Config, suite: suites.Suite) -> list[str]:
     p, m = suite.pipeline, suite.model
     items = suite.corpus
     where = suite.path.relative_to(cfg.root) if suite.path.is_relative_to(cfg.root) else suite.path
@@ -100,7 +102,7 @@ def _types() -> list[tuple[str, tuple]]:
     return [(name, dataclasses.fields(getattr(interface, name))) for name in TYPES]
 
 
-def _values(suite: Any) -> dict[str, str]:
+def _values(suite: suites.Suite) -> dict[str, str]:
     p = suite.pipeline
     return {"PipelineSpec.model_dir": "a diffusers DiTPipeline directory; load it with local_files_only=True",
             "PipelineSpec.device / dtype": f"'cpu' or 'cuda[:n]'; {p.dtype_cpu} on cpu, {p.dtype_cuda} on cuda",
@@ -112,7 +114,7 @@ def _values(suite: Any) -> dict[str, str]:
                                           "[B, H, W, 3]"}
 
 
-def resolution(cfg: Any, suite: Any) -> list[str]:
+def resolution(cfg: Config, suite: suites.Suite) -> list[str]:
     """What this suite's floors can and cannot tell apart, said plainly."""
     broken = "broken output (NaN, blank images, latents out of range) fails every class"
     if suite.model.source == "embedded-tiny":

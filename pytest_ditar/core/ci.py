@@ -14,8 +14,38 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
+
+class LaneDoc(TypedDict):
+    """One lane of the document: its outcome's fields as the LaneResult held them (passed on as they are)."""
+
+    verdict: object
+    objective: object
+    speedup: object
+    ci95: list[object]
+    reason: object
+    rounds: int
+    champion_source: object
+    figure: object
+
+
+class ErrorDoc(TypedDict, total=False):
+    kind: str
+    message: str
+    where: str | None
+    item: str | None
+
+
+# The run's document, core.verdict_json writes it (schemas/verdict.schema.json); "class" is a keyword,
+# hence the functional form.
+VerdictDoc = TypedDict("VerdictDoc", {
+    "schema_version": int, "kind": str, "verdict": "str | None", "exit_status": int, "line": "str | None",
+    "commit": "str | None", "lane": "str | None", "speedup": "float | None", "ci95": "list[float | None] | None",
+    "quality": "dict[str, int | None] | None", "class": "str | None", "reason": str, "unmeasured": "list[str]",
+    "off_target": bool, "run_dir": "str | None", "reasons": "list[str]", "judged": bool, "rerun_of": "int | None",
+    "lanes": "dict[str, LaneDoc]", "errors": "list[ErrorDoc]", "tolerance": float, "failures": "list[str]",
+    "failing_lanes": "list[str]", "unresolved": "list[str]"}, total=False)
 OUTPUT_KEYS = ("verdict", "lane", "speedup", "ci_low", "ci_high", "exit_status", "kind", "reason")
 _WHERE = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+)\b")  # RunError.where: "mutable/pipeline.py:57 in generate"
 
@@ -55,7 +85,7 @@ def where(text: str | None) -> tuple[str, int] | None:
     return (m.group("file"), int(m.group("line"))) if m else None
 
 
-def annotation_lines(doc: Mapping[str, Any]) -> list[str]:
+def annotation_lines(doc: VerdictDoc) -> list[str]:
     """What failed, as annotations: a guard's failures (each names its lane and reason) and the
     lanes it left unresolved; a gated run's DISCARD/CRASH/REFUSED with its reason, each REGRESSED
     lane, each CRASH error at its `mutable/...:LINE`, and a KEEP's unmeasured guard lanes."""
@@ -67,7 +97,7 @@ def annotation_lines(doc: Mapping[str, Any]) -> list[str]:
         if verdict == "FAIL" and not out:
             out.append(annotation("error", str(doc.get("line") or "the guard failed"), title="ditar guard FAIL"))
         lanes = doc.get("lanes") or {}
-        out += [annotation("warning", f"lane {name}: {(lanes.get(name) or {}).get('reason', '')}".rstrip(": "),
+        out += [annotation("warning", f"lane {name}: {_reason(lanes.get(name))}".rstrip(": "),
                            title=f"ditar guard: lane {name} unresolved") for name in doc.get("unresolved") or []]
         return out
     if verdict is None:
@@ -93,7 +123,11 @@ def annotation_lines(doc: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def outputs(doc: Mapping[str, Any]) -> dict[str, str]:
+def _reason(lane: LaneDoc | None) -> object:
+    return lane.get("reason", "") if lane else ""
+
+
+def outputs(doc: VerdictDoc) -> dict[str, str]:
     """`$GITHUB_OUTPUT`'s values (OUTPUT_KEYS), "" for what the run has not got."""
     low, high = (list(doc.get("ci95") or []) + [None, None])[:2]
     values = {"verdict": doc.get("verdict"), "lane": doc.get("lane"), "speedup": doc.get("speedup"),
@@ -116,11 +150,11 @@ def output_text(values: Mapping[str, str], delimiter: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _num(x: Any, fmt: str = "{:.3f}") -> str:
+def _num(x: object, fmt: str = "{:.3f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
-def guard_markdown(doc: Mapping[str, Any]) -> str:
+def guard_markdown(doc: VerdictDoc) -> str:
     """A guard's step summary: the outcome, its failures, and one row per lane."""
     tol = doc.get("tolerance")
     head = f"### pytest-ditar guard: **{doc.get('verdict') or 'no verdict'}**"
@@ -130,7 +164,7 @@ def guard_markdown(doc: Mapping[str, Any]) -> str:
     lines += [f"- {_md(f)}" for f in doc.get("failures") or []]
     lines += [f"- lane {name} unresolved: too noisy to show or rule out a slowdown"
               for name in doc.get("unresolved") or []]
-    lanes: Mapping[str, Mapping[str, Any]] = doc.get("lanes") or {}
+    lanes = doc.get("lanes") or {}
     if lanes:
         lines += ["", "| lane | verdict | speedup | 95% CI | rounds |", "|---|---|---|---|---|"]
         for name, lane in lanes.items():
@@ -142,7 +176,7 @@ def guard_markdown(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gate_markdown(doc: Mapping[str, Any], summary_md: str | None) -> str:
+def gate_markdown(doc: VerdictDoc, summary_md: str | None) -> str:
     """A gated run's step summary: its summary.md where it wrote one, else the verdict and reason."""
     head = "### pytest-ditar gate\n\n"
     if summary_md:
@@ -176,7 +210,7 @@ def md_code(text: object) -> str:
 _md = md_text
 
 
-def junit_properties(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+def junit_properties(doc: VerdictDoc) -> list[tuple[str, str]]:
     """The testsuite properties a junit reader shows: ditar.verdict, .lane, .speedup, .ci_low, .ci_high, .kind."""
     values = outputs(doc)
     return [(f"ditar.{k}", values[k]) for k in ("kind", "verdict", "lane", "speedup", "ci_low", "ci_high") if values[k]]

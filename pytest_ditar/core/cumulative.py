@@ -11,8 +11,10 @@ shows their ratio beside this one, never in its place. Pure: numbers in, numbers
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from pytest_ditar.core.rerun import RunRow
 
 Z95 = 1.959963984540054
 
@@ -54,21 +56,21 @@ class Cited:
         return f"{self.speedup:.3f}x{ci} chained over {self.keeps} KEEP(s)"
 
 
-def _num(x: object) -> float | None:
+def _num(x: str | int | float) -> float | None:
     try:
-        v = float(x)  # type: ignore[arg-type]
+        v = float(x)
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
 
 
-def cite(kept: Sequence[Mapping[str, object]]) -> Cited | None:
+def cite(kept: Sequence[RunRow]) -> Cited | None:
     """The one figure to cite from the kept ledger rows (metric, ci_low, ci_high), oldest first;
     None before any KEEP or where a kept row has no speedup."""
     if not kept:
         return None
     try:
-        point, lo, hi = chained((_num(r.get("metric")), _num(r.get("ci_low")), _num(r.get("ci_high"))) for r in kept)
+        point, lo, hi = chained((_num(r.metric), _num(r.ci_low), _num(r.ci_high)) for r in kept)
     except ValueError:
         return None
     return Cited(point, lo, hi, len(kept))

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from pytest_ditar.core import vocabulary as v
+from pytest_ditar.core.rerun import R
 from pytest_ditar.core.vocabulary import (
     CLASSES,
     ERROR_KINDS,
@@ -216,52 +217,11 @@ def decide(
     discard: list[tuple[str, str]] = []
 
     discard += [(_with_reason(f"guard {g.name}", g.reason or "failed"), v.GUARD) for g in guards if not g.ok]
-
-    if quality is None or quality.total < expected_items:
-        got = 0 if quality is None else quality.total
-        discard.append((f"incomplete quality run: {got}/{expected_items} items", v.QUALITY))
-    if quality is not None:
-        # Checked even on an incomplete run: a failure among the items that ran is still news.
-        if quality.passed < quality.total:
-            failed = quality.total - quality.passed
-            first = quality.failures[0] if quality.failures else ""
-            discard.append((_with_reason(f"quality {failed}/{quality.total} failed", first), v.QUALITY))
-        if not quality.class_claim_ok:
-            discard.append((f"class claim: {quality.class_claim_reason or 'not allowed'}", v.CLASS_CLAIM))
-        discard += [(h, v.HOLDOUT) for h in quality.holdout_failures]
-
+    discard += _quality_objections(quality, expected_items)
     objective = next((lane for lane in lanes if lane.objective), None)
-    if objective is None:
-        discard.append(("no objective lane ran", v.OBJECTIVE_MISSING))
-    elif objective.verdict == "MISSING":
-        discard.append((_with_reason(f"objective lane {objective.name} missing", objective.reason),
-                        v.OBJECTIVE_MISSING))
-    elif objective.verdict == "REJECTED":
-        discard.append((f"lane {objective.name} rejected: {objective.reason}", v.OBJECTIVE_REJECTED))
-    elif objective.verdict == "UNSTABLE":
-        discard.append((f"lane {objective.name} unstable: {objective.reason or _speed_text(objective)}",
-                        v.OBJECTIVE_UNSTABLE))
-    elif objective.verdict != "FASTER":
-        discard.append((_with_reason(f"lane {objective.name} not faster than champion: {_speed_text(objective)}",
-                                     objective.reason), v.NOT_FASTER))
-
-    guard_lanes = [lane for lane in lanes if not lane.objective]
-    discard += [(_with_reason(f"guard lane {lane.name} regressed", lane.reason), v.GUARD_LANE)
-                for lane in guard_lanes if lane.verdict == "REGRESSED"]
-    discard += [(f"guard lane {lane.name} rejected: {lane.reason}", v.GUARD_LANE)
-                for lane in guard_lanes if lane.verdict == "REJECTED"]
-    # Work that outlives the candidate's timed calls voids a guard lane too: left as "unstable" it
-    # would hide a regression there behind a champion it slowed (core.interference).
-    discard += [(f"guard lane {lane.name} unstable: {lane.reason}", v.GUARD_LANE) for lane in guard_lanes
-                if lane.verdict == "UNSTABLE" and lane.cause == v.INTERFERENCE]
-
-    if vram_budget_gib is not None:
-        for lane in lanes:
-            peak = lane.peak_vram_gib
-            # A non-finite peak cannot prove it fits, so it fails closed.
-            if peak is not None and not (math.isfinite(peak) and peak <= vram_budget_gib):
-                discard.append((f"peak VRAM {_fmt(peak, 2)} GiB > budget {vram_budget_gib:.2f} GiB "
-                                f"(lane {lane.name})", v.VRAM))
+    discard += _objective_objections(objective)
+    discard += _guard_lane_objections([lane for lane in lanes if not lane.objective])
+    discard += _vram_objections(lanes, vram_budget_gib)
 
     found = crash + discard
     reasons, causes = tuple(r for r, _ in found), tuple(c for _, c in found)
@@ -275,12 +235,65 @@ def decide(
     # A KEEP stands on its objective lane. Guard lanes guard against regressions: one that could not
     # be measured (a shared GPU, no champion samples) shows none, so it blocks nothing, but it is
     # said on the verdict line and in the reasons, never hidden. (A champion's drift against the
-    # anchor voids the objective lane's win before this: loop.lanes, core.anchor.)
+    # anchor voids the objective lane's win before this: core.laneoutcome, core.anchor.)
     unmeasured = [lane for lane in lanes if not lane.objective and lane.verdict in UNMEASURED]
     notes = tuple(_with_reason(f"guard lane {lane.name} not measured ({lane.verdict})", lane.reason)
                   for lane in unmeasured)
     return Decision("KEEP", keep, (keep, *notes), tuple(lane.name for lane in unmeasured),
                     causes=(v.FASTER, *(v.UNMEASURED for _ in notes)))
+
+
+def _quality_objections(quality: QualityOutcome | None, expected_items: int) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    if quality is None or quality.total < expected_items:
+        got = 0 if quality is None else quality.total
+        found.append((f"incomplete quality run: {got}/{expected_items} items", v.QUALITY))
+    if quality is None:
+        return found
+    # Checked even on an incomplete run: a failure among the items that ran is still news.
+    if quality.passed < quality.total:
+        failed = quality.total - quality.passed
+        first = quality.failures[0] if quality.failures else ""
+        found.append((_with_reason(f"quality {failed}/{quality.total} failed", first), v.QUALITY))
+    if not quality.class_claim_ok:
+        found.append((f"class claim: {quality.class_claim_reason or 'not allowed'}", v.CLASS_CLAIM))
+    return found + [(h, v.HOLDOUT) for h in quality.holdout_failures]
+
+
+def _objective_objections(objective: LaneOutcome | None) -> list[tuple[str, str]]:
+    if objective is None:
+        return [("no objective lane ran", v.OBJECTIVE_MISSING)]
+    if objective.verdict == "MISSING":
+        return [(_with_reason(f"objective lane {objective.name} missing", objective.reason), v.OBJECTIVE_MISSING)]
+    if objective.verdict == "REJECTED":
+        return [(f"lane {objective.name} rejected: {objective.reason}", v.OBJECTIVE_REJECTED)]
+    if objective.verdict == "UNSTABLE":
+        return [(f"lane {objective.name} unstable: {objective.reason or _speed_text(objective)}",
+                 v.OBJECTIVE_UNSTABLE)]
+    if objective.verdict != "FASTER":
+        return [(_with_reason(f"lane {objective.name} not faster than champion: {_speed_text(objective)}",
+                              objective.reason), v.NOT_FASTER)]
+    return []
+
+
+def _guard_lane_objections(guard_lanes: Sequence[LaneOutcome]) -> list[tuple[str, str]]:
+    found = [(_with_reason(f"guard lane {lane.name} regressed", lane.reason), v.GUARD_LANE)
+             for lane in guard_lanes if lane.verdict == "REGRESSED"]
+    found += [(f"guard lane {lane.name} rejected: {lane.reason}", v.GUARD_LANE)
+              for lane in guard_lanes if lane.verdict == "REJECTED"]
+    # Work that outlives the candidate's timed calls voids a guard lane too: left as "unstable" it
+    # would hide a regression there behind a champion it slowed (core.interference).
+    return found + [(f"guard lane {lane.name} unstable: {lane.reason}", v.GUARD_LANE) for lane in guard_lanes
+                    if lane.verdict == "UNSTABLE" and lane.cause == v.INTERFERENCE]
+
+
+def _vram_objections(lanes: Sequence[LaneOutcome], vram_budget_gib: float | None) -> list[tuple[str, str]]:
+    if vram_budget_gib is None:
+        return []
+    # A non-finite peak cannot prove it fits, so it fails closed.
+    return [(f"peak VRAM {_fmt(lane.peak_vram_gib, 2)} GiB > budget {vram_budget_gib:.2f} GiB (lane {lane.name})",
+             v.VRAM) for lane in lanes if lane.peak_vram_gib is not None
+            and not (math.isfinite(lane.peak_vram_gib) and lane.peak_vram_gib <= vram_budget_gib)]
 
 
 # Guard-lane verdicts that measured nothing: on a KEEP, the lane is named (verdict_line `unmeasured=`).
@@ -345,12 +358,12 @@ def verdict_line(
     return " ".join(parts)
 
 
-def kept_rows(rows: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
+def kept_rows(rows: Iterable[R]) -> list[R]:
     """The KEEP rows of a ledger, oldest first: the last one is the champion (champion_row)."""
-    return [r for r in rows if r.get("status") == "KEEP"]
+    return [r for r in rows if r.status == "KEEP"]
 
 
-def champion_row(rows: Iterable[Mapping[str, object]]) -> Mapping[str, object] | None:
+def champion_row(rows: Iterable[R]) -> R | None:
     """The champion's ledger row, the last KEEP; None before any (then the baseline is the
     champion: loop.champion.commit). Every reader of the champion asks here."""
     kept = kept_rows(rows)

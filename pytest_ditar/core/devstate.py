@@ -14,8 +14,8 @@ Pure: numbers and names in, numbers and names out.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final
 
 from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
 
@@ -40,26 +40,38 @@ def reasons(mask: int) -> list[str]:
     return out
 
 
-def round_state(reads: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+State = Mapping[str, object]  # a read or a round's state: numbers by key, `reasons`, `side`, `slowed`
+
+
+def _numbers(states: Iterable[State], key: str) -> list[float]:
+    return [v for r in states if isinstance(v := r.get(key), (int, float))]
+
+
+def _words(v: object) -> list[str]:
+    return [str(x) for x in v] if isinstance(v, (list, tuple)) else []
+
+
+def round_state(reads: Sequence[State]) -> dict[str, object]:
     """One round's state from the reads taken after its calls: the lowest clocks and CPU frequency,
     the highest load, temperature and power, every reason seen. Keys no read had are left out."""
-    def pick(key: str, how: Any) -> Any:
-        vals = [r[key] for r in reads if r.get(key) is not None]
+    def pick(key: str, how: Callable[[list[float]], float]) -> float | None:
+        vals = _numbers(reads, key)
         return how(vals) if vals else None
 
-    out = {"load1": pick("load1", max), "cpu_mhz": pick("cpu_mhz", min), "sm_mhz": pick("sm_mhz", min),
-           "mem_mhz": pick("mem_mhz", min), "temp_c": pick("temp_c", max), "power_w": pick("power_w", max)}
+    out: dict[str, object] = {
+        "load1": pick("load1", max), "cpu_mhz": pick("cpu_mhz", min), "sm_mhz": pick("sm_mhz", min),
+        "mem_mhz": pick("mem_mhz", min), "temp_c": pick("temp_c", max), "power_w": pick("power_w", max)}
     out = {k: v for k, v in out.items() if v is not None}
     if any("reasons" in r for r in reads):
-        out["reasons"] = sorted({x for r in reads for x in r.get("reasons", ())})
+        out["reasons"] = sorted({x for r in reads for x in _words(r.get("reasons"))})
     slowed = sorted({x for r in reads if r.get("side") not in (None, SIDE_CANDIDATE)
-                     for x in r.get("reasons", ()) if x in SLOWDOWNS})
+                     for x in _words(r.get("reasons")) if x in SLOWDOWNS})
     if slowed:  # after a reference's call: the round is void
         out["slowed"] = slowed
     return out
 
 
-def throttled(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
+def throttled(rounds: Sequence[State]) -> list[int]:
     """Indices of the rounds with a slowdown read after a reference's call (round_state's `slowed`): void."""
     return [i for i, r in enumerate(rounds) if r.get("slowed")]
 
@@ -74,13 +86,13 @@ def energy_per_image(joules: Sequence[float], batch: int) -> float | None:
     return med / batch
 
 
-def describe(rounds: Sequence[Mapping[str, Any]], energy: Mapping[str, float | None]) -> str | None:
+def describe(rounds: Sequence[State], energy: Mapping[str, float | None]) -> str | None:
     """One line of a lane's device and host state over its rounds (the run summary's); None without any."""
     if not rounds:
         return None
 
     def span(key: str, unit: str, fmt: str = "{:.0f}") -> str | None:
-        vals = [r[key] for r in rounds if r.get(key) is not None]
+        vals = _numbers(rounds, key)
         if not vals:
             return None
         lo, hi = fmt.format(min(vals)), fmt.format(max(vals))
@@ -99,11 +111,11 @@ def describe(rounds: Sequence[Mapping[str, Any]], energy: Mapping[str, float | N
     return ", ".join(parts) if parts else None
 
 
-def throttle_note(rounds: Sequence[Mapping[str, Any]]) -> str | None:
+def throttle_note(rounds: Sequence[State]) -> str | None:
     """What a lane's verdict adds where the device throttled in some rounds (voided, re-timed)."""
     hot = throttled(rounds)
     if not hot:
         return None
-    seen = sorted({x for i in hot for x in rounds[i].get("slowed", ())})
+    seen = sorted({x for i in hot for x in _words(rounds[i].get("slowed"))})
     return (f"{len(hot)} of {len(rounds)} rounds throttled ({', '.join(seen)}): void, re-timed within the budget; "
             "repeated, the card's cooling or power limit is the problem (`dit-ar doctor`)")

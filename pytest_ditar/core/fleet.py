@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_ditar.core.vocabulary import DECLINED, HOST_SEP, PROMOTION, REFERENCE, SCREENING, UNJUDGED
 
@@ -69,23 +68,23 @@ def split_tag(tag: str) -> tuple[str, str] | None:
     return fleet, host
 
 
-def card_diff(reference: Mapping[str, Any], here: Mapping[str, Any]) -> tuple[str, ...]:
+def card_diff(reference: Mapping[str, object], here: Mapping[str, object]) -> tuple[str, ...]:
     """The card fields (a fingerprint's comparable key) where `here` differs from `reference`:
     "field: reference vs here". Empty: the same card, a measurement that can promote."""
     keys = list(reference) + [k for k in here if k not in reference]
     return tuple(f"{k}: {reference.get(k)} vs {here.get(k)}" for k in keys if reference.get(k) != here.get(k))
 
 
-def reference_row(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def reference_row(rows: Sequence[Mapping[str, object]]) -> Mapping[str, object] | None:
     return next((r for r in rows if r.get("kind") == REFERENCE), None)
 
 
-def fleet_champion(rows: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def fleet_champion(rows: Sequence[Mapping[str, object]]) -> Mapping[str, object] | None:
     """The last promotion; None while the fleet champion is the original baseline."""
     return next((r for r in reversed(rows) if r.get("kind") == PROMOTION), None)
 
 
-def lineage(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def lineage(rows: Sequence[Mapping[str, object]]) -> list[Mapping[str, object]]:
     """Every promotion, oldest first: how the fleet champion came to be."""
     return [r for r in rows if r.get("kind") == PROMOTION]
 

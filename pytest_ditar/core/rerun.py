@@ -21,9 +21,9 @@ ledger rows in, a key, a link or a refusal out.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Protocol, TypeVar
 
 from pytest_ditar.core.vocabulary import DRIFT, INTERFERENCE, INTERNAL, NOT_KEPT_BUILD, OBJECTIVE_UNSTABLE
 
@@ -57,6 +57,34 @@ def judged(status: str, causes: Iterable[str]) -> bool:
 HOST, CANDIDATE, CHAMPION = "host", "candidate", "champion"  # why a run was not judged (ledger `unjudged`)
 UNJUDGED_CAUSES: tuple[str, ...] = (HOST, CANDIDATE, CHAMPION)
 # the objective lane's cause (LaneOutcome.cause) -> whose doing an UNSTABLE lane was; none named: the host
+class RunRow(Protocol):
+    """What core reads of a ledger row (store.records.LedgerRow is the one that exists); number
+    cells as stored: "" where none."""
+
+    @property
+    def run(self) -> int: ...
+    @property
+    def time(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def parent(self) -> str: ...
+    @property
+    def patch(self) -> str: ...
+    @property
+    def judged(self) -> str | int | float: ...
+    @property
+    def unjudged(self) -> str: ...
+    @property
+    def metric(self) -> str | int | float: ...
+    @property
+    def ci_low(self) -> str | int | float: ...
+    @property
+    def ci_high(self) -> str | int | float: ...
+
+
+R = TypeVar("R", bound=RunRow)
+
 _LANE_TO_UNJUDGED = {INTERFERENCE: CANDIDATE, DRIFT: CHAMPION, NOT_KEPT_BUILD: CHAMPION}
 RULE = ("a judged change is not run again on its champion; a change not judged because of the host may always run "
         "again; one not judged twice for the candidate's or the champion's doing (interference, champion drift) is "
@@ -75,11 +103,11 @@ def unjudged_cause(status: str, causes: Iterable[str], lane_cause: str | None) -
     return _LANE_TO_UNJUDGED.get(lane_cause or "", HOST)
 
 
-def row_unjudged(row: Mapping[str, Any]) -> str:
+def row_unjudged(row: RunRow) -> str:
     """A ledger row's `unjudged` ("" where judged); a row not judged from before the field: the host's."""
     if row_judged(row):
         return ""
-    cause = str(row.get("unjudged") or "")
+    cause = row.unjudged
     return cause if cause in UNJUDGED_CAUSES else HOST
 
 
@@ -91,50 +119,50 @@ def _when(text: object) -> datetime | None:
     return when if when.tzinfo is not None else None
 
 
-def _same(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> list[Mapping[str, Any]]:
-    return [r for r in rows if key and r.get("patch") == key and r.get("parent") == parent]
+def _same(rows: Iterable[R], key: str, parent: str) -> list[R]:
+    return [r for r in rows if key and r.patch == key and r.parent == parent]
 
 
-def rerun_of(rows: Iterable[Mapping[str, Any]], key: str, parent: str) -> int | None:
+def rerun_of(rows: Iterable[RunRow], key: str, parent: str) -> int | None:
     """The run that first tried this change on this champion and was not judged, if any."""
-    first = next((r for r in _same(rows, key, parent) if str(r.get("judged")) == "0"), None)
-    return int(first["run"]) if first is not None else None
+    first = next((r for r in _same(rows, key, parent) if str(r.judged) == "0"), None)
+    return first.run if first is not None else None
 
 
-def refusal(rows: Iterable[Mapping[str, Any]], key: str, parent: str, since: str | None = None) -> str | None:
+def refusal(rows: Iterable[RunRow], key: str, parent: str, since: str | None = None) -> str | None:
     """Why this change must not run on this champion again; None when it may (RULE). `since`: when
     the current baseline was taken (its manifest's `created`): unjudged runs before it do not count."""
     same = _same(rows, key, parent)
     done = [r for r in same if row_judged(r)]
     if done:
         r = done[-1]
-        return (f"this change was already judged on this champion (run {r.get('run')}: {r.get('status')}); "
+        return (f"this change was already judged on this champion (run {r.run}: {r.status}); "
                 "it is not run again (program.md section 2): commit a different hypothesis")
     start = _when(since) if since else None
     counted = [r for r in same if row_unjudged(r) != HOST
-               and (start is None or (_when(r.get("time")) or start) >= start)]
+               and (start is None or (_when(r.time) or start) >= start)]
     if len(counted) >= 2:
-        runs = ", ".join(f"{r.get('run')} ({row_unjudged(r)})" for r in counted)
+        runs = ", ".join(f"{r.run} ({row_unjudged(r)})" for r in counted)
         return (f"this change was not judged twice for the candidate's or the champion's doing (runs {runs}: "
                 "interference from work the candidate left running, or the champion's drift against the anchor): "
                 "leave it on this champion; a run not judged because of the host never counts")
     return None
 
 
-def row_judged(row: Mapping[str, Any]) -> bool:
+def row_judged(row: RunRow) -> bool:
     """Whether a ledger row's run judged its change (its `judged` field; rows from before it: yes)."""
-    return str(row.get("judged", 1)).strip() not in ("0", "False", "false")
+    return str(row.judged).strip() not in ("0", "False", "false")
 
 
 NOT_JUDGED = "not judged"  # how status and the report name a run that judged nothing (never a verdict word)
 
 
-def counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def counts(rows: Iterable[RunRow]) -> dict[str, int]:
     """KEEP, DISCARD, CRASH and NOT_JUDGED counts of experiment rows: a run that judged nothing is
     counted as not judged, not as the DISCARD (or CRASH) its verdict line says."""
     out = {"KEEP": 0, "DISCARD": 0, "CRASH": 0, NOT_JUDGED: 0}
     for r in rows:
-        status = str(r.get("status"))
+        status = r.status
         if status in out:
             out[status if row_judged(r) else NOT_JUDGED] += 1
     return out

@@ -12,10 +12,8 @@ time is start-up (interpreter, imports, CUDA, collection) and hand-over.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, cast
 
 # Phases grouped the way the run summary and the benchmarks report them.
@@ -46,18 +44,6 @@ WARMUP = ("perf.warmup", "perf.warmup_champion")
 CHECKS = ("perf.anchor", "perf.confirm", "perf.empty_calls")
 
 
-def process_start_epoch() -> float | None:
-    """When this process started (seconds since the epoch), from /proc; None where there is none."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # starttime: field 22 of stat(5), counted after the ")"
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration, AttributeError):
-        return None
-
-
 @dataclass
 class PhaseClock:
     seconds: dict[str, float] = field(default_factory=dict)
@@ -79,7 +65,8 @@ class PhaseClock:
     # "warm": the workers forked from a zygote an earlier run kept; else whether this one is kept
     # for the next run, and why a recorded one was not used (runtime.zygote.state)
     zygote: str = ""
-    process_start: float | None = field(default_factory=process_start_epoch)
+    # when the judge's process started (runtime.clock.process_start_epoch; core reads no /proc)
+    process_start: float | None = None
     _stack: list[list[float]] = field(default_factory=list)  # [start, time spent in children]
     # The judge's time between its top-level spans (pytest's own work, fixtures, reports), booked
     # under the span it preceded: so the time line names where every unbooked second lies.

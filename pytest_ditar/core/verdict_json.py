@@ -13,18 +13,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from pytest_ditar.core.ci import md_code, md_text
+from pytest_ditar.core.ci import ErrorDoc, LaneDoc, VerdictDoc, md_code, md_text
 from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
+
+LaneData = Mapping[str, object]  # a LaneResult's dict (runtime.lanes), as summary.json holds it
+Field = str | float | bool | list[float | None] | list[str] | dict[str, int] | None  # a verdict line's value
 
 # key=value tokens after the status; a reason is quoted with \" and \\ escaped
 _FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\[[^\]]*\]|\S+)')
 _HEAD = re.compile(r"^DITAR (VERDICT|REFUSED): ?(\S*)")
 
 
-def parse_line(line: str) -> dict[str, Any]:
+def parse_line(line: str) -> dict[str, Field]:
     """The fields of a verdict line: status, lane, speedup, ci95, quality, class, commit,
     reason, unmeasured, off_target, sandbox. A refusal's line is its reason. {} for anything else."""
     line = line.strip()
@@ -33,13 +35,13 @@ def parse_line(line: str) -> dict[str, Any]:
         return {}
     if head.group(1) == "REFUSED":
         return {"status": "REFUSED", "reason": line.split(":", 1)[1].strip()}
-    out: dict[str, Any] = {"status": head.group(2)}
+    out: dict[str, Field] = {"status": head.group(2)}
     for key, raw in _FIELD.findall(line[head.end():]):
         out[key] = _value(key, raw)
     return out
 
 
-def _value(key: str, raw: str) -> Any:
+def _value(key: str, raw: str) -> Field:
     if raw.startswith('"'):
         return re.sub(r"\\(.)", r"\1", raw[1:-1])
     if key == "ci95":
@@ -88,15 +90,15 @@ class Verdict:
                             sandbox_off=self.sandbox_off)
 
 
-def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, Mapping[str, Any]] | None = None,
+def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, LaneData] | None = None,
            run_dir: str | None = None, refusal: str | None = None, line: str | None = None,
-           errors: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+           errors: Sequence[ErrorDoc] = ()) -> VerdictDoc:
     """The run's JSON document (kind "gate"): a decided run's from its `verdict` (`lanes`: name -> a
     LaneResult's dict, as summary.json holds them), a refusal's from its reason, and otherwise (the
     run ended before it decided) the last line it printed, if any; `errors`: the candidate's failures
     ({kind, message, where}) where the caller has them."""
     d = verdict.decision if verdict is not None else None
-    doc: dict[str, Any] = {
+    doc: VerdictDoc = {
         "schema_version": SCHEMA_VERSION,
         "kind": "gate",
         # None: the run ended before it decided (pytest's own error)
@@ -123,40 +125,51 @@ def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, Map
         doc["rerun_of"] = d.rerun_of
         doc["lanes"] = {name: _lane(data) for name, data in (lanes or {}).items()}
     if errors:
-        doc["errors"] = [dict(e) for e in errors]
+        doc["errors"] = [ErrorDoc(**e) for e in errors]
     return doc
 
 
 def guard_record(line: str | None, exit_status: int, *, tolerance: float, failures: Sequence[str],
-                 failing: Sequence[str], lanes: Mapping[str, Mapping[str, Any]], objective: str,
-                 errors: Sequence[Mapping[str, Any]] = (), run_dir: str | None = None,
-                 refusal: str | None = None, unresolved: Sequence[str] = ()) -> dict[str, Any]:
+                 failing: Sequence[str], lanes: Mapping[str, LaneData], objective: str,
+                 errors: Sequence[ErrorDoc] = (), run_dir: str | None = None,
+                 refusal: str | None = None, unresolved: Sequence[str] = ()) -> VerdictDoc:
     """`pytest --ditar-guard`'s document. `lanes`: name -> a LaneResult's dict (as summary.json
     holds it); `failing`: the lanes the guard fails on. Its headline lane (`lane`, `speedup`,
     `ci95`) is the first failing lane, else the objective lane."""
     shown = {name: _lane(data) for name, data in lanes.items()}
     head = next((n for n in failing if n in shown), objective)
-    lane = shown.get(head) or {}
+    lane = shown.get(head)
     passed = line is not None and not failures  # core.guard.line: a PASS where nothing failed
     verdict = "REFUSED" if refusal is not None else None if line is None else "PASS" if passed else "FAIL"
     return {"schema_version": SCHEMA_VERSION, "kind": "guard", "verdict": verdict, "exit_status": exit_status,
             "line": line if refusal is None else f"DITAR REFUSED: {refusal}", "lane": head if lane else None,
-            "speedup": lane.get("speedup"), "ci95": lane.get("ci95", [None, None]), "tolerance": tolerance,
+            "speedup": _float(lane["speedup"]) if lane else None,
+            "ci95": [_float(x) for x in lane["ci95"]] if lane else [None, None], "tolerance": tolerance,
             "reason": refusal if refusal is not None else (failures[0] if failures else ""),
             "failures": list(failures), "failing_lanes": [n for n in failing],
             "unresolved": list(unresolved) if passed else [], "lanes": shown,
-            "errors": [dict(e) for e in errors], "run_dir": run_dir}
+            "errors": [ErrorDoc(**e) for e in errors], "run_dir": run_dir}
 
 
-def _lane(data: Mapping[str, Any]) -> dict[str, Any]:
-    oc = data.get("outcome") or {}
-    samples = (data.get("measurement") or {}).get("samples") or []
+def _float(x: object) -> float | None:
+    """A lane's figure as the document's number (it is one already; anything else is none)."""
+    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+
+
+def _mapping(x: object) -> Mapping[str, object]:
+    return x if isinstance(x, Mapping) else {}
+
+
+def _lane(data: LaneData) -> LaneDoc:
+    oc = _mapping(data.get("outcome"))
+    samples = _mapping(data.get("measurement")).get("samples")
+    samples = samples if isinstance(samples, list) else []
     return {"verdict": oc.get("verdict"), "objective": oc.get("objective"), "speedup": oc.get("speedup"),
             "ci95": [oc.get("ci_low"), oc.get("ci_high")], "reason": oc.get("reason", ""), "rounds": len(samples),
             "champion_source": data.get("champion_source"), "figure": oc.get("figure")}
 
 
-def markdown(doc: Mapping[str, Any], shapes: Mapping[str, tuple[int, int]], medians: Mapping[str, float]) -> str:
+def markdown(doc: VerdictDoc, shapes: Mapping[str, tuple[int, int]], medians: Mapping[str, float]) -> str:
     """A run's summary.md (a CI step summary): the verdict, then per lane its verdict, speedup and CI,
     and the candidate's median as seconds per call, images per second and ms per denoising step
     (`shapes`: lane -> (batch, steps); `medians`: lane -> the candidate's median seconds per call)."""

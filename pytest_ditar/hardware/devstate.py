@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import TypedDict, TypeVar
 
 from pytest_ditar.core.devstate import reasons, round_state
 from pytest_ditar.hardware.fingerprint import nvml_handle
 
 CPUFREQ = "/sys/devices/system/cpu/cpu*/cpufreq/scaling_cur_freq"
 CPUINFO = "/proc/cpuinfo"
+T = TypeVar("T")
 
 
 def cpu_mhz(pattern: str = CPUFREQ, cpuinfo: str = CPUINFO) -> float | None:
@@ -42,8 +45,8 @@ def cpu_mhz(pattern: str = CPUFREQ, cpuinfo: str = CPUINFO) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def host_state() -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def host_state() -> dict[str, object]:
+    out: dict[str, object] = {}
     try:
         out["load1"] = os.getloadavg()[0]
     except OSError:
@@ -54,7 +57,7 @@ def host_state() -> dict[str, Any]:
     return out
 
 
-def _call(fn: Any, *args: Any) -> Any:
+def _call(fn: Callable[..., T], *args: object) -> T | None:
     try:
         return fn(*args)
     except Exception:  # noqa: BLE001 - a query this driver or card cannot answer: left out
@@ -66,8 +69,8 @@ class Reader:
     "cuda:N" device opens NVML's handle of that GPU; anything else reads the host only)."""
 
     def __init__(self, device: str | None):
-        self.nvml: Any = None
-        self.handle: Any = None
+        self.nvml: ModuleType | None = None
+        self.handle: object = None
         if device and device.startswith("cuda"):
             try:
                 import pynvml
@@ -79,15 +82,15 @@ class Reader:
                 self.close()
 
     def energy_mj(self) -> float | None:
-        if self.handle is None:
+        if self.handle is None or self.nvml is None:
             return None
         v = _call(self.nvml.nvmlDeviceGetTotalEnergyConsumption, self.handle)
         return float(v) if v is not None else None
 
-    def read(self) -> dict[str, Any]:
+    def read(self) -> dict[str, object]:
         """The GPU's state now ({} without NVML); the host's is `host_state()`, read once a round."""
-        out: dict[str, Any] = {}
-        if self.handle is None:
+        out: dict[str, object] = {}
+        if self.handle is None or self.nvml is None:
             return out
         n, h = self.nvml, self.handle
         sm, mem = _call(n.nvmlDeviceGetClockInfo, h, n.NVML_CLOCK_SM), _call(n.nvmlDeviceGetClockInfo, h,
@@ -118,12 +121,12 @@ class Rounds:
     core.devstate.round_state into `states`). The lists are the measurement's own, so a look
     during the lane sees every round closed so far."""
 
-    def __init__(self, device: str | None, states: list[dict[str, Any]], energy: dict[str, list[float]]):
+    def __init__(self, device: str | None, states: list[dict[str, object]], energy: dict[str, list[float]]):
         self.reader = Reader(device)
         self.states, self.energy = states, energy
-        self.reads: list[dict[str, Any]] = []
+        self.reads: list[dict[str, object]] = []
 
-    def timed(self, side: str, call: Any) -> Any:
+    def timed(self, side: str, call: Callable[[], T]) -> T:
         e0 = self.reader.energy_mj()  # read outside the timed call, as every state is
         out = call()
         e1 = self.reader.energy_mj()
@@ -140,7 +143,21 @@ class Rounds:
         self.reader.close()
 
 
-def settings(index: int = 0) -> dict[str, Any] | None:
+class Clocks(TypedDict):
+    sm_mhz: int | None
+    mem_mhz: int | None
+
+
+class Settings(TypedDict, total=False):
+    """The GPU's persistence mode (1: on) and its application clocks: `app` (now), `default`, `max`."""
+
+    persistence: int | None
+    app: Clocks
+    default: Clocks
+    max: Clocks
+
+
+def settings(index: int = 0) -> Settings | None:
     """Persistence mode and the application clocks (current and default) of CUDA's GPU `index`;
     None without NVML (no library, no driver, no such GPU)."""
     try:
@@ -151,19 +168,20 @@ def settings(index: int = 0) -> dict[str, Any] | None:
         return None
     try:
         h = nvml_handle(pynvml, index)
-        out = {"persistence": _call(pynvml.nvmlDeviceGetPersistenceMode, h)}
-        for key, fn in (("app", pynvml.nvmlDeviceGetApplicationsClock),
-                        ("default", pynvml.nvmlDeviceGetDefaultApplicationsClock),
-                        ("max", pynvml.nvmlDeviceGetMaxClockInfo)):
-            out[key] = {"sm_mhz": _call(fn, h, pynvml.NVML_CLOCK_SM), "mem_mhz": _call(fn, h, pynvml.NVML_CLOCK_MEM)}
-        return out
+        def clocks(fn: Callable[..., int]) -> Clocks:
+            return {"sm_mhz": _call(fn, h, pynvml.NVML_CLOCK_SM), "mem_mhz": _call(fn, h, pynvml.NVML_CLOCK_MEM)}
+
+        return {"persistence": _call(pynvml.nvmlDeviceGetPersistenceMode, h),
+                "app": clocks(pynvml.nvmlDeviceGetApplicationsClock),
+                "default": clocks(pynvml.nvmlDeviceGetDefaultApplicationsClock),
+                "max": clocks(pynvml.nvmlDeviceGetMaxClockInfo)}
     except Exception:  # noqa: BLE001 - a device NVML does not know
         return None
     finally:
         _call(pynvml.nvmlShutdown)
 
 
-def doctor_row(ok: str, warn: str, probe: Any = settings) -> tuple[str, str, str]:
+def doctor_row(ok: str, warn: str, probe: Callable[[int], Settings | None] = settings) -> tuple[str, str, str]:
     """`dit-ar doctor`'s "gpu clocks" row: persistence mode and the application clocks of GPU 0,
     and the nvidia-smi commands that set them; a host without a GPU through NVML skips it."""
     s = probe(0)
@@ -173,8 +191,9 @@ def doctor_row(ok: str, warn: str, probe: Any = settings) -> tuple[str, str, str
     if s.get("persistence") != 1:
         todo.append("persistence mode off (the driver unloads between runs, the first call pays for it): "
                     "`sudo nvidia-smi -pm 1`")
-    app, top = s.get("app") or {}, s.get("max") or {}
-    if app.get("sm_mhz") is not None and top.get("sm_mhz") and app["sm_mhz"] < top["sm_mhz"]:
+    app, top = s.get("app") or Clocks(sm_mhz=None, mem_mhz=None), s.get("max") or Clocks(sm_mhz=None, mem_mhz=None)
+    app_sm, top_sm = app.get("sm_mhz"), top.get("sm_mhz")
+    if app_sm is not None and top_sm and app_sm < top_sm:
         todo.append(f"application clocks {app['sm_mhz']}/{app.get('mem_mhz')} MHz (SM/memory) below the card's "
                     f"{top['sm_mhz']}/{top.get('mem_mhz')}: `sudo nvidia-smi -ac {top.get('mem_mhz')},{top['sm_mhz']}`")
     if todo:

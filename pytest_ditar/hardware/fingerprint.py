@@ -21,9 +21,13 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pytest_ditar.hardware.profiles import TargetProfile
+
+if TYPE_CHECKING:  # collecting imports torch where it runs; importing this module does not
+    import torch
 
 __all__ = [
     "Clocks",
@@ -72,7 +76,7 @@ class Fingerprint:
             return self.device_type
         return "sm_" + self.compute_capability.replace(".", "")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
@@ -91,9 +95,9 @@ class Fingerprint:
             )
         return cls(**values)
 
-    def comparable_key(self) -> dict[str, Any]:
+    def comparable_key(self) -> dict[str, object]:
         """The fields that must match for two timings to be compared at all."""
-        key: dict[str, Any] = {
+        key: dict[str, object] = {
             "device_type": self.device_type,
             "device_name": self.device_name,
             "compute_capability": self.compute_capability,
@@ -110,8 +114,8 @@ class Fingerprint:
         return key
 
 
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flatten(d: Mapping[str, object], prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
     for k, v in d.items():
         if isinstance(v, Mapping):
             out.update(_flatten(v, f"{prefix}{k}."))
@@ -120,7 +124,7 @@ def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     return "(none)" if v is None or v == "" else str(v)
 
 
@@ -180,7 +184,7 @@ class _NvmlInfo:
     power_limit_w: float | None = None
 
 
-def _nvml_info(props: Any, index: int) -> _NvmlInfo:
+def _nvml_info(props: object, index: int) -> _NvmlInfo:
     """Driver, max clocks and power limit from NVML; empty when NVML is absent or fails."""
     try:
         import pynvml
@@ -229,7 +233,26 @@ def _nvml_info(props: Any, index: int) -> _NvmlInfo:
             pass
 
 
-def _torch_flags(torch: Any) -> dict[str, bool]:
+class _Common(TypedDict):
+    """The fields every Fingerprint has from the host alone."""
+
+    diffusers: str
+    python: str
+    platform: str
+    cpu_model: str
+
+
+class _Flags(TypedDict):
+    """torch's numerics switches, as Fingerprint's fields."""
+
+    tf32_matmul: bool
+    tf32_cudnn: bool
+    deterministic_algorithms: bool
+    cudnn_benchmark: bool
+    cudnn_deterministic: bool
+
+
+def _torch_flags(torch: ModuleType) -> _Flags:
     # The legacy allow_tf32 getters still reflect the state set by the newer
     # fp32_precision API; silence their deprecation chatter.
     with warnings.catch_warnings():
@@ -243,7 +266,7 @@ def _torch_flags(torch: Any) -> dict[str, bool]:
         }
 
 
-def nvml_handle(pynvml: Any, cuda_index: int) -> Any:
+def nvml_handle(pynvml: ModuleType, cuda_index: int) -> object:
     """NVML's handle of CUDA's device `cuda_index`: CUDA_VISIBLE_DEVICES renumbers CUDA's devices
     (by index or UUID), not NVML's. Raises what NVML raises for a device it does not know."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -315,8 +338,7 @@ def collect(device: str = "cpu") -> Fingerprint:
     record a CPU timing as a GPU one). Works without torch for "cpu" (torch fields empty).
     """
     dev = device.strip().lower()
-    # Any: as keyword arguments, each would be checked against every field of Fingerprint
-    common: dict[str, Any] = {
+    common: _Common = {
         "diffusers": _pkg_version("diffusers"),
         "python": platform.python_version(),
         "platform": platform.machine(),
@@ -328,14 +350,11 @@ def collect(device: str = "cpu") -> Fingerprint:
         torch = None  # type: ignore[assignment]
 
     if dev == "cpu":
-        flags: dict[str, Any] = (
+        flags: _Flags = (
             _torch_flags(torch)
             if torch is not None
-            else dict.fromkeys(
-                ("tf32_matmul", "tf32_cudnn", "deterministic_algorithms",
-                 "cudnn_benchmark", "cudnn_deterministic"),
-                False,
-            )
+            else _Flags(tf32_matmul=False, tf32_cudnn=False, deterministic_algorithms=False,
+                        cudnn_benchmark=False, cudnn_deterministic=False)
         )
         return Fingerprint(
             device_type="cpu",
@@ -367,7 +386,7 @@ def collect(device: str = "cpu") -> Fingerprint:
                            "(`dit-ar doctor` says whether the workers' sandbox is the cause)") from None
     nvml = _nvml_info(props, index)
     cudnn_version = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    cuda_flags: dict[str, Any] = _torch_flags(torch)
+    cuda_flags = _torch_flags(torch)
     return Fingerprint(
         device_type="cuda",
         device_name=str(props.name),
@@ -407,7 +426,7 @@ def target_header(fp: Fingerprint, profile: TargetProfile) -> str:
 # --------------------------------------------------------------------------- dtypes
 
 
-def scan_module_dtypes(module: Any) -> set[str]:
+def scan_module_dtypes(module: torch.nn.Module) -> set[str]:
     """dtype names ("torch.float16", ...) of a torch module's parameters and buffers."""
     dtypes = {str(p.dtype) for p in module.parameters()}
     dtypes.update(str(b.dtype) for b in module.buffers())
@@ -426,7 +445,7 @@ def object_dtypes(candidate: object, depth: int = 3) -> set[str]:
     dtypes: set[str] = set()
     frontier = [candidate]
     for _ in range(depth + 1):
-        nxt: list[Any] = []
+        nxt: list[object] = []
         for obj in frontier:
             if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
                 continue

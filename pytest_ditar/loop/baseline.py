@@ -74,8 +74,9 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
                     extra_files: dict[str, bytes] | None = None, accept_noise: bool = True) -> Path:
     """Store the baseline; unless `accept_noise`, refuse (before anything is written) one whose
     objective lane's A/A is too noisy to judge a win under 1 + perf.max_baseline_win (noise_refusal)."""
-    if sess.baseline_dir.exists() and not force:
-        raise DitarError(f"{sess.baseline_dir}: a baseline already exists (pass --force / --ditar-force to replace it)")
+    where = TagPaths(sess.state_dir).baseline
+    if where.exists() and not force:
+        raise DitarError(f"{where}: a baseline already exists (pass --force / --ditar-force to replace it)")
     check_mutable_committed(sess)
     t0 = time.perf_counter()
     outs, peak = generate_corpus(sess)
@@ -112,12 +113,11 @@ def create_baseline(sess: DitarSession, force: bool = False, extra_meta: dict[st
         **(extra_meta or {}),
     }
     files = {"lanes.json": json.dumps(lanes, indent=1).encode(), **(extra_files or {})}
-    path = write_snapshot(sess.baseline_dir, outs, meta, extra_files=files, force=force)
+    path = write_snapshot(where, outs, meta, extra_files=files, force=force)
     _anchor_in_ledger(sess, path)
     sess.keep_compilations()  # the baseline's code is the first champion: its compilations are its cache's
     warmstart.hand_over(TagPaths(sess.state_dir))  # the first gated run forks from this run's zygote
     _back_up(sess)
-    sess.outputs.update({o.item_id: o for o in outs})
     return path
 
 

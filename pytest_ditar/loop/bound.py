@@ -59,7 +59,7 @@ def experiments_run(state_dir: Path) -> int:
     the gate itself refuses a broken ledger)."""
     ledger = Ledger(state_dir)
     try:
-        return sum(1 for r in ledger.rows() if r.get("status") in STATUSES)
+        return sum(1 for r in ledger.rows() if r.status in STATUSES)
     except Exception:  # noqa: BLE001
         return 0
 

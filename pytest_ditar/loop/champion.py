@@ -12,6 +12,7 @@ from typing import Any, cast
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.hardware.roofline import device_peak_tflops, host_roofline_check, roofline_check
+from pytest_ditar.loop.results import RunResults
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.lanes import LaneResult
 from pytest_ditar.store.ledger import Ledger
@@ -25,7 +26,7 @@ BUILD_PHASE = "perf.build_champion"  # the clock's name for checking out and bui
 def kept_commit(ledger: Ledger) -> str | None:
     """The last KEEP's commit; None before any keep."""
     row = champion_row(ledger.rows())
-    return str(row["commit"]) if row else None
+    return row.commit if row else None
 
 
 def baseline_commit(sess: DitarSession) -> str | None:
@@ -76,17 +77,18 @@ def build(sess: DitarSession, champion_commit: str | None, head: str | None, sta
     return sess.build_at_commit(champion_commit, BUILD_PHASE, start_only=start_only, ranks=ranks)
 
 
-def store(sess: DitarSession, commit_sha: str, claimed_class: str) -> Path:
+def store(sess: DitarSession, results: RunResults, commit_sha: str, claimed_class: str) -> Path:
     """A kept candidate's outputs and lane results become the champion's snapshot."""
-    lanes = sess.lanes_dict()
-    return write_snapshot(_dir(sess, commit_sha), [sess.outputs[i.id] for i in sess.suite.corpus],
+    lanes = results.lanes_dict()
+    return write_snapshot(_dir(sess, commit_sha), [results.outputs[i.id] for i in sess.suite.corpus],
                           {"kind": "champion", "git_sha": commit_sha, "class": claimed_class},
                           extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)
 
 
-def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
+def with_flops(sess: DitarSession, results: RunResults, lane: Any, res: LaneResult) -> LaneResult:
     """`res` with its FLOPs per call, from the baseline count (an exact change does the same work); a
-    lane faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices' worth)."""
+    lane faster than its devices can compute them is a CRASH (a lane of N GPUs or ranks: N devices'
+    worth), added to `results`."""
     stored = baseline_lanes(sess).get(lane.name)
     flops = stored.flops if stored is not None else None
     if not flops or not res.measurement.samples:
@@ -102,5 +104,5 @@ def with_flops(sess: DitarSession, lane: Any, res: LaneResult) -> LaneResult:
     else:
         problem = None
     if problem:
-        sess.errors.append(CandidateError("exception", f"lane {lane.name}: {problem}"))
+        results.add_error(CandidateError("exception", f"lane {lane.name}: {problem}"))
     return res

@@ -16,38 +16,40 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 from pytest_ditar.core import ci, guard, verdict_json
+from pytest_ditar.loop.gate import Gate
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 
-def _errors(gate: Any) -> list[dict[str, Any]]:
-    seen, out = set(), []
-    for e in gate.sess.errors:
+def _errors(gate: Gate) -> list[ci.ErrorDoc]:
+    seen: set[str] = set()
+    out: list[ci.ErrorDoc] = []
+    for e in gate.results.errors:
         if str(e) not in seen:
             seen.add(str(e))
             out.append({"kind": e.kind, "message": e.message, "where": e.where, "item": e.item})
     return out
 
 
-def document(gate: Any, exit_status: int) -> dict[str, Any]:
+def document(gate: Gate, exit_status: int) -> ci.VerdictDoc:
     """The run's JSON document: a guard's (kind "guard") or a gated run's, refused or decided (kind "gate")."""
     s = gate.sess
     if gate.opts.guard is not None:
         tol = float(gate.opts.guard)
-        outcomes = s.outcomes()
+        outcomes = gate.results.outcomes()
         expected = sorted(gate.lanes_collected)
         return verdict_json.guard_record(
             gate.guard_line, exit_status, tolerance=tol, failures=list(gate.guard_failures),
             failing=guard.failing_lanes(outcomes, expected, tol) if gate.guard_line else [],
-            lanes=s.lanes_dict(),
+            lanes=gate.results.lanes_dict(),
             objective=s.cfg.objective_lane, errors=_errors(gate), refusal=gate.refusal,
             unresolved=guard.unresolved(outcomes, tol),
             run_dir=str(s.run_dir()) if gate.guard_failures else None)  # a PASS's folder is removed
     errors = _errors(gate) if gate.gated else ()
     if gate.result is not None:
-        return verdict_json.record(gate.result, exit_status, lanes=s.lanes_dict(), run_dir=str(s.run_dir()),
+        return verdict_json.record(gate.result, exit_status, lanes=gate.results.lanes_dict(), run_dir=str(s.run_dir()),
                                    errors=errors)
     return verdict_json.record(None, exit_status, refusal=gate.refusal, line=gate.final_line(), errors=errors)
 
@@ -58,7 +60,7 @@ class Published:
     notes: tuple[str, ...] = ()  # summary lines: each file that could not be written
 
 
-def publish(gate: Any, exit_status: int, *, json_path: Path | None, junit_path: Path | None,
+def publish(gate: Gate, exit_status: int, *, json_path: Path | None, junit_path: Path | None,
             env: Mapping[str, str]) -> Published:
     """Write what CI reads; returns the annotations to print and a note per file not written."""
     if gate.opts.guard is None and not gate.gated and gate.refusal is None:  # a report-only run decides nothing
@@ -67,7 +69,7 @@ def publish(gate: Any, exit_status: int, *, json_path: Path | None, junit_path: 
     doc = document(gate, exit_status)
     notes: list[str] = []
 
-    def attempt(what: str, fn: Any) -> None:
+    def attempt(what: str, fn: Callable[[], object]) -> None:
         try:
             fn()
         except (OSError, ValueError, ET.ParseError) as exc:  # a convenience for CI: never the verdict's undoing
@@ -91,7 +93,7 @@ def write_outputs(env: Mapping[str, str], values: Mapping[str, str]) -> None:
         _append(Path(env["GITHUB_OUTPUT"]), ci.output_text(values, f"ghadelimiter_{secrets.token_hex(16)}"))
 
 
-def _markdown(doc: Mapping[str, Any]) -> str:
+def _markdown(doc: ci.VerdictDoc) -> str:
     if doc.get("kind") == "guard":
         return ci.guard_markdown(doc)
     md = None

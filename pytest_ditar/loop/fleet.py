@@ -37,6 +37,7 @@ from pytest_ditar.hardware.fingerprint import Fingerprint
 from pytest_ditar.store import fleetlog
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import LEDGER_JSONL, RESULTS_TSV, TagPaths
+from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.store.snapshot import MANIFEST
 from pytest_ditar.vcs import branches, queries, trees
 
@@ -51,14 +52,14 @@ class HostState:
     tag: str
     host: str
     ref: str  # where this clone holds it
-    rows: tuple[Mapping[str, object], ...]  # its ledger's rows (read leniently where broken)
+    rows: tuple[LedgerRow, ...]  # its ledger's rows (read leniently where broken)
     problems: tuple[str, ...]  # what breaks its ledger's chain
     baseline_sha: str | None
     card: Mapping[str, Any]  # its baseline's fingerprint, comparable key
 
     @property
-    def champion(self) -> Mapping[str, object] | None:
-        return champion_row([r for r in self.rows if r.get("status") in STATUSES])
+    def champion(self) -> LedgerRow | None:
+        return champion_row([r for r in self.rows if r.status in STATUSES])
 
 
 def remote_key(remote: str) -> str:
@@ -106,7 +107,7 @@ def read_host(root: Path, ref: str, tag: str) -> HostState:
         ledger = Ledger(tmp)
         report = ledger.verify()
         try:
-            rows: list[Mapping[str, object]] = list(ledger.rows())
+            rows = ledger.rows()
         except Exception:  # noqa: BLE001 - a ledger too broken to parse: its problems say so
             rows = []
     sha, card = _card(files.get(_MANIFEST))
@@ -202,12 +203,12 @@ def announce(state: HostState, fleet_rows: Sequence[Mapping[str, object]]) -> li
     if champ is None:
         return []
     said = [r for r in fleet_rows if r.get("kind") == ANNOUNCE and r.get("host") == state.host]
-    if said and said[-1].get("commit") == champ.get("commit"):
+    if said and said[-1].get("commit") == champ.commit:
         return []
-    kept = kept_rows([r for r in state.rows if r.get("status") in STATUSES])
-    return [fleetlog.new_row(kind=ANNOUNCE, host=state.host, tag=state.tag, commit=champ.get("commit"),
-                             speedup=champ.get("metric"), ci_low=champ.get("ci_low"), ci_high=champ.get("ci_high"),
-                             **{"class": cumulative_class([str(r.get("class")) for r in kept])},
+    kept = kept_rows([r for r in state.rows if r.status in STATUSES])
+    return [fleetlog.new_row(kind=ANNOUNCE, host=state.host, tag=state.tag, commit=champ.commit,
+                             speedup=champ.metric, ci_low=champ.ci_low, ci_high=champ.ci_high,
+                             **{"class": cumulative_class([r.cls for r in kept])},
                              card=dict(state.card))]
 
 
@@ -239,7 +240,7 @@ def check_source(cfg: Config, key: str, src: HostState, here: HostState,
     champ = src.champion
     if champ is None:
         return rules.Refusal(rules.NO_CHAMPION, f"host {src.host}", "it has kept nothing yet")
-    sha = str(champ.get("commit"))
+    sha = champ.commit
     branch = f"refs/remotes/{key}/{cfg.branch_prefix}{src.tag}"
     if not re.fullmatch(r"[0-9a-f]{40,64}", sha) or not queries.has_commit(cfg.root, sha) \
             or not queries.is_ancestor(cfg.root, sha, branch):
@@ -285,8 +286,8 @@ def stage(cfg: Config, tag: str, remote: str, host: str) -> tuple[Candidate, lis
     found = check_source(cfg, key, src, here, fleet_rows)
     if isinstance(found, rules.Refusal):
         raise DitarError(found.line())
-    kept = kept_rows([r for r in src.rows if r.get("status") in STATUSES])
-    claimed_class = cumulative_class([str(r.get("class")) for r in kept])
+    kept = kept_rows([r for r in src.rows if r.status in STATUSES])
+    claimed_class = cumulative_class([r.cls for r in kept])
     trees.take_paths(cfg.root, found, cfg.mutable_paths)
     if not branches.index_changed(cfg.root):
         raise DitarError(rules.Refusal(rules.ALREADY, f"champion {found[:7]} of host {host}",
@@ -302,8 +303,8 @@ def stage(cfg: Config, tag: str, remote: str, host: str) -> tuple[Candidate, lis
 def verdict_row(cfg: Config, tag: str, cand: Candidate) -> tuple[rules.Promotion, dict[str, object] | None]:
     """The gate's verdict on the staged commit (its ledger row) and the fleet row it writes; no
     row where the gate recorded nothing (a refusal)."""
-    rows = [r for r in Ledger(TagPaths.of(cfg.root, cfg.state_dir, tag).dir).rows() if r.get("commit") == cand.commit]
-    verdict = str(rows[-1].get("status")) if rows else ""
+    rows = [r for r in Ledger(TagPaths.of(cfg.root, cfg.state_dir, tag).dir).rows() if r.commit == cand.commit]
+    verdict = rows[-1].status if rows else ""
     kind = rules.outcome_kind(verdict, cand.card_diff, judged=not rows or row_judged(rows[-1]))
     out = rules.Promotion(kind, verdict, cand.commit, cand.source.host, cand.source_commit, cand.card_diff)
     if not rows:
@@ -311,6 +312,6 @@ def verdict_row(cfg: Config, tag: str, cand: Candidate) -> tuple[rules.Promotion
     r = rows[-1]
     here = own_state(cfg, tag)
     return out, fleetlog.new_row(kind=kind, host=here.host, tag=tag, commit=cand.commit, source_host=cand.source.host,
-                                 source_commit=cand.source_commit, speedup=r.get("metric"), ci_low=r.get("ci_low"),
-                                 ci_high=r.get("ci_high"), **{"class": cand.claimed_class}, card=dict(here.card),
-                                 card_diff=list(cand.card_diff), note=str(r.get("reason") or ""))
+                                 source_commit=cand.source_commit, speedup=r.metric, ci_low=r.ci_low,
+                                 ci_high=r.ci_high, **{"class": cand.claimed_class}, card=dict(here.card),
+                                 card_diff=list(cand.card_diff), note=r.reason)

@@ -23,15 +23,15 @@ from pytest_ditar.vcs import queries
 
 
 def _host(h: fleet.HostState, ref_card: Mapping[str, Any]) -> dict[str, Any]:
-    exps = [r for r in h.rows if r.get("status") in STATUSES]
+    exps = [r for r in h.rows if r.status in STATUSES]
     champ = h.champion
     c = cite(kept_rows(exps))
     diff = rules.card_diff(ref_card, h.card) if ref_card else ()
     last = exps[-1] if exps else None
     return {"host": h.host, "tag": h.tag, "verifies": not h.problems, "problems": list(h.problems[:3]),
-            "champion": champ.get("commit") if champ else None,
+            "champion": champ.commit if champ else None,
             "cumulative": {"speedup": c.speedup, "text": c.text(), "measured_on": h.host} if c else None,
-            "last_run": {"run": last.get("run"), "status": last.get("status"), "class": last.get("class")}
+            "last_run": {"run": last.run, "status": last.status, "class": last.cls}
             if last else None,
             "card": "reference" if not diff else "other", "card_diff": list(diff)}
 

@@ -6,7 +6,8 @@ do (an exit status, lines to print); pytest itself stays in pytest_ditar.plugin.
 gated run can end in is one check of loop.preflight's REFUSAL_CHAIN, made in order before any
 candidate code runs; the worker start-up is loop.startup's; what a decided run writes lives in
 record.py, which returns what it did (record.Outcome) for the gate to keep. No function outside
-this class writes its attributes (tests/unit/loop/test_gate_shape.py).
+this class writes its attributes (tests/unit/loop/test_gate_shape.py). What the run produced is
+the gate's `results` (loop.results.RunResults); the decision reads them frozen (`_decide`).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from pytest_ditar.loop.classes import judged_class_of, read_claim
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
 from pytest_ditar.loop.remote import missing_state
+from pytest_ditar.loop.results import Frozen, RunResults
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.table import run_table
 from pytest_ditar.loop.testlog import TestLog
@@ -52,9 +54,10 @@ REFERENCE_NEXT = ("ditar: next: the champion's own code failed in its role, not 
 
 
 class Gate:
-    def __init__(self, sess: DitarSession, opts: RunOptions):
+    def __init__(self, sess: DitarSession, opts: RunOptions, results: RunResults):
         self.sess = sess
         self.opts = opts
+        self.results = results  # what the run produces; the session reports its failures into it too
         self.root = sess.cfg.root
         self.ledger = Ledger(sess.state_dir)
         self.items_collected: set[str] = set()
@@ -76,7 +79,7 @@ class Gate:
         self.summary_lines: list[str] = []
         self.state_watch: backup.Watch | None = None  # the state directory as the candidate found it
         # the repository's git config and hooks then (loop.gitpins)
-        self.git_watch: dict[str, dict[str, Any]] | None = None
+        self.git_watch: gitpins.Pins | None = None
         self.state_harm: str | None = None  # what the run did to it, once seen (and put back) mid-run
         self.test_log = TestLog()  # tests.log's reports, each failure text once
         self.guard_line: str | None = None  # a guard's last line (DITAR GUARD: PASS/FAIL)
@@ -85,9 +88,8 @@ class Gate:
         if opts.guard is not None:  # a guard writes nothing under the state dir (its roles' code is the judge's)
             import tempfile
 
-            sess.time_beside_champion()  # paired rounds even where the tree is the champion's commit
             # the workers' logs and failure images: kept for the user only where the guard FAILs
-            sess.use_run_dir(Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))
+            sess.run_dir(use=Path(tempfile.mkdtemp(prefix="ditar-guard-run-")))
 
     # ---- header ---------------------------------------------------------------------------
     def header(self) -> list[str]:
@@ -204,7 +206,7 @@ class Gate:
 
     def _report_mode(self, st: queries.RepoState) -> bool:
         """A partial or non-research run: results are reported, nothing is recorded or reverted."""
-        if self.opts.guard is not None and not (self.sess.baseline_dir / MANIFEST).is_file():
+        if self.opts.guard is not None and not TagPaths(self.sess.state_dir).baseline.joinpath(MANIFEST).is_file():
             # a fresh clone: name the command that brings it
             self.refusal = missing_state(self.sess.tag, self.sess.state_dir)
             return False
@@ -230,7 +232,7 @@ class Gate:
 
     def _kept_classes(self) -> list[str]:
         rows = self.ledger.rows()
-        return [str(r["class"]) for r in kept_rows(rows)]
+        return [r.cls for r in kept_rows(rows)]
 
     def _class_gate(self, judged_class: str) -> GuardResult:
         why = class_refusal(self.sess.cfg, judged_class)  # the smoke check refuses with the same words
@@ -265,7 +267,7 @@ class Gate:
         if judged_class:
             self.sess.judge_as(judged_class)
         if run_dir:
-            self.sess.use_run_dir(Path(run_dir))
+            self.sess.run_dir(use=Path(run_dir))
         if gated:
             self.bind_memory_budget()
 
@@ -275,17 +277,19 @@ class Gate:
         what replaces it)."""
         if self.opts.baseline:
             return Exit.OK if self.refusal is None else Exit.TESTS_FAILED
-        if self.sess.reference_error and not self.refusal:  # the judge's failure: nothing judged, nothing charged
-            self.refusal = f"{self.sess.reference_error}; nothing judged, recorded or reverted"
-        if not self.gated or self.sess.reference_error:
+        reference_error = self.results.reference_error
+        if reference_error and not self.refusal:  # the judge's failure: nothing judged, nothing charged
+            self.refusal = f"{reference_error}; nothing judged, recorded or reverted"
+        if not self.gated or reference_error:
             self._note(record.unrecorded(self, "ended without a verdict"))  # refused after its pre-run backup
             if self.refusal:
-                self._note([REFERENCE_NEXT] if self.sess.reference_error else [])
+                self._note([REFERENCE_NEXT] if reference_error else [])
                 return Exit.REFUSED
             if self.opts.guard is not None and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
                 return self._guard()
             if self.opts.try_only and not self.refusal and exitstatus in (Exit.OK, Exit.TESTS_FAILED):
-                self.try_outcome = tryout.outcome_of(self.sess)  # `dit-ar try`: its outcome line, status and note
+                # `dit-ar try`: its outcome line, status and note
+                self.try_outcome = tryout.outcome_of(self.sess, self.results)
                 tryout.note(self.sess.state_dir, self.try_outcome, self.head, self.opts.description)
                 return self.try_outcome.exit_status
             return exitstatus
@@ -332,10 +336,10 @@ class Gate:
 
     def _guard(self) -> int:
         """A guard's outcome: 0 where nothing regressed, 1 otherwise (core.guard)."""
-        s = self.sess
-        lanes = s.outcomes()
-        fails = guard.failures([(k, r.passed) for k, r in s.quality.items()], lanes, sorted(self.lanes_collected),
-                               [str(e) for e in _dedupe(s.errors)], float(self.opts.guard or 0.0))
+        s, r = self.sess, self.results
+        lanes = r.outcomes()
+        fails = guard.failures([(k, q.passed) for k, q in r.quality.items()], lanes, sorted(self.lanes_collected),
+                               [str(e) for e in _dedupe(r.errors)], float(self.opts.guard or 0.0))
         self.guard_line = guard.line(fails, lanes, float(self.opts.guard or 0.0))
         self.guard_failures = fails
         self.summary_lines += [f"ditar: guard: {f}" for f in fails]
@@ -357,24 +361,25 @@ class Gate:
             try:
                 self.guards.append(guards.feature_guard(s.candidate.dtypes(s.cfg.item_timeout_s), s.cfg.target))
             except CandidateError as exc:  # a hung or dead worker answers nothing: its error is the verdict
-                s.errors.append(exc)
+                self.results.add_error(exc)
         held, note = holdout.run_for_gate(self)  # fresh seeds; before `errors`: the candidate may crash on them
         if note:
             self.summary_lines.append(note)
-        errors = [RunError(e.kind, e.message, e.item, e.seconds, e.where) for e in _dedupe(s.errors)]
-        results = list(s.quality.values())
+        made = self.results.freeze()  # the decision's input: nothing added from here on changes it
+        errors = [RunError(e.kind, e.message, e.item, e.seconds, e.where) for e in _dedupe(made.errors)]
+        results = list(made.quality.values())
         passed, total, failures = aggregate(results)
-        claim_ok, claim_reason = self._class_claim() if results and not errors else (True, "")
+        claim_ok, claim_reason = self._class_claim(made) if results and not errors else (True, "")
         if claim_ok and results and not errors:  # quantization: no required score may regress
             claim_ok, claim_reason = regression.claim(s.cfg.thresholds_for(s.judged_class), results)
         quality = QualityOutcome(passed, total, failures, class_claim_ok=claim_ok, class_claim_reason=claim_reason,
                                  holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
-        lanes = s.outcomes()
+        lanes = made.outcomes()
         return decide(guards=self.guards, quality=quality, lanes=lanes, errors=errors,
                       vram_budget_gib=self.vram_budget_gib(), expected_items=len(s.suite.corpus))
 
-    def _class_claim(self) -> tuple[bool, str]:
+    def _class_claim(self, made: Frozen) -> tuple[bool, str]:
         """An exact/numerical claim must reproduce the CHAMPION's outputs within that class's tolerance."""
         claimed_class = self.meta.claimed_class if self.meta else "exact"
         if claimed_class not in REPRODUCING_CLASSES:
@@ -384,7 +389,7 @@ class Gate:
         except DitarError as exc:
             return False, f"champion outputs unavailable: {exc}"
         t = self.sess.cfg.thresholds_for(claimed_class)
-        for item_id, out in self.sess.outputs.items():
+        for item_id, out in made.outputs.items():
             ref = champ.output(item_id)
             m = compute_metrics(out.latents, out.image, ref.latents, ref.image)
             res = check_contract(item_id, claimed_class, m, t)
@@ -407,21 +412,21 @@ class Gate:
     # ---- output ---------------------------------------------------------------------------
     def summary(self) -> list[str]:
         """The lines of the terminal summary."""
-        s = self.sess
+        s, res = self.sess, self.results
         out = []
-        if s.quality and not self.gated:
-            passed, total, _ = aggregate(list(s.quality.values()))
+        if res.quality and not self.gated:
+            passed, total, _ = aggregate(list(res.quality.values()))
             out.append(f"ditar: quality {passed}/{total} passed (class {s.judged_class}) - report only, "
                        "nothing recorded")
-            room = margins(list(s.quality.values()), s.cfg.thresholds_for(s.judged_class))
+            room = margins(list(res.quality.values()), s.cfg.thresholds_for(s.judged_class))
             if room:  # how close the edit came to each floor of the class
                 out.append(f"ditar: margins to the '{s.judged_class}' floors: " + "; ".join(room))
-        out += [f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}" for oc in s.outcomes()]
+        out += [f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}" for oc in res.outcomes()]
         states = {k: devstate.describe(r.measurement.rounds_state, r.measurement.energy_per_image_j)
-                  for k, r in s.lanes.items()}
+                  for k, r in res.lanes.items()}
         out += [f"ditar: lane {k} rounds: {line}" for k, line in states.items() if line]  # the device's state
         if self.gated and self.decision is not None:
-            out += run_table(list(s.lanes.values()), list(s.quality.values()), self.decision, s.judged_class)
+            out += run_table(list(res.lanes.values()), list(res.quality.values()), self.decision, s.judged_class)
         if s.clock.seconds:  # any run that built or generated, a sharded quality phase included
             out.append(s.clock.line())
         return out + self.summary_lines
@@ -438,7 +443,7 @@ class Gate:
         return None
 
 
-def _dedupe(errors: list[CandidateError]) -> list[CandidateError]:
+def _dedupe(errors: Iterable[CandidateError]) -> list[CandidateError]:
     seen, out = set(), []
     for e in errors:
         if str(e) not in seen:

@@ -22,11 +22,14 @@ import hashlib
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Mapping, TypedDict, cast
 
 from pytest_ditar.vcs import queries
 
-Pins = Mapping[str, Mapping[str, Any]]  # {"config": {file: {key: digest}}, "hooks": {file: digest}}
+
+class Pins(TypedDict):
+    config: dict[str, dict[str, str]]  # file -> {key: digest of its values}
+    hooks: dict[str, str]  # hook file -> digest ("link:..." for a link, ":x" where executable)
 
 # Keys that are data about remotes, branches' upstreams, the committer and git's own maintenance
 # schedule, written by ordinary git commands (remote add, push -u, branch -u, config user.*,
@@ -41,7 +44,7 @@ def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
 
-def pins(root: Path) -> dict[str, dict[str, Any]]:
+def pins(root: Path) -> Pins:
     """The repository's config keys and hook files as digests (see the module's docstring)."""
     values: dict[str, dict[str, list[str]]] = {}
     for label, key, value in queries.repository_config(root):
@@ -49,7 +52,7 @@ def pins(root: Path) -> dict[str, dict[str, Any]]:
             values.setdefault(label, {}).setdefault(key, []).append("\0" if value is None else value)
     config = {label: {k: _digest("\n".join(v).encode(errors="surrogateescape")) for k, v in keys.items()}
               for label, keys in values.items()}
-    hooks = {}
+    hooks: dict[str, str] = {}
     for label, path in queries.hook_files(root).items():
         try:
             if os.path.islink(path):
@@ -109,13 +112,13 @@ def describe(found: list[tuple[str, str, list[str]]], when: str) -> str:
     return f"{', '.join(items[:4])}{f' (+{len(items) - 4} more)' if len(items) > 4 else ''} changed {when}"
 
 
-def refusal(root: Path, manifest: Mapping[str, Any]) -> str | None:
+def refusal(root: Path, manifest: Mapping[str, object]) -> str | None:
     """Why a gated run may not start: the repository's config or hooks are not what the baseline
     pinned (None when they are, or when an older baseline pinned nothing)."""
     recorded = manifest.get("git_pins")
     if recorded is None:
         return None
-    found = changes(recorded, pins(root))
+    found = changes(cast(Pins, recorded), pins(root))  # the manifest's, as pins() wrote it
     if not found:
         return None
     return f"{describe(found, 'since the baseline')}: {_fix(found)}, {FIX}"

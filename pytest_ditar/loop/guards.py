@@ -7,13 +7,15 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
+from pytest_ditar.config.project import Config
 from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.hardware.profiles import check_features, get_profile
 from pytest_ditar.loop import backup
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.vcs import queries, trees
 
 _SKIP_PARTS = {"__pycache__", ".index", ".pytest_cache"}
@@ -53,7 +55,7 @@ def is_mutable(path: str, mutable_paths: Iterable[str]) -> bool:
     return False
 
 
-def config_refusal(cfg: Any, toplevel: Path | None) -> str | None:
+def config_refusal(cfg: Config, toplevel: Path | None) -> str | None:
     """Why `cfg` may not judge a gated run, or None: a gated run uses the repository's own
     config file (<root>/config/autoresearch.json), not one passed from elsewhere, and a `root`
     key may not move the project away from the file's own."""
@@ -113,7 +115,7 @@ MAX_WALK = 50  # commits looked at above the champion before the count is given 
 
 
 def one_commit_refusal(root: Path, st: queries.RepoState, champion: str,
-                       rows: Iterable[Mapping[str, Any]] = (), paths: TagPaths | None = None) -> str | None:
+                       rows: Iterable[LedgerRow] = (), paths: TagPaths | None = None) -> str | None:
     """HEAD must be one commit above the champion. Otherwise the refusal says what the state is
     and the one command that fixes it: a commit left in place below HEAD (judged DISCARD/CRASH
     by the ledger but never reverted, or the candidate of a run that ended without a verdict, as
@@ -124,10 +126,10 @@ def one_commit_refusal(root: Path, st: queries.RepoState, champion: str,
         return None
     head, c7 = str(st.head), champion[:7]
     rows = list(rows)
-    left_why = {str(r.get("commit")): f"recorded as {r.get('status')} but never reverted (a revert that failed, or "
-                                      "--ditar-no-revert)" for r in rows if r.get("status") in ("DISCARD", "CRASH")}
+    left_why = {r.commit: f"recorded as {r.status} but never reverted (a revert that failed, or "
+                          "--ditar-no-revert)" for r in rows if r.status in ("DISCARD", "CRASH")}
     mark = backup.marker(root, paths) if paths is not None else None  # the last gated run's commit
-    if mark is not None and mark.head and mark.head not in {str(r.get("commit")) for r in rows}:
+    if mark is not None and mark.head and mark.head not in {r.commit for r in rows}:
         left_why[mark.head] = "the candidate of a run that ended without a verdict (interrupted or killed)"
     if not queries.is_ancestor(root, champion, head):
         return (f"guard one_commit: HEAD {head[:7]}'s parent {str(st.parent)[:7]} is not the champion {c7}, and the "
@@ -161,7 +163,7 @@ class ConfigPin:
     note: str | None = None  # an older baseline that recorded no hash
 
 
-def config_pin(cfg: Any, recorded: str | None, st: queries.RepoState, baseline_commit: str | None) -> ConfigPin:
+def config_pin(cfg: Config, recorded: str | None, st: queries.RepoState, baseline_commit: str | None) -> ConfigPin:
     """A gated run uses the repository's config file at the hash the baseline recorded."""
     if not recorded:
         return ConfigPin(note="ditar: note: the baseline records no config_sha256 (an older baseline): "
@@ -216,7 +218,7 @@ def feature_guard(dtypes: set[str], target: str) -> GuardResult:
     return GuardResult("features", not problems, "; ".join(problems))
 
 
-def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[Mapping[str, Any]],
+def repeat_refusal(root: Path, head: str, champion: str, rows: Iterable[LedgerRow],
                    since: str | None = None) -> str | None:
     """The change at HEAD was judged on this champion already, or left unjudged twice (core.rerun)."""
     return rerun.refusal(rows, rerun.patch_key(queries.diff_patch(root, champion, head)), champion, since)

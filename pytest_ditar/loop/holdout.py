@@ -13,7 +13,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, Iterable, Protocol, Sequence, cast
 
 from pytest_ditar.config.suite import CorpusItem
 from pytest_ditar.core.errors import CandidateError
@@ -21,6 +21,8 @@ from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, check_contract, compute_metrics
 from pytest_ditar.core.regression import _FIELDS, tolerance
 from pytest_ditar.core.requests import NUM_LABELS, SEED_RANGE
+from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.runtime.semantic import Evaluators, evaluators_for, pair_scores, wanted
 from pytest_ditar.store.atomic import write_json_atomic
@@ -58,7 +60,7 @@ def draw(corpus: Sequence[CorpusItem], count: int, steps: int | None,
     return tuple(items)
 
 
-def baseline_pipeline(sess: Any, commit: str) -> Any:
+def baseline_pipeline(sess: DitarSession, commit: str) -> Any:
     """Build the baseline commit's candidate package in a worker of its own (never the champion's)."""
     return sess.build_at_commit(commit, "holdout", role="holdout")
 
@@ -71,7 +73,7 @@ class Reference:
     only the baseline's worker, and whatever else would (the lanes: it may be the champion's) waits
     for it first (`wait`)."""
 
-    def __init__(self, sess: Any, commit: str, worker: Any, rng: random.Random | None = None):
+    def __init__(self, sess: DitarSession, commit: str, worker: Any, rng: random.Random | None = None):
         cfg = sess.cfg
         self.commit = commit
         self.worker = worker
@@ -118,7 +120,7 @@ class Reference:
         return self._thread.is_alive()
 
 
-def start_reference(sess: Any, commit: str) -> None:
+def start_reference(sess: DitarSession, commit: str) -> None:
     """Draw the holdout's items and start their baseline outputs now (loop.startup, once the builds
     are sent); `run` takes them from `sess.holdout_reference`."""
     if sess.cfg.holdout.count and sess.holdout_reference is None:
@@ -126,7 +128,7 @@ def start_reference(sess: Any, commit: str) -> None:
         sess.hold_reference(Reference(sess, commit, build))
 
 
-def settle(sess: Any) -> None:
+def settle(sess: DitarSession) -> None:
     """Wait for the reference's thread, if one runs: before anything else uses its worker."""
     ref = sess.holdout_reference
     if ref is not None and ref.running():
@@ -134,9 +136,10 @@ def settle(sess: Any) -> None:
             ref.wait()
 
 
-def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> HoldoutReport:
+def run(sess: DitarSession, results: RunResults, baseline_commit: str,
+        rng: random.Random | None = None) -> HoldoutReport:
     """Generate fresh items with the baseline code (or take them from the reference started early)
-    and with the candidate; judge them by the contracts."""
+    and with the candidate; judge them by the contracts. The candidate's errors go to `results`."""
     t0 = time.perf_counter()
     cfg = sess.cfg
     ref = sess.holdout_reference
@@ -173,7 +176,7 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
             cand_outs.update({o.item_id: o
                               for o in run_batch(sess.get_candidate(), group, sess.suite, cfg.item_timeout_s)})
         except CandidateError as exc:
-            sess.errors.append(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}", where=exc.where))
+            results.add_error(CandidateError(exc.kind, f"holdout seed {seeds}: {exc.message}", where=exc.where))
             return done(note="the candidate crashed on the holdout")
     del candidate
     scores: list[Any] = [None] * len(items)
@@ -183,7 +186,7 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
             scores = pair_scores(ev, items, [cand_outs[it.id].image for it in items],
                                  [base_outs[it.id].image for it in items])
     t = cfg.thresholds_for(sess.judged_class)
-    results, failures = [], []
+    judged, failures = [], []
     for it, extra in zip(items, scores):
         c, b = cand_outs[it.id], base_outs[it.id]
         m = compute_metrics(c.latents, c.image, b.latents, b.image)
@@ -191,12 +194,12 @@ def run(sess: Any, baseline_commit: str, rng: random.Random | None = None) -> Ho
             m = replace(m, **extra)
         res = check_contract(it.id, sess.judged_class, m, t)
         res = replace(res, failures=res.failures + _item_regressions(t, m))
-        results.append(res)
+        judged.append(res)
         if not m.finite:
-            sess.errors.append(CandidateError("non_finite", f"non-finite output on holdout seed {it.seed}"))
+            results.add_error(CandidateError("non_finite", f"non-finite output on holdout seed {it.seed}"))
         if not res.passed:
             failures.append(f"holdout seed {it.seed} (label {it.label}): {res.failures[0]}")
-    return done(results, failures)
+    return done(judged, failures)
 
 
 def _item_regressions(t: Any, m: Any) -> tuple[str, ...]:
@@ -227,19 +230,35 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0][:200] if text else ''}"
 
 
-def run_for_gate(gate: Any) -> tuple[tuple[str, ...], str | None]:
+class Gated(Protocol):
+    """What the holdout reads of the gate (loop.gate.Gate, which imports this module)."""
+
+    @property
+    def sess(self) -> DitarSession: ...
+
+    @property
+    def results(self) -> RunResults: ...
+
+    @property
+    def gated(self) -> bool: ...
+
+    @property
+    def baseline_commit(self) -> str | None: ...
+
+
+def run_for_gate(gate: Gated) -> tuple[tuple[str, ...], str | None]:
     """The gate's hook: run only in a gated run whose corpus ran clean; record it. Returns the
     failures (DISCARD reasons) and the summary line that reports the holdout, if it ran."""
     sess = gate.sess
-    results = list(sess.quality.values())
-    if not gate.gated or sess.errors or not results or len(results) < len(sess.suite.corpus) \
+    results = list(gate.results.quality.values())
+    if not gate.gated or gate.results.errors or not results or len(results) < len(sess.suite.corpus) \
             or any(not r.passed for r in results):
         return (), None  # crashed, incomplete or already failing: the verdict is decided without it
     if not gate.baseline_commit:
         return ("holdout: the baseline snapshot records no commit, so the baseline code cannot be rebuilt",), None
     try:
         with sess.clock.span("holdout"):
-            report = run(sess, gate.baseline_commit)
+            report = run(sess, gate.results, gate.baseline_commit)
     except Exception as exc:  # noqa: BLE001 - a holdout that cannot run must not let a candidate through
         return (f"holdout: could not run: {_one_line(exc)}",), None
     try:

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from pytest_ditar.config.project import Config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.loop.guards import is_mutable
 from pytest_ditar.store.paths import TagPaths
@@ -86,7 +87,7 @@ def baseline_commit(root: Path, state_dir: str, tag: str) -> str | None:
     return sha if isinstance(sha, str) and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha) else None
 
 
-def launch_refusal(cfg: Any, tag: str, worktree: bool = True) -> str | None:
+def launch_refusal(cfg: Config, tag: str, worktree: bool = True) -> str | None:
     """Why a gated run of the tag may not start on this tree (None: it may): HEAD's tree against the
     baseline commit's outside the mutable paths, then (`worktree`) the files pytest and Python read
     in the working tree. The one check every launcher makes before pytest starts (`dit-ar experiment`,
@@ -118,7 +119,7 @@ def launch_refusal(cfg: Any, tag: str, worktree: bool = True) -> str | None:
     return None
 
 
-def pinned_paths(cfg: Any, base: str) -> tuple[list[str], str]:
+def pinned_paths(cfg: Config, base: str) -> tuple[list[str], str]:
     """The mutable paths and the suites folder as the baseline commit's own config file says (the
     config the baseline pinned, read from git's objects): a config that moved them since (another
     `--config`, or the file edited) cannot widen what the candidate may change, or point the judge's
@@ -185,7 +186,7 @@ def judge_ini_text(suites: str, markers: Iterable[str] = ()) -> str:
             f"[pytest]\ntestpaths = {suites.strip('/')}\n" + (f"markers ={marks}\n" if marks else ""))
 
 
-def write_judge_ini(cfg: Any, folder: Path, base: str | None) -> Path:
+def write_judge_ini(cfg: Config, folder: Path, base: str | None) -> Path:
     """The judge's ini file in `folder` (the judge's, outside the project): the suites as testpaths
     and the markers of the baseline's pytest config; nothing that loads code."""
     path = Path(folder) / JUDGE_INI
@@ -200,7 +201,7 @@ def judge_args(ini: Path, root: Path) -> list[str]:
     return ["-c", str(ini), f"--rootdir={Path(root).resolve()}", "--noconftest"]
 
 
-def judge_started(args: Sequence[str], cfg: Any) -> list[str] | None:
+def judge_started(args: Sequence[str], cfg: Config) -> list[str] | None:
     """`args` without the judge's options when they start with them (`judge_args`, its ini one the
     judge could have written: a `[pytest]` section of testpaths, the suites, and markers alone), so
     the rest is checked as the user's; None when they do not (a plain `pytest`)."""

@@ -17,28 +17,46 @@ objective lane (loop.session refuses the config): only time decides a KEEP.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from pytest_ditar.core import stats
-from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.config.project import PerfConfig
+from pytest_ditar.config.suite import Lane, Suite
+from pytest_ditar.core import laneoutcome
+from pytest_ditar.core.laneoutcome import LaneEvidence
+from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.hardware import exclusivity
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult
 from pytest_ditar.runtime.peaks import measure_peaks
+from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store.records import LaneRecord
 
 TIME = "time"
 
 
+class Measure(Protocol):
+    """A kind's rounds against the champion's worker, on the run's stream of fresh requests."""
+
+    def __call__(self, candidate: CandidateWorker, suite: Suite, lane: Lane, *,
+                 champion: CandidateWorker | None = None, timeout_s: float | None = None,
+                 stream: RequestStream | None = None) -> LaneMeasurement: ...
+
+
+class Baseline(Protocol):
+    """What the baseline's lanes.json keeps for a lane of the kind (store.records.LaneRecord's dict)."""
+
+    def __call__(self, candidate: CandidateWorker, suite: Suite, lane: Lane,
+                 timeout_s: float | None = None) -> dict[str, object]: ...
+
+
 @dataclass(frozen=True)
 class LaneKind:
     name: str
-    measure: Callable[..., LaneMeasurement]
-    judge: Callable[[LaneMeasurement, Any], LaneResult]
-    baseline: Callable[..., dict[str, Any]]
+    measure: Measure
+    judge: Callable[[LaneMeasurement, PerfConfig], LaneResult]
+    baseline: Baseline
 
 
 KINDS: dict[str, LaneKind] = {}
@@ -49,47 +67,29 @@ def register(kind: LaneKind) -> LaneKind:
     return kind
 
 
-def of(lane: Any) -> LaneKind | None:
+def of(lane: Lane) -> LaneKind | None:
     """The lane's kind, or None for a timed lane (loop.lanes' own path)."""
     name = getattr(lane, "kind", TIME)
     return None if name == TIME else KINDS[name]
 
 
 # ---- memory: the peak memory of a call per batch size (the seed's 24 GB engineering) -----------
-MEMORY_FLOOR_GIB = 1 / 64  # 16 MiB: a difference below it is the allocator's and the host's own, never a regression
-
-
-def _judge_memory(m: LaneMeasurement, perf_cfg: Any) -> LaneResult:
-    """REGRESSED where the candidate's median peak exceeds the champion's by more than the guard
-    tolerance (and 16 MiB) with every call of it above every call of the champion's; OK otherwise.
-    Its peak on a GPU is the lane's peak VRAM, which core.decision holds to the budget."""
-    cand = [x for x in m.peaks.get("candidate", []) if x is not None]
-    champ = [x for x in m.peaks.get("champion", []) if x is not None]
+def _judge_memory(m: LaneMeasurement, perf_cfg: PerfConfig) -> LaneResult:
+    """Its peaks by side are its evidence (core.laneoutcome's memory rule: REGRESSED beyond the
+    guard tolerance, 16 MiB and every call of the champion's; OK otherwise). Its peak on a GPU is
+    the lane's peak VRAM, which core.decision holds to the budget."""
     tol = perf_cfg.guard_tolerance
-
-    def result(verdict: str, reason: str, figure: str | None = None) -> LaneResult:
-        oc = LaneOutcome(m.lane, False, verdict, None, None, None, reason, m.peak_reserved_gib, figure=figure)
-        return LaneResult(m, oc, "interleaved" if champ else "none", tol)
-
-    if not cand:
-        return result("MISSING", "the candidate's peak memory could not be read in its worker")
-    c = statistics.median(cand)
-    if not champ:
-        return result("MISSING", f"peak {c:.3f} GiB; no champion measured beside it to compare with",
-                      f"{c:.3f} GiB")
-    h = statistics.median(champ)
-    grown = c / h - 1.0 if h > 0 else math.inf
-    figure = f"{c:.3f} GiB ({grown * 100:+.1f}%)"
-    said = f"peak {c:.3f} GiB against the champion's {h:.3f} GiB ({grown * 100:+.1f}%, median of {len(cand)} calls)"
-    if grown > tol and c - h > MEMORY_FLOOR_GIB and min(cand) > max(champ):
-        return result(stats.REGRESSED, f"{said}: more than the tolerance of {tol:.0%}", figure)
-    return result(stats.OK, f"{said}: within the tolerance of {tol:.0%}", figure)
+    peaks = laneoutcome.memory_peaks(m.peaks, tol)
+    oc = laneoutcome.compose(LaneEvidence(m.lane, False, m.peak_reserved_gib, memory=peaks))
+    return LaneResult(m, oc, "interleaved" if any(x is not None for x in peaks.champion) else "none", tol)
 
 
-def _measure_memory(candidate: Any, suite: Any, lane: Any, **kw: Any) -> LaneMeasurement:
+def _measure_memory(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
+                    timeout_s: float | None = None, stream: RequestStream | None = None) -> LaneMeasurement:
     """measure_peaks, with NVML's per-process device memory as the judge's outside reading on a GPU."""
     device = str(getattr(getattr(candidate, "spec", None), "device", "cpu"))
     lister = exclusivity.nvml_lister() if device.startswith("cuda") else None
+    device_memory = None
     if lister is not None:
         gpu = int(device.partition(":")[2] or 0)
 
@@ -97,11 +97,12 @@ def _measure_memory(candidate: Any, suite: Any, lane: Any, **kw: Any) -> LaneMea
             used = [b for p, b in lister(gpu) if p in pids and b is not None]
             return sum(used) if used else None
 
-        kw["device_memory"] = device_memory
-    return measure_peaks(candidate, suite, lane, **kw)
+    return measure_peaks(candidate, suite, lane, champion=champion, timeout_s=timeout_s, stream=stream,
+                         device_memory=device_memory)
 
 
-def _baseline_memory(candidate: Any, suite: Any, lane: Any, timeout_s: float | None = None) -> dict[str, Any]:
+def _baseline_memory(candidate: CandidateWorker, suite: Suite, lane: Lane,
+                     timeout_s: float | None = None) -> dict[str, object]:
     """The baseline's own peaks on the lane (the record; a memory lane is judged against the champion's
     worker measured beside the candidate, never against stored figures)."""
     m = _measure_memory(candidate, suite, lane, timeout_s=timeout_s)

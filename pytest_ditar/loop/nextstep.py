@@ -67,7 +67,7 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
                 "run again; else the next hypothesis")
     if any(g.name == "class_gate" and not g.ok for g in gate.guards):
         return f"{left}; this session cannot judge that class: a hypothesis of a class it can judge, or stop"
-    reach = undecided_note(gate.sess)
+    reach = undecided_note(gate.sess, gate.results)
     left = f"{left}; {reach}" if reach else left
     if d.status == "DISCARD" and not d.judged:  # one rule for an UNSTABLE objective lane (core.rerun)
         if d.unjudged == rerun.HOST:
@@ -108,12 +108,12 @@ def _after_smoke(gate: Gate) -> str | None:
     """A report-only run (the smoke check `pytest -m quality --ditar-class CLASS`), or `dit-ar try`."""
     if gate.try_outcome is not None:
         return PREFIX + _after_try(gate)
-    s = gate.sess
-    if s.errors and not s.quality:
+    s, r = gate.sess, gate.results
+    if r.errors and not r.quality:
         return PREFIX + "the candidate did not run (errors above): fix it before you commit"
-    if not s.quality:
+    if not r.quality:
         return None
-    passed, total, _ = aggregate(list(s.quality.values()))
+    passed, total, _ = aggregate(list(r.quality.values()))
     claimed_class = gate.opts.claimed_class
     if passed < total:
         return (PREFIX + f"{total - passed} item(s) fail the '{s.judged_class}' contract against the baseline: "

@@ -17,39 +17,55 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Protocol
 
+from pytest_ditar.core.decision import GuardResult
+from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.quality import aggregate
-from pytest_ditar.store import shards
+from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths
+
+
+class QualityRun(Protocol):
+    """What the quality phase reads of a gated run (loop.record.RunFacts, the gate)."""
+
+    @property
+    def sess(self) -> DitarSession: ...
+    @property
+    def results(self) -> RunResults: ...
+    @property
+    def head(self) -> str | None: ...
+    @property
+    def guards(self) -> list[GuardResult]: ...
 
 QUALITY, DECIDE = "quality", "decide"
 
 
-def pointer_path(sess: Any) -> Path:
+def pointer_path(sess: DitarSession) -> Path:
     return TagPaths(sess.state_dir).phase_pointer
 
 
-def record_quality(gate: Any) -> str:
+def record_quality(gate: QualityRun) -> str:
     """End of phase 1 on the controller: write the merged session and point at it. Returns the
     summary line that says so."""
-    s = gate.sess
+    s, r = gate.sess, gate.results
     run_dir = s.run_dir()
     d = run_dir / "quality-phase"
-    payload = shards.dump(s, d, "quality")
+    payload = r.dump(d, "quality")
     payload.update(head=gate.head, cls=s.judged_class, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
     write_json_atomic(d / "quality.json", payload, default=str)
     write_json_atomic(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)},
                       default=str)
-    passed, total, _ = aggregate(list(s.quality.values()))
+    passed, total, _ = aggregate(list(r.quality.values()))
     return (f"ditar: quality phase recorded {passed}/{total} for {str(gate.head)[:7]} "
-            f"({len(s.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
+            f"({len(r.errors)} error(s)) in {d}; next: pytest -m perf --ditar-phase=decide")
 
 
-def load_quality(gate: Any) -> str | None:
+def load_quality(gate: QualityRun) -> str | None:
     """Start of phase 2 (guards passed): load phase 1 into the session. Returns a refusal or None."""
-    s = gate.sess
+    s, r = gate.sess, gate.results
     p = pointer_path(s)
     if not p.is_file():
         return (f"--ditar-phase=decide: no quality-phase record in {p} (run `pytest -m quality "
@@ -59,16 +75,21 @@ def load_quality(gate: Any) -> str | None:
         return (f"--ditar-phase=decide: the quality phase ran on {str(ptr.get('head'))[:7]}, HEAD is "
                 f"{str(gate.head)[:7]}: run the quality phase again")
     payload = json.loads(Path(ptr["record"]).read_text())
-    s.use_run_dir(Path(ptr["run_dir"]))  # both phases log into one run dir
-    s.absorb(payload)
-    missing = [it.id for it in s.suite.corpus if it.id not in s.quality] if not s.errors else []
+    s.run_dir(use=Path(ptr["run_dir"]))  # both phases log into one run dir
+    try:
+        r.absorb(payload, s.suite.corpus)
+    except DitarError as exc:  # a record of another format (store.shards.API_VERSION)
+        return f"--ditar-phase=decide: {exc}"
+    if payload.get("clock"):
+        s.clock.absorb(payload["clock"])
+    missing = [it.id for it in s.suite.corpus if it.id not in r.quality] if not r.errors else []
     if missing:
         return (f"--ditar-phase=decide: the quality phase has no result for {len(missing)} corpus item(s) "
                 f"({', '.join(missing[:3])}): run the full quality phase again")
     return None
 
 
-def consume(sess: Any) -> None:
+def consume(sess: DitarSession) -> None:
     """After the decision: the record is spent."""
     pointer_path(sess).unlink(missing_ok=True)
 

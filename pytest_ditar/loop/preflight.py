@@ -18,6 +18,7 @@ from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.tags import off_research_branch
 from pytest_ditar.loop.verify import state_refusal
+from pytest_ditar.runtime import sandbox
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import queries
@@ -206,7 +207,7 @@ class Preflight:
         return Refusal("config_pin", why) if why else None
 
     def _check_sandbox(self) -> Stop | None:  # fail closed: no gated run without the workers' sandbox
-        why = self.sess.sandbox_refusal()
+        why = sandbox.check() if self.sess.cfg.sandboxed else None  # none where the project owner turned it off
         return Refusal("sandbox", why) if why else None
 
     def _check_meta(self) -> Stop | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_ditar.core.attribution import Span, attribute
+from pytest_ditar.core.attribution import Attribution, Span, attribute
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.kernels import KernelTable, diff, headline, kernel_table
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
@@ -33,6 +33,7 @@ from pytest_ditar.interface import Request
 from pytest_ditar.loop import champion
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.calls import fresh_request, lane_request, new_stream
+from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store.atomic import atomic_file, write_json_atomic
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import queries
@@ -118,7 +119,8 @@ def profile(sess: DitarSession, *, lane: str | None = None, commit: str | None =
     return Profiled(out_dir, out_dir / TRACE, summary_path, summary)
 
 
-def _one(worker: Any, request: Request, calls: tuple[Request, int, Request, float], trace: Path) -> dict[str, Any]:
+def _one(worker: CandidateWorker, request: Request, calls: tuple[Request, int, Request, float],
+         trace: Path) -> dict[str, Any]:
     """One profiled call in `worker`: its trace copied to `trace`, its summary (`summarize`)."""
     warm, warmup, reference, timeout = calls
     trace_src, data_src = worker.profile(request, warm, warmup, reference, timeout)
@@ -148,7 +150,7 @@ def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref}
 
 
-def summarize(data: dict[str, Any], att: Any, table: KernelTable, trace: str = TRACE) -> dict[str, Any]:
+def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace: str = TRACE) -> dict[str, Any]:
     """What summary.json holds (`SUMMARY_KIND`) of one side: the worker's data file, its
     attribution and its kernel table (the candidate, lane and request are added by the caller)."""
     wall_s = att.wall_ms / 1e3

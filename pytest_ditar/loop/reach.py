@@ -7,12 +7,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_ditar.config.project import PerfConfig
+from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core.reach import Reach, smallest_win
 from pytest_ditar.loop import champion
 from pytest_ditar.loop.lanes import plan_for
+from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.session import DitarSession
 
 
-def lane_reach(measurement: Mapping[str, Any], lane: Any, perf: Any) -> Reach | None:
+def lane_reach(measurement: Mapping[str, Any], lane: Lane, perf: PerfConfig) -> Reach | None:
     """The Reach of `lane` in a gated run under `perf`, from a measurement's dict that holds an
     A/A: a gated run's champion against its twin (two processes of one commit, as the gate's
     references are: what one process's disturbance costs shows in their spread) where it has them,
@@ -32,7 +36,7 @@ def lane_reach(measurement: Mapping[str, Any], lane: Any, perf: Any) -> Reach | 
     return smallest_win(a, b, aa_round_s, sq.plan, sq.threshold, sq.budget_s, 3 if perf.twin else 2)
 
 
-def baseline_reach(lanes: Mapping[str, Any], suite: Any, perf: Any) -> dict[str, Reach]:
+def baseline_reach(lanes: Mapping[str, Any], suite: Suite, perf: PerfConfig) -> dict[str, Reach]:
     """Each timed lane's Reach from the baseline's lane records (store.records.LaneRecord)."""
     out = {}
     for ln in suite.lanes:
@@ -43,11 +47,11 @@ def baseline_reach(lanes: Mapping[str, Any], suite: Any, perf: Any) -> dict[str,
     return out
 
 
-def undecided_note(sess: Any) -> str | None:
+def undecided_note(sess: DitarSession, results: RunResults) -> str | None:
     """After a run whose objective lane stopped undecided (its budget or its last look, the
     measurement's `undecided`): the smallest win that lane resolves, from the baseline's A/A."""
     name = sess.cfg.objective_lane
-    res = sess.lanes.get(name)
+    res = results.lanes.get(name)
     if res is None or getattr(res.measurement, "undecided", None) is None:
         return None
     ln = sess.suite.lane(name)

@@ -31,15 +31,26 @@ from pytest_ditar.hardware.fingerprint import on_target
 from pytest_ditar.hardware.profiles import get_profile
 from pytest_ditar.loop import backup, champion, gitpins, phases, warmstart
 from pytest_ditar.loop.options import Exit, RunOptions
+from pytest_ditar.loop.results import RunResults
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store import space
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LedgerRow
 from pytest_ditar.vcs import branches, queries
 
 VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one document (core.verdict_json.record)
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
+
+
+class Claim(Protocol):
+    """What the record reads of the commit's claim (loop.preflight.ExperimentMeta)."""
+
+    @property
+    def claimed_class(self) -> str: ...
+    @property
+    def description(self) -> str: ...
 
 
 class RunFacts(Protocol):
@@ -47,6 +58,8 @@ class RunFacts(Protocol):
 
     @property
     def sess(self) -> DitarSession: ...
+    @property
+    def results(self) -> RunResults: ...
     @property
     def opts(self) -> RunOptions: ...
     @property
@@ -66,7 +79,7 @@ class RunFacts(Protocol):
     @property
     def branch(self) -> str | None: ...
     @property
-    def meta(self) -> Any: ...
+    def meta(self) -> Claim | None: ...
     @property
     def guards(self) -> list[GuardResult]: ...
     @property
@@ -74,7 +87,7 @@ class RunFacts(Protocol):
     @property
     def state_watch(self) -> backup.Watch | None: ...
     @property
-    def git_watch(self) -> dict[str, Any] | None: ...
+    def git_watch(self) -> gitpins.Pins | None: ...
 
 
 @dataclass(frozen=True)
@@ -215,7 +228,7 @@ def _append_row(gate: RunFacts, row: dict[str, Any]) -> list[str]:
             rows = gate.ledger.rows()
         except Exception:  # noqa: BLE001
             raise exc from None
-        if not (len(rows) == before + 1 and rows[-1].get("commit") == row.get("commit")):
+        if not (len(rows) == before + 1 and rows[-1].commit == row.get("commit")):
             raise
         return [f"ditar: ledger row recorded, but {exc}"]
     return []
@@ -297,20 +310,20 @@ def _back_up_record(gate: RunFacts, d: Decision) -> tuple[str | None, str | None
         return None, f"ditar: state not backed up to {backup.ref(TagPaths(gate.sess.state_dir))}: {exc}"
 
 
-def finish_revert(root: Path, rows: list[dict[str, Any]], st: queries.RepoState,
+def finish_revert(root: Path, rows: list[LedgerRow], st: queries.RepoState,
                   no_revert: bool) -> tuple[str | None, str | None]:
     """Finish a revert that a kill -9 interrupted (the ledger's last row is DISCARD/CRASH for HEAD),
     with reset --keep, on a tree the gate has found clean. Returns (a refusal when git will not,
     the summary line of a revert finished)."""
-    if not (rows and rows[-1].get("commit") == st.head and rows[-1].get("status") in ("DISCARD", "CRASH")) \
+    if not (rows and rows[-1].commit == st.head and rows[-1].status in ("DISCARD", "CRASH")) \
             or no_revert:
         return None, None
     try:
         branches.revert_to_parent(root, str(st.head))
     except DitarError as exc:
-        return (f"HEAD {str(st.head)[:7]} is recorded as {rows[-1]['status']} but its revert cannot be finished: "
+        return (f"HEAD {str(st.head)[:7]} is recorded as {rows[-1].status} but its revert cannot be finished: "
                 f"{exc}"), None
-    return None, f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1]['status']}"
+    return None, f"ditar: recovered: finished the revert of {str(st.head)[:7]} recorded as {rows[-1].status}"
 
 
 def oserror_line(exc: OSError) -> str:
@@ -320,25 +333,25 @@ def oserror_line(exc: OSError) -> str:
 
 
 def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
-    s = gate.sess
+    s, r = gate.sess, gate.results
     return {"schema_version": SCHEMA_VERSION, "decision": d.status, "reason": d.reason, "reasons": list(d.reasons),
             "commit": gate.head, "judged": d.judged, "unjudged": d.unjudged, "rerun_of": d.rerun_of,
             "class": gate.meta.claimed_class if gate.meta else "", "cumulative_class": s.judged_class,
             "guards": [g.__dict__ for g in gate.guards],
-            "quality": {k: {"passed": r.passed, "failures": list(r.failures), **r.metrics.as_dict()}
-                        for k, r in s.quality.items()},
-            "lanes": s.lanes_dict(),
+            "quality": {k: {"passed": q.passed, "failures": list(q.failures), **q.metrics.as_dict()}
+                        for k, q in r.quality.items()},
+            "lanes": r.lanes_dict(),
             "timings": s.clock.as_dict(),
             "request_secret": s.request_secret,  # what keyed the run's timed requests
             "champion": gate.champion_commit,  # what the lanes were timed against (dit-ar compare pairs on it)
             "fingerprint": _fingerprint(s)}
 
 
-def _fingerprint(sess: Any) -> dict[str, Any] | None:
+def _fingerprint(sess: DitarSession) -> dict[str, object] | None:
     """The run's hardware fingerprint (the off-target check collected it already); None where no
     worker could say (a candidate that crashed its worker at start-up)."""
     try:
-        return cast("dict[str, Any]", sess.fingerprint().to_dict())
+        return sess.fingerprint().to_dict()
     except Exception:  # noqa: BLE001 - a convenience for `dit-ar compare`: the verdict stands without it
         return None
 
@@ -362,17 +375,17 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
     try:
         write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
         if d.status == "KEEP":
-            champion.store(s, cast(str, gate.head), claimed_class)  # a judged run: its commit
+            champion.store(s, gate.results, cast(str, gate.head), claimed_class)  # a judged run: its commit
             s.keep_compilations()  # its compilations join the champion's cache once its workers end
         warmstart.hand_over(TagPaths(s.state_dir))  # backed up with the row: the next run's zygote
     except OSError as exc:
         d = Decision.crash(f"could not record the run: {oserror_line(exc)}", INTERNAL)
         with contextlib.suppress(OSError):
             write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
-    obj = s.lanes.get(s.cfg.objective_lane)
+    obj = gate.results.lanes.get(s.cfg.objective_lane)
     oc = obj.outcome if obj is not None else None
-    passed, total, _ = aggregate(list(s.quality.values()))
-    peak = max([oc.peak_vram_gib for oc in s.outcomes() if oc.peak_vram_gib is not None], default=None)
+    passed, total, _ = aggregate(list(gate.results.quality.values()))
+    peak = max([oc.peak_vram_gib for oc in gate.results.outcomes() if oc.peak_vram_gib is not None], default=None)
     off = off_target(s)
     verdict = Verdict(d, s.cfg.objective_lane, speedup=oc.speedup if oc else None,
                       ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
@@ -406,9 +419,9 @@ def _markdown(gate: RunFacts, verdict: Verdict, run_dir: Path) -> str:
     """summary.md: the verdict and the lanes with throughput units."""
     suite = gate.sess.suite
     shapes = {ln.name: (ln.batch, ln.steps or suite.pipeline.steps) for ln in suite.lanes}
-    medians = {k: statistics.median(lr.measurement.samples) for k, lr in gate.sess.lanes.items()
+    medians = {k: statistics.median(lr.measurement.samples) for k, lr in gate.results.lanes.items()
                if lr.measurement.samples}
-    return verdict_json.markdown(verdict_json.record(verdict, 0, lanes=gate.sess.lanes_dict(), run_dir=str(run_dir)),
+    return verdict_json.markdown(verdict_json.record(verdict, 0, lanes=gate.results.lanes_dict(), run_dir=str(run_dir)),
                                  shapes, medians)
 
 
@@ -425,7 +438,7 @@ def _settle_recorded(gate: RunFacts, verdict: Verdict, run_dir: Path,
     notes = [note]
     try:
         write_text_atomic(run_dir / "verdict.txt", verdict.line() + "\n")
-        doc = verdict_json.record(verdict, Exit.of_verdict(d.status), lanes=gate.sess.lanes_dict(),
+        doc = verdict_json.record(verdict, Exit.of_verdict(d.status), lanes=gate.results.lanes_dict(),
                                   run_dir=str(run_dir))
         write_json_atomic(run_dir / VERDICT_JSON, doc, indent=1, default=str)
     except OSError as exc:  # recorded in the ledger already: a lost copy of the outcome is a note

@@ -21,7 +21,7 @@ import marshal
 import os
 import site
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 import pytest_ditar
 from pytest_ditar.loop.hermetic import STARTUP_ENV, pinned_env, pinned_env_changes
@@ -35,7 +35,15 @@ def _stat(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
-def model_stamp(model_dir: Path) -> dict[str, Any]:
+class ModelFile(TypedDict):
+    sha256: str
+    stat: list[int]  # size, mtime_ns, ctime_ns, inode
+
+
+Entry = list[int | str]  # an imported file: size, mtime_ns, ctime_ns, inode, then its sha256 (or RECORD's hash)
+
+
+def model_stamp(model_dir: Path) -> dict[str, ModelFile]:
     """{relative path: {"sha256", "stat"}} of every file in `model_dir`."""
     root = Path(model_dir)
     return {f.relative_to(root).as_posix(): {"sha256": sha256_file(f), "stat": _stat(f)}
@@ -167,7 +175,7 @@ def _load_the_judge() -> None:
             pass
 
 
-def _entry(path: str, records: dict[Path, dict[str, str]]) -> list[Any] | None:
+def _entry(path: str, records: dict[Path, dict[str, str]]) -> Entry | None:
     try:
         stat = _stat(Path(path))
         parts = Path(path).parts
@@ -182,13 +190,13 @@ def _entry(path: str, records: dict[Path, dict[str, str]]) -> list[Any] | None:
         return None
 
 
-def closure_stamp(repo_root: Path) -> dict[str, Any]:
+def closure_stamp(repo_root: Path) -> dict[str, Entry | None]:
     """{file: [size, mtime_ns, ctime_ns, inode, sha256]} of what the judge has imported and mapped
     (taken at the end of the baseline, whose judge has imported what a gated run's does), and of
     each Python source's cached bytecode, None where there was none: Python's loader takes a
     `.pyc` whose header matches its source, so a planted one is a changed module."""
     _load_the_judge()
-    out: dict[str, Any] = {}
+    out: dict[str, Entry | None] = {}
     records: dict[Path, dict[str, str]] = {}
     for f in _loaded_files(repo_root):
         out[f] = _entry(f, records)
@@ -331,7 +339,7 @@ def _uninstall_hint(recorded: Mapping[str, str]) -> str:
     return f"pip uninstall {' '.join(dists)}" if dists else "reinstall what was removed"
 
 
-def stamp(model_dir: Path, repo_root: Path) -> dict[str, Any]:
+def stamp(model_dir: Path, repo_root: Path) -> dict[str, object]:
     """The manifest's keys: `model_files`, `environment`, `judge_env` (loop.hermetic's pinned
     variables), `import_closure` and `pytest_plugins`."""
     return {"model_files": model_stamp(model_dir), "environment": environment_stamp(repo_root),

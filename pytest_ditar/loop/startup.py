@@ -11,6 +11,7 @@ from typing import Iterable
 
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.loop import champion, holdout, phases
+from pytest_ditar.loop.lanes import TWIN_PHASE
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 
@@ -25,7 +26,7 @@ def prestart(sess: DitarSession, opts: RunOptions) -> str | None:
     if opts.xdist_controller:
         return None  # the controller runs no candidate; its xdist workers start their own
     try:
-        sess.worker(sess.candidate_code(), "candidate")
+        sess.worker(sess.code(), "candidate")
     except START_ERRORS as exc:
         return f"candidate worker: {exc}"
     return None
@@ -40,7 +41,7 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
         return []
     failed = []
     try:
-        sess.start_candidate()
+        sess.get_candidate(start_only=True)
     except START_ERRORS as exc:
         failed.append(f"candidate build: {exc}")
     wanted = set(lane_names)
@@ -52,12 +53,12 @@ def start_builds(sess: DitarSession, opts: RunOptions, lane_names: Iterable[str]
         # one build a side per rank count: 1 for the one-GPU lanes, N for a lane of N GPUs (a group)
         for ranks in sorted({getattr(ln, "gpus", 1) for ln in lanes}):
             if ranks > 1:
-                sess.start_candidate(ranks)
+                sess.get_candidate(ranks, start_only=True)
             champion.build(sess, champion_commit, head, start_only=True, ranks=ranks)
             if sess.cfg.perf.twin and champion_commit and champion_commit != head and sess.cfg.perf.interleave \
                     and any(ln.name == objective and getattr(ln, "gpus", 1) == ranks for ln in lanes):
                 # the objective lane times the champion's twin too (loop.lanes): it builds beside the others
-                sess.build_twin(champion_commit, start_only=True, ranks=ranks)
+                sess.build_at_commit(champion_commit, TWIN_PHASE, start_only=True, ranks=ranks, role="twin")
         # the holdout's reference is the baseline code, a third worker where it is not the champion's
         if baseline_commit and sess.cfg.holdout.count:
             if opts.phase is None:  # built, and its outputs for the fresh items made, beside the candidate's quality

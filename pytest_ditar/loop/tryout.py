@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.loop.results import RunResults
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.store import tried
 from pytest_ditar.store.paths import TagPaths
@@ -53,16 +54,16 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
-def outcome_of(s: DitarSession) -> TryOutcome:
-    results = list(s.quality.values())
+def outcome_of(s: DitarSession, made: RunResults) -> TryOutcome:
+    results = list(made.quality.values())
     passed, total, _ = aggregate(results) if results else (None, None, [])
-    lane = next((oc for oc in s.outcomes() if oc.objective), None)
-    if s.errors and not results and lane is None:
+    lane = next((oc for oc in made.outcomes() if oc.objective), None)
+    if made.errors and not results and lane is None:
         word = "CRASH"
     elif total and passed is not None and passed < total:
         word = "QUALITY_FAILED"
     elif lane is None or lane.verdict == "MISSING":
-        word = "CRASH" if s.errors else "NOT_TIMED"
+        word = "CRASH" if made.errors else "NOT_TIMED"
     else:
         word = lane.verdict
     return TryOutcome(word, s.cfg.objective_lane, lane.speedup if lane else None, lane.ci_low if lane else None,

@@ -30,6 +30,7 @@ from pytest_ditar.core.quality import check_contract, compute_metrics
 from pytest_ditar.loop import backup as state_backup, gitpins, judgetree, stamps
 from pytest_ditar.loop.guards import fixed_path_changes, hash_fixed_paths
 from pytest_ditar.loop.holdout import baseline_pipeline
+from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.runtime.harness import batches, run_batch
 from pytest_ditar.store.ledger import Ledger, LedgerError
 from pytest_ditar.store.paths import TagPaths
@@ -168,11 +169,11 @@ def recover(root: Path, paths: TagPaths, force: bool = False, echo: Callable[[st
     return 0 if not failed else 1
 
 
-def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
+def checks(sess: DitarSession, sample: int = 3, rng: random.Random | None = None,
            echo: Callable[[str], None] | None = None) -> Iterator[Check]:
     yield from state_checks(sess.cfg.root, TagPaths(sess.state_dir), echo=echo)
     try:
-        snap = load_snapshot(sess.baseline_dir, "baseline", verify=False)
+        snap = load_snapshot(TagPaths(sess.state_dir).baseline, "baseline", verify=False)
     except DitarError:
         return  # already a failed check above
     recorded = snap.manifest.get("fixed_paths", {})
@@ -185,13 +186,13 @@ def checks(sess: Any, sample: int = 3, rng: random.Random | None = None,
         yield from _regenerate(sess, snap, sample, rng or random.SystemRandom())
 
 
-def _champion_trees(sess: Any, manifest: dict[str, Any]) -> Iterator[Check]:
+def _champion_trees(sess: DitarSession, manifest: dict[str, Any]) -> Iterator[Check]:
     """Every kept commit's tree against the baseline commit's, outside the mutable paths, from git's
     objects (loop.judgetree): a KEEP whose commit brought an ini file, a conftest.py or a suite's file
     of its own was decided by code the candidate chose (issue 49), whatever its row says."""
     base = manifest.get("git_sha")
     try:
-        kept = [str(r.get("commit")) for r in Ledger(sess.state_dir).rows() if r.get("status") == "KEEP"]
+        kept = [r.commit for r in Ledger(sess.state_dir).rows() if r.status == "KEEP"]
     except LedgerError:
         return  # the chain's check says why
     if not base or not kept:
@@ -222,7 +223,7 @@ def _git_pins(root: Path, manifest: dict[str, Any]) -> Check:
                                                "unchanged since the baseline")
 
 
-def _stamps(sess: Any, manifest: dict[str, Any]) -> Check:
+def _stamps(sess: DitarSession, manifest: dict[str, Any]) -> Check:
     """The model's files and the Python environment against the baseline's stamps (loop.stamps)."""
     if manifest.get("model_files") is None:
         return Check("model and environment", True,
@@ -239,7 +240,7 @@ def _anchor(ledger: Ledger, digest: str) -> Check:
         rows = ledger.rows()
     except LedgerError as exc:
         return Check("baseline anchor", False, f"the ledger cannot be read: {exc}")
-    found = [ANCHOR.search(str(r.get("description", ""))) for r in rows if r.get("status") == "BASELINE"]
+    found = [ANCHOR.search(r.description) for r in rows if r.status == "BASELINE"]
     anchors = [m.group(1) for m in found if m]
     if not anchors:
         return Check("baseline anchor", False, "no BASELINE row with the manifest's sha256 in the ledger")
@@ -249,7 +250,7 @@ def _anchor(ledger: Ledger, digest: str) -> Check:
     return Check("baseline anchor", True, f"manifest sha256 {digest[:12]} matches the ledger")
 
 
-def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterator[Check]:
+def _regenerate(sess: DitarSession, snap: Any, sample: int, rng: random.Random) -> Iterator[Check]:
     """Re-run the baseline code on the fixed batches that hold the sampled items."""
     commit = snap.manifest.get("git_sha")
     if not commit:
@@ -285,7 +286,7 @@ def _regenerate(sess: Any, snap: Any, sample: int, rng: random.Random) -> Iterat
                          else f"{res.failures[0]} ({nums}){where}"))
 
 
-def verify(sess: Any, sample: int = 3, echo: Callable[[str], None] = print) -> int:
+def verify(sess: DitarSession, sample: int = 3, echo: Callable[[str], None] = print) -> int:
     """Print one line per check; 0 when all pass, 1 otherwise."""
     ok = True
     for c in checks(sess, sample, echo=echo):

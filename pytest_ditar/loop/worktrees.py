@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
+from pytest_ditar.config.project import Config
 from pytest_ditar.core.decision import champion_row
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.rerun import NOT_JUDGED, counts
@@ -51,7 +52,7 @@ def default_path(root: Path, tag: str) -> Path:
     return root.parent / f"{root.name}-{tag}"
 
 
-def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) -> Path:
+def init_worktree(cfg: Config, tag: str, gpu: int | None, path: str | None = None) -> Path:
     """Create worktree + branch autoresearch/<tag> from HEAD and the tag's state dir in it."""
     # info/exclude is shared by all worktrees, so ignoring the state dir here covers the new one
     st = branches.require_clean_repo(cfg.root, [f"/{cfg.state_dir}/"])
@@ -74,7 +75,7 @@ def init_worktree(cfg: Any, tag: str, gpu: int | None, path: str | None = None) 
     return wt
 
 
-def collect_all(cfg: Any) -> list[dict[str, Any]]:
+def collect_all(cfg: Config) -> list[dict[str, Any]]:
     """Every tag of every worktree of this repository (the main checkout included)."""
     rows = []
     for wt in trees.list_worktrees(cfg.root):
@@ -82,18 +83,18 @@ def collect_all(cfg: Any) -> list[dict[str, Any]]:
             sess = json.loads(tag.session_file.read_text())
             ledger = Ledger(tag.dir)
             led = ledger.rows()
-            exps = [r for r in led if r.get("status") in STATUSES]
+            exps = [r for r in led if r.status in STATUSES]
             champ = champion_row(exps)
             rows.append({"tag": tag.tag, "branch": sess.get("branch"), "checked_out": wt["branch"],
                          "worktree": wt["path"], "gpu": sess.get("gpu"),
                          "baseline": (tag.baseline / MANIFEST).is_file(),
-                         "champion": champ["commit"] if champ else None,
+                         "champion": champ.commit if champ else None,
                          # a run that judged nothing is not a DISCARD (core.rerun.counts), as in `dit-ar status`
                          "counts": counts(exps)})
     return rows
 
 
-def status_all(cfg: Any, as_json: bool = False) -> int:
+def status_all(cfg: Config, as_json: bool = False) -> int:
     rows = collect_all(cfg)
     if as_json:
         print(json.dumps(rows, indent=1))

@@ -16,14 +16,25 @@ from pytest_ditar.core.quality import (
 )
 from pytest_ditar.loop.classes import contract
 from pytest_ditar.loop.lanes import LaneRunner
+from pytest_ditar.loop.results import RunResults, output_for
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.plugin.console import bars
 from pytest_ditar.plugin.keys import get_gate, get_session
+from pytest_ditar.runtime.semantic import session_scores, wanted
 
 
 @pytest.fixture(scope="session")
 def ditar_session(request: pytest.FixtureRequest) -> DitarSession:
     return get_session(request.config)
+
+
+def _results(config: pytest.Config) -> RunResults:
+    """The run's results: the gate's (the plugin makes the session and the gate together)."""
+    gate = get_gate(config)
+    if gate is None:
+        get_session(config)  # raises the usage error: no ditar config is active
+        raise pytest.UsageError("pytest-ditar: a session without its gate")
+    return gate.results
 
 
 def _fail_candidate(exc: CandidateError) -> None:
@@ -36,14 +47,15 @@ def _fail_candidate(exc: CandidateError) -> None:
 def ditar_candidate_output(ditar_item: CorpusItem, ditar_session: DitarSession,
                            request: pytest.FixtureRequest) -> ItemOutput:
     """The candidate's output for this corpus item (generated in fixed batches, once)."""
+    results = _results(request.config)
     live, total = bars(request.config), len(ditar_session.suite.corpus)
-    live.set("items", len(ditar_session.outputs), total, "corpus items")
+    live.set("items", len(results.outputs), total, "corpus items")
     try:
-        out = ditar_session.output_for(ditar_item)
+        out = output_for(ditar_session, results, ditar_item)
     except CandidateError as exc:
         live.close()
         _fail_candidate(exc)
-    live.set("items", len(ditar_session.outputs), total, "corpus items")
+    live.set("items", len(results.outputs), total, "corpus items")
     return out
 
 
@@ -57,8 +69,9 @@ def ditar_baseline_output(ditar_item: CorpusItem, ditar_session: DitarSession) -
 
 
 class QualityChecker:
-    def __init__(self, sess: DitarSession):
+    def __init__(self, sess: DitarSession, results: RunResults):
         self.sess = sess
+        self.results = results
 
     def check(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> ContractResult:
         """Compute every metric, record the result for the gate, fail with all numbers."""
@@ -66,7 +79,7 @@ class QualityChecker:
         with sess.clock.span("quality.metrics"):
             metrics = compute_metrics(cand.latents, cand.image, base.latents, base.image)
             try:
-                extra = sess.semantic_scores(item, cand, base)
+                extra = self._semantic_scores(item, cand, base)
             except DitarError as exc:  # e.g. an evaluator path that does not load: one line, no traceback
                 pytest.fail(str(exc), pytrace=False)
             if extra:
@@ -75,9 +88,9 @@ class QualityChecker:
                 scores: dict[str, Any] = extra  # Any: replace() checks a ** dict against every field
                 metrics = replace(metrics, **scores)
             result = contract(sess, item.id, metrics)
-        sess.quality[item.id] = result
+        self.results.add_quality(result)
         if not metrics.finite:
-            sess.errors.append(CandidateError("non_finite", "", item=item.id))
+            self.results.add_error(CandidateError("non_finite", "", item=item.id))
         if not result.passed:
             where = {"baseline image": str(sess.baseline().image_path(item.id))}
             saved = _save_failure_image(sess, item.id, cand)
@@ -85,6 +98,13 @@ class QualityChecker:
                 where["candidate image"] = str(saved)
             pytest.fail(format_failure(result, where), pytrace=False)
         return result
+
+    def _semantic_scores(self, item: CorpusItem, cand: ItemOutput, base: ItemOutput) -> dict[str, float | None] | None:
+        """CLIP/LPIPS scores for the quality contract when this run's class needs them (batched)."""
+        if not wanted(self.sess):
+            return None
+        with self.sess.clock.span("semantic"):  # only runs that score book firewall time (loading included)
+            return session_scores(self.sess, self.results.outputs, item, cand, base)
 
 
 def _save_failure_image(sess: DitarSession, item_id: str, out: ItemOutput) -> Path | None:
@@ -101,8 +121,8 @@ def _save_failure_image(sess: DitarSession, item_id: str, out: ItemOutput) -> Pa
 
 
 @pytest.fixture(scope="session")
-def ditar_quality(ditar_session: DitarSession) -> QualityChecker:
-    return QualityChecker(ditar_session)
+def ditar_quality(ditar_session: DitarSession, request: pytest.FixtureRequest) -> QualityChecker:
+    return QualityChecker(ditar_session, _results(request.config))
 
 
 @pytest.fixture(scope="session")
@@ -116,10 +136,11 @@ def ditar_candidate(ditar_session: DitarSession):
 class PerfRunner:
     """The perf fixture: loop.lanes.LaneRunner with this run's gate, bars and skips."""
 
-    def __init__(self, sess: DitarSession, config: pytest.Config | None = None):
+    def __init__(self, sess: DitarSession, results: RunResults, config: pytest.Config | None = None):
         self.sess = sess
+        self.results = results
         self.config = config
-        self.lanes = LaneRunner(sess, self._gated, self._claimed_class, self._guard)
+        self.lanes = LaneRunner(sess, results, self._gated, self._claimed_class, self._guard)
 
     def _gate(self):
         return get_gate(self.config) if self.config is not None else None
@@ -146,11 +167,11 @@ class PerfRunner:
         return lambda done: live.set(f"lane {lane.name}", done, max(done, lane.repeats), f"lane {lane.name} rounds")
 
     def run(self, lane, benchmark=None):
-        sess = self.sess
+        results = self.results
         if self._gated():
-            if sess.errors:
-                pytest.skip(f"not timed: the candidate already crashed ({sess.errors[0]})")
-            failed = [r.item_id for r in sess.quality.values() if not r.passed]
+            if results.errors:
+                pytest.skip(f"not timed: the candidate already crashed ({results.errors[0]})")
+            failed = [r.item_id for r in results.quality.values() if not r.passed]
             if failed:
                 pytest.skip(f"not timed: quality already failed on {len(failed)} item(s); the verdict is DISCARD")
         try:
@@ -161,7 +182,7 @@ class PerfRunner:
 
 @pytest.fixture(scope="session")
 def ditar_perf(ditar_session: DitarSession, request: pytest.FixtureRequest) -> PerfRunner:
-    return PerfRunner(ditar_session, request.config)
+    return PerfRunner(ditar_session, _results(request.config), request.config)
 
 
 def check_lane(result) -> None:

@@ -18,7 +18,8 @@ from pytest_ditar.loop import ci
 from pytest_ditar.loop.gate import Gate
 from pytest_ditar.loop.nextstep import next_step
 from pytest_ditar.loop.options import RunOptions
-from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.session import open_session
 from pytest_ditar.plugin import artifacts, fixtures, keys, xdist
 from pytest_ditar.plugin.console import install_bars
 from pytest_ditar.store.space import is_full
@@ -85,10 +86,11 @@ def configure(config: pytest.Config, path: Path) -> None:
         raise pytest.UsageError(conflict)
     try:
         opts = run_options(config, path)
-        sess = DitarSession.open(path, tag=opts.tag, device=opts.device)
+        results = RunResults()  # the gate's; the session reports the candidate's failures it finds into it
+        sess = open_session(path, tag=opts.tag, device=opts.device, on_error=results.add_error)
     except DitarError as exc:
         raise pytest.UsageError(str(exc)) from None
-    gate = Gate(sess, opts)
+    gate = Gate(sess, opts, results)
     gate.prestart()
     config.stash[keys.SESSION_KEY] = sess
     config.stash[keys.GATE_KEY] = gate
@@ -311,10 +313,10 @@ class GatePlugin:
         """Stop the candidate workers, once, after the decision and the revert (their logs join the run's)."""
         if not self.closed:
             self.closed = True
-            self.gate.sess.close()
+            compiled_note = self.gate.sess.close()
             self.gate.drop_guard_dir()
-            if self.gate.sess.compiled_note:
-                self.notes.append(self.gate.sess.compiled_note)
+            if compiled_note:
+                self.notes.append(compiled_note)
 
 
 def _hook_owner(exc: BaseException, hook: str | None) -> str:

@@ -6,10 +6,10 @@
   the scheduler in DSession.worker_collectionfinish). The controller writes its go/no-go, the
   run's class and run dir to a file whose path every worker got in `workerinput`; a worker reads
   it before its first ditar test, so a guarded candidate never runs on any worker.
-- Workers send their quality results, errors and candidate outputs back through
-  `config.workeroutput` (outputs as an .npz beside it); the controller merges them in
-  `pytest_testnodedown`, so the decision, the class-claim check and the champion snapshot see one
-  session (the way syrupy merges snapshot reports).
+- Workers send their results (loop.results.RunResults: quality results, errors and candidate
+  outputs) back through `config.workeroutput` (outputs as an .npz beside it); the controller merges
+  them into its gate's RunResults in `pytest_testnodedown`, so the decision, the class-claim check
+  and the champion snapshot see one run (the way syrupy merges snapshot reports).
 - Perf lanes never run inside a worker: timing next to other busy workers is poisoned.
 - Quality items of one harness batch are one scheduling scope (the controller supplies xdist's
   scope scheduler), so a batch is generated once, on one worker.
@@ -30,7 +30,6 @@ from pytest_ditar.hardware.fingerprint import cuda_device_count
 from pytest_ditar.loop import phases
 from pytest_ditar.plugin.keys import collected_keys, get_gate, item_key
 from pytest_ditar.runtime.harness import batches
-from pytest_ditar.store import shards
 from pytest_ditar.store.atomic import write_json_atomic
 
 PERF_REFUSAL = "perf lanes do not run under xdist workers: run them serially (dit-ar experiment does this)"
@@ -147,10 +146,13 @@ class ControllerPlugin:
             return
         raw = out.get("ditar")
         if raw:
-            gate.sess.absorb(json.loads(raw))
+            payload = json.loads(raw)
+            gate.results.absorb(payload, gate.sess.suite.corpus)  # one run's results, as if serial
+            if payload.get("clock"):
+                gate.sess.clock.absorb(payload["clock"])  # the run's time line covers every worker
         elif error is not None and self.decided:
             # A worker that died (segfault, os._exit) took the candidate with it: a crash.
-            gate.sess.errors.append(CandidateError("exception", f"xdist worker {node.gateway.id} died: {error}"))
+            gate.results.add_error(CandidateError("exception", f"xdist worker {node.gateway.id} died: {error}"))
 
     def pytest_unconfigure(self, config) -> None:
         shutil.rmtree(self.exchange, ignore_errors=True)
@@ -203,11 +205,11 @@ class WorkerPlugin:
         gate = get_gate(self.config)
         if gate is None or self.exchange is None:
             return
-        s = gate.sess
-        if not (s.outputs or s.quality or s.errors):
+        r = gate.results
+        if not (r.outputs or r.quality or r.errors):
             return
-        payload = shards.dump(s, self.exchange, f"shard-{worker_id(self.config)}")
-        payload["clock"] = s.clock.to_payload()
+        payload = r.dump(self.exchange, f"shard-{worker_id(self.config)}")
+        payload["clock"] = gate.sess.clock.to_payload()
         self.config.workeroutput["ditar"] = json.dumps(payload, default=str)  # type: ignore[attr-defined]
 
 

@@ -10,16 +10,21 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 from pytest_ditar.core.cumulative import chained
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LedgerRow, RecordVersionError, RunSummary
+
+Item = dict[str, object]  # one item's quality result in a summary: passed, failures, metrics
 
 
-def num(v: Any) -> float | None:
+def num(v: object) -> float | None:
     """A finite float, or None for anything else (ledger cells are often "" or "nan")."""
+    if not isinstance(v, (int, float, str)):
+        return None
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -29,52 +34,46 @@ def num(v: Any) -> float | None:
 
 @dataclass
 class Experiment:
-    """One ledger row joined with its run directory (when one was found)."""
+    """One ledger row joined with its run directory and summary (when one was found)."""
 
-    row: dict[str, Any]
+    row: LedgerRow
     run_dir: Path | None = None
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=lambda: RunSummary(commit=None, decision=""))
 
     @property
     def status(self) -> str:
-        return str(self.row.get("status", ""))
+        return self.row.status
 
     @property
     def run(self) -> int:
-        return int(self.row.get("run") or 0)
+        return self.row.run
 
     @property
     def commit(self) -> str:
-        return str(self.row.get("commit") or "")
+        return self.row.commit
 
     @property
     def metric(self) -> float | None:
-        return num(self.row.get("metric"))
+        return num(self.row.metric)
 
     @property
     def off_target(self) -> bool:
-        return str(self.row.get("off_target", "")).strip() in ("1", "True", "true")
+        return str(self.row.off_target).strip() in ("1", "True", "true")
 
-    def quality(self) -> dict[str, dict[str, Any]]:
-        q = self.summary.get("quality")
-        return q if isinstance(q, dict) else {}
+    def quality(self) -> dict[str, Item]:
+        return self.summary.quality
 
-    def lanes(self) -> dict[str, dict[str, Any]]:
+    def lanes(self) -> dict[str, dict[str, object]]:
         """lane name -> outcome dict (verdict, speedup, ci_low, ci_high, objective, reason)."""
-        out = {}
-        for name, lane in (self.summary.get("lanes") or {}).items():
-            oc = lane.get("outcome") if isinstance(lane, dict) else None
-            if isinstance(oc, dict):
-                out[name] = oc
-        return out
+        return self.summary.outcomes()
 
-    def worst_items(self, n: int, failed_only: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    def worst_items(self, n: int, failed_only: bool = False) -> list[tuple[str, Item]]:
         """Items to show: failed ones first (a DISCARD's evidence), then the lowest PSNR."""
         q = self.quality()
         if failed_only:
             q = {k: v for k, v in q.items() if not v.get("passed", True)}
 
-        def key(kv: tuple[str, dict[str, Any]]) -> tuple[int, float]:
+        def key(kv: tuple[str, Item]) -> tuple[int, float]:
             psnr = num(kv[1].get("psnr"))
             if psnr is None:  # NaN is worse than any number; a missing or infinite PSNR (identical) is best
                 psnr = -1.0 if str(kv[1].get("psnr")) in ("nan", "NaN") else math.inf
@@ -86,57 +85,42 @@ class Experiment:
         q = self.quality()
         if q:
             return any(not v.get("passed", True) for v in q.values())
-        qp, qt = num(self.row.get("quality_pass")), num(self.row.get("quality_total"))
+        qp, qt = num(self.row.quality_pass), num(self.row.quality_total)
         # No per-item results: only a DISCARD's counts can say so (a CRASH's 0/N is not a verdict on quality).
         return self.status == "DISCARD" and qp is not None and qt is not None and 0 < qt and qp < qt
 
 
-def read_rows(state_dir: Path) -> list[dict[str, Any]]:
-    """Ledger rows, unparseable lines skipped (a broken chain is shown, not refused)."""
-    ledger = Ledger(state_dir)
-    if not ledger.jsonl_path.exists():
-        return []
-    rows = []
-    for line in ledger.jsonl_path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
-def _run_summaries(state_dir: Path) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+def _run_summaries(state_dir: Path) -> dict[str, list[tuple[Path, RunSummary]]]:
     """commit -> [(run dir, summary)] in directory (= time stamp) order."""
-    by_commit: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    by_commit: dict[str, list[tuple[Path, RunSummary]]] = {}
     runs = TagPaths(state_dir).runs
     if not runs.is_dir():
         return by_commit
     for d in sorted(p for p in runs.iterdir() if p.is_dir()):
         try:
-            summary = json.loads((d / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads((d / "summary.json").read_text())
+            summary = RunSummary.from_json(data if isinstance(data, dict) else {})
+        except (OSError, json.JSONDecodeError, RecordVersionError):
             continue
-        by_commit.setdefault(str(summary.get("commit") or ""), []).append((d, summary))
+        by_commit.setdefault(summary.commit or "", []).append((d, summary))
     return by_commit
 
 
-def load_experiments(state_dir: Path) -> tuple[list[dict[str, Any]], list[Experiment]]:
+def load_experiments(state_dir: Path) -> tuple[list[LedgerRow], list[Experiment]]:
     """All ledger rows, and the KEEP/DISCARD/CRASH ones joined with their run directories.
 
     Runs are matched to rows by commit, in order: the same commit tried twice (a crash that was
     fixed and re-run) takes the run directories in time order.
     """
-    rows = read_rows(state_dir)
+    rows = Ledger(state_dir).lenient_rows()  # a broken chain is shown, not refused
     pending = _run_summaries(state_dir)
     exps: list[Experiment] = []
     for row in rows:
-        if row.get("status") not in STATUSES:
+        if row.status not in STATUSES:
             continue
-        queue = pending.get(str(row.get("commit") or ""), [])
+        queue = pending.get(row.commit, [])
         # Prefer the run whose recorded decision matches the row; else the oldest unused one.
-        pick = next((i for i, (_, s) in enumerate(queue) if s.get("decision") == row.get("status")),
+        pick = next((i for i, (_, s) in enumerate(queue) if s.decision == row.status),
                     0 if queue else None)
         if pick is None:
             exps.append(Experiment(row))
@@ -156,7 +140,7 @@ def cumulative_best(exps: Sequence[Experiment]) -> list[tuple[float, float, floa
     for e in exps:
         m = e.metric
         if e.status == "KEEP" and m is not None:
-            kept.append((m, num(e.row.get("ci_low")), num(e.row.get("ci_high"))))
+            kept.append((m, num(e.row.ci_low), num(e.row.ci_high)))
             value, lo, hi = chained(kept)
             low, high = (lo, hi) if lo is not None and hi is not None else (value, value)
         out.append((value, low, high))

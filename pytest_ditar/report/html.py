@@ -15,7 +15,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from pytest_ditar.core.cumulative import cite
 from pytest_ditar.core.decision import champion_row, kept_rows
@@ -25,7 +25,9 @@ from pytest_ditar.report.images import ImagePool, ImageSource, heatmap_png
 from pytest_ditar.report.plot import lane_histograms, plot_progress
 from pytest_ditar.store.atomic import write_text_atomic
 from pytest_ditar.store.paths import TagPaths
-from pytest_ditar.store.records import read_lanes
+from pytest_ditar.store.records import LedgerRow, read_lanes
+
+Context = dict[str, object]  # values the template lays out
 
 __all__ = ["build_report"]
 
@@ -48,7 +50,7 @@ class Tile(NamedTuple):
     missing: str = ""
 
 
-def _fmt(v: Any, spec: str = ".3f") -> str:
+def _fmt(v: object, spec: str = ".3f") -> str:
     """A number formatted with `spec`; anything else as written ("-" for nothing, "inf" for infinity)."""
     x = num(v)
     if x is None:
@@ -57,46 +59,45 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
     return format(x, spec)
 
 
-def _num_cell(v: Any, spec: str = ".3f") -> Num:
+def _num_cell(v: object, spec: str = ".3f") -> Num:
     x = num(v)
     return Num(_fmt(v, spec), NO_VALUE if x is None else str(x))
 
 
-def _bracket(d: dict[str, Any]) -> str:
-    return f"[{_fmt(d.get('ci_low'))}, {_fmt(d.get('ci_high'))}]"
+def _bracket(low: object, high: object) -> str:
+    return f"[{_fmt(low)}, {_fmt(high)}]"
 
 
-def _ci(d: dict[str, Any]) -> str | None:
+def _ci(r: LedgerRow) -> str | None:
     """The row's CI as [low, high], or None when it has none."""
-    return _bracket(d) if num(d.get("ci_low")) is not None else None
-
-
-def _text(v: Any) -> str:
-    return str(v if v is not None else "")
+    return _bracket(r.ci_low, r.ci_high) if num(r.ci_low) is not None else None
 
 
 # ---- tables ------------------------------------------------------------------------------------
 
-def _ledger_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
+def _list(v: object) -> list[object]:
+    return v if isinstance(v, list) else []
+
+
+def _ledger_rows(rows: Iterable[LedgerRow]) -> list[Context]:
+    out: list[Context] = []
     for r in rows:
-        has_quality = r.get("quality_total") not in ("", None)
-        qv = (num(r.get("quality_pass")) or 0) / (num(r.get("quality_total")) or 1)
+        has_quality = r.quality_total != ""
+        qv = (num(r.quality_pass) or 0) / (num(r.quality_total) or 1)
         out.append({
-            "run": _num_cell(r.get("run"), ".0f"), "time": str(r.get("time", "")).replace("+00:00", "Z"),
-            "commit": str(r.get("commit", ""))[:7], "cls": _text(r.get("class")), "status": str(r.get("status", "")),
-            "judged": row_judged(r) or r.get("status") not in ("DISCARD", "CRASH"),
-            "metric": _num_cell(r.get("metric")), "ci": _ci(r) or "-",
-            "quality": Num(f"{r.get('quality_pass', '')}/{r.get('quality_total', '')}" if has_quality else "-",
-                           str(qv)),
-            "peak": _num_cell(r.get("peak_vram_gib"), ".2f"), "device": str(r.get("device", "")),
-            "off_target": str(r.get("off_target")) in ("1", "True"),
-            "description": _text(r.get("description")), "reason": _text(r.get("reason")),
+            "run": _num_cell(r.run, ".0f"), "time": r.time.replace("+00:00", "Z"),
+            "commit": r.commit[:7], "cls": r.cls, "status": r.status,
+            "judged": row_judged(r) or r.status not in ("DISCARD", "CRASH"),
+            "metric": _num_cell(r.metric), "ci": _ci(r) or "-",
+            "quality": Num(f"{r.quality_pass}/{r.quality_total}" if has_quality else "-", str(qv)),
+            "peak": _num_cell(r.peak_vram_gib, ".2f"), "device": r.device,
+            "off_target": str(r.off_target) in ("1", "True"),
+            "description": r.description, "reason": r.reason,
         })
     return out
 
 
-def _lanes_table(exps: Sequence[Experiment]) -> dict[str, Any] | None:
+def _lanes_table(exps: Sequence[Experiment]) -> Context | None:
     """Lane names (in first-seen order) and, per timed experiment, one cell per lane."""
     names: list[str] = []
     for e in exps:
@@ -114,7 +115,8 @@ def _lanes_table(exps: Sequence[Experiment]) -> dict[str, Any] | None:
                 cells.append(Num("-", NO_VALUE))
                 continue
             sp = num(oc.get("speedup"))
-            shown = f"{sp:.3f}x {_bracket(oc)} " if sp is not None else f"{oc['figure']} " if oc.get("figure") else ""
+            bracket = _bracket(oc.get("ci_low"), oc.get("ci_high"))
+            shown = f"{sp:.3f}x {bracket} " if sp is not None else f"{oc['figure']} " if oc.get("figure") else ""
             text = shown + str(oc.get("verdict", ""))
             median = _median_ms(e, n)
             text += f" · {median:.2f} ms" if median is not None else ""
@@ -127,8 +129,9 @@ def _lanes_table(exps: Sequence[Experiment]) -> dict[str, Any] | None:
 
 def _median_ms(e: Experiment, lane: str) -> float | None:
     """The candidate's median call on `lane` in that run, in ms (summary.json's samples)."""
-    m = ((e.summary.get("lanes") or {}).get(lane) or {}).get("measurement") or {}
-    xs = [x for x in (num(v) for v in m.get("samples") or []) if x is not None]
+    rec = e.summary.lanes.get(lane)
+    samples = rec.measurement.get("samples") if rec is not None else None
+    xs = [x for x in (num(v) for v in samples or []) if x is not None]
     return 1e3 * statistics.median(xs) if xs else None
 
 
@@ -155,7 +158,7 @@ def _baseline_facts(state_dir: Path) -> tuple[str, list[tuple[str, str]]]:
 
 # ---- experiments and their image grids ---------------------------------------------------------
 
-def _grid(e: Experiment, imgs: ImageSource, pool: ImagePool, n: int, failed_only: bool) -> dict[str, Any]:
+def _grid(e: Experiment, imgs: ImageSource, pool: ImagePool, n: int, failed_only: bool) -> Context:
     # For a failure only failed items have a stored candidate image (runs/*/failures/).
     items = e.worst_items(n, failed_only)
     if not items:
@@ -169,7 +172,7 @@ def _grid(e: Experiment, imgs: ImageSource, pool: ImagePool, n: int, failed_only
             "tiles": _tiles(imgs, pool, e, item_id),
             "psnr": _fmt(m.get("psnr"), ".2f"), "ssim": _fmt(m.get("ssim"), ".4f"),
             "latent_rel_l2": _fmt(m.get("latent_rel_l2"), ".2e"),
-            "fails": "; ".join(str(f) for f in m.get("failures") or []),
+            "fails": "; ".join(str(f) for f in _list(m.get("failures"))),
         })
     return {"note": None, "items": cells}
 
@@ -192,16 +195,16 @@ def _tiles(imgs: ImageSource, pool: ImagePool, e: Experiment, item_id: str) -> l
 
 
 def _section(e: Experiment, imgs: ImageSource, pool: ImagePool, n: int, kind: str,
-             failed_only: bool = False) -> dict[str, Any]:
+             failed_only: bool = False) -> Context:
     r = e.row
     ci = _ci(r)
     return {
-        "run": e.run, "commit": e.commit[:7], "status": e.status, "kind": kind, "cls": str(r.get("class", "")),
-        "metric": ((f"{_fmt(r.get('metric'))}x" + (f" ci95 {ci}" if ci else "")) if e.metric is not None
+        "run": e.run, "commit": e.commit[:7], "status": e.status, "kind": kind, "cls": r.cls,
+        "metric": ((f"{_fmt(r.metric)}x" + (f" ci95 {ci}" if ci else "")) if e.metric is not None
                    else "not timed"),
-        "quality": f"{r.get('quality_pass', '')}/{r.get('quality_total', '')}", "off_target": e.off_target,
-        "description": str(r.get("description", "")),
-        "reason": str(r.get("reason", "")) if e.status != "KEEP" and r.get("reason") else None,
+        "quality": f"{r.quality_pass}/{r.quality_total}", "off_target": e.off_target,
+        "description": r.description,
+        "reason": r.reason if e.status != "KEEP" and r.reason else None,
         "run_dir": e.run_dir.name if e.run_dir else None,
         "grid": _grid(e, imgs, pool, n, failed_only),
         "hist_uri": _data_uri(lane_histograms(e)),
@@ -214,7 +217,7 @@ def _data_uri(png: bytes | None) -> str | None:
 
 # ---- the page ----------------------------------------------------------------------------------
 
-def _render(context: dict[str, Any]) -> str:
+def _render(context: Context) -> str:
     import jinja2  # only the report needs it
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"), autoescape=True,
@@ -235,7 +238,7 @@ def build_report(state_dir: Path | str, out_dir: Path | str | None = None, *, la
     out = Path(out_dir) if out_dir else TagPaths(state_dir).report
     out.mkdir(parents=True, exist_ok=True)
     rows, exps = load_experiments(state_dir)
-    lane = lane or next((str(r.get("lane")) for r in rows if r.get("lane")), "objective")
+    lane = lane or next((r.lane for r in rows if r.lane), "objective")
     png = plot_progress(exps, out / "progress.png", lane=lane, target=target)
 
     pool = ImagePool()

@@ -79,7 +79,7 @@ def progress_figure(exps: Sequence[Experiment], *, lane: str = "", target: str =
         kept = [(e, y) for e, y in zip(exps, (b[0] for b in best)) if e.status == "KEEP"]
         if len(kept) <= 12:  # label keeps while the plot stays readable
             for e, y in kept:
-                desc = str(e.row.get("description", ""))
+                desc = e.row.description
                 ax.annotate(desc[:28] + ("..." if len(desc) > 28 else ""), (e.run, y), xytext=(4, -12),
                             textcoords="offset points", fontsize=7, color="#1b7f3b")
         ax.set_xlim(xs[0] - 1, xs[-1] + 1)
@@ -108,7 +108,7 @@ def point_kind(e: Experiment) -> str:
 def lane_histograms(e: Experiment) -> bytes | None:
     """One PNG per run: for each timed lane, the per-call milliseconds of the candidate, the champion
     and its twin as the run's rounds timed them (summary.json); None where no lane was timed."""
-    lanes = {name: (data.get("measurement") or {}) for name, data in (e.summary.get("lanes") or {}).items()}
+    lanes = {name: rec.measurement for name, rec in e.summary.lanes.items()}
     lanes = {k: m for k, m in lanes.items() if m.get("samples")}
     if not lanes:
         return None

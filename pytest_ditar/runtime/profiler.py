@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 from pytest_ditar.core.attribution import CALL, OP, SPAN_PHASE, module_label
-from pytest_ditar.interface import Request
+from pytest_ditar.interface import Candidate, Request
+
+if TYPE_CHECKING:  # the worker imports torch when it profiles; the judge never does
+    import torch
+    from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
+    from torch.profiler import profile
+    from torch.utils.hooks import RemovableHandle
+
+Event = Union["FunctionEvent", "FunctionEventAvg"]  # a profiler event, or an operator's average
+Cell = str | int | float  # one cell of profile.json's tables
 
 PREFIX = "ditar::"  # every range this module opens; nothing else in a trace starts with it
 TRACE = "trace.json"
@@ -38,8 +48,9 @@ WALK_DEPTH = 4
 class Marks:
     """The hooks and wrappers installed on one candidate, and how to take them off again."""
 
-    handles: list[Any] = field(default_factory=list)
-    wrapped: list[tuple[Any, str, Any, bool]] = field(default_factory=list)  # (object, name, old, was an attribute)
+    handles: list[RemovableHandle] = field(default_factory=list)
+    # (object, name, the old value, whether it was the object's own attribute)
+    wrapped: list[tuple[object, str, object, bool]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)  # label -> modules or methods marked
 
     def remove(self) -> None:
@@ -53,16 +64,17 @@ class Marks:
         self.handles, self.wrapped = [], []
 
 
-def _reachable(candidate: object) -> tuple[list[Any], list[Any]]:
+def _reachable(candidate: object) -> tuple[list[torch.nn.Module], list[object]]:
     """The torch modules and the scheduler-like objects reachable from the candidate's attributes
     (and dict/list values) a few levels deep; a module's own insides are not walked here."""
     import torch
 
     seen: set[int] = set()
-    modules, schedulers = [], []
-    frontier: list[Any] = [candidate]
+    modules: list[torch.nn.Module] = []
+    schedulers: list[object] = []
+    frontier: list[object] = [candidate]
     for _ in range(WALK_DEPTH + 1):
-        nxt: list[Any] = []
+        nxt: list[object] = []
         for obj in frontier:
             if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool, type)):
                 continue
@@ -85,7 +97,7 @@ def _reachable(candidate: object) -> tuple[list[Any], list[Any]]:
     return [m for m in modules if id(m) not in inner], schedulers
 
 
-def _is_vae(m: Any) -> bool:
+def _is_vae(m: object) -> bool:
     name = type(m).__name__.lower()
     return ("autoencoder" in name or "vae" in name) and hasattr(m, "decoder")
 
@@ -96,15 +108,15 @@ def install(candidate: object) -> Marks:
     from torch.autograd.profiler import record_function
 
     marks = Marks()
-    stack: list[Any] = []
+    stack: list[record_function] = []
 
-    def hook(module: Any, label: str) -> None:
-        def enter(*_: Any) -> None:
+    def hook(module: torch.nn.Module, label: str) -> None:
+        def enter(*_: object) -> None:
             rf = record_function(PREFIX + label)
             rf.__enter__()
             stack.append(rf)
 
-        def leave(*_: Any) -> None:
+        def leave(*_: object) -> None:
             if stack:
                 stack.pop().__exit__(None, None, None)
 
@@ -135,8 +147,9 @@ def install(candidate: object) -> Marks:
     return marks
 
 
-def _ranged(fn: Callable[..., Any], name: str, record_function: Any) -> Callable[..., Any]:
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+def _ranged(fn: Callable[..., object], name: str,
+            record_function: Callable[[str], AbstractContextManager[object]]) -> Callable[..., object]:
+    def wrapper(*args: object, **kwargs: object) -> object:
         with record_function(name):
             return fn(*args, **kwargs)
     return wrapper
@@ -149,8 +162,8 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize(device)
 
 
-def profile_call(candidate: Any, request: Request, warm: Request, warmup: int, reference: Request | None,
-                 device: str, out_dir: Path) -> dict[str, Any]:
+def profile_call(candidate: Candidate, request: Request, warm: Request, warmup: int, reference: Request | None,
+                 device: str, out_dir: Path) -> dict[str, object]:
     """Warm up (`warmup` calls of `warm`), time one unprofiled call of `reference`, then run
     `request` once under torch.profiler inside a "call" range; write the trace and the data
     file into `out_dir`; return the reply (file names, sizes, walls)."""
@@ -191,34 +204,35 @@ def profile_call(candidate: Any, request: Request, warm: Request, warmup: int, r
     return {"trace": TRACE, "data": DATA, "wall_s": wall_s, "post_s": time.perf_counter() - t_post}
 
 
-def _on_host(e: Any) -> bool:
+def _on_host(e: Event) -> bool:
     """A host-side event (an operator, a range), not a kernel or a device-side range."""
     return str(getattr(e, "device_type", "CPU")).endswith("CPU")
 
 
-def _device_us(e: Any) -> float:
+def _device_us(e: Event) -> float:
     # device_time_total since torch 2.4; cuda_time_total before it (deprecated since, with a warning)
-    return float((e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total) or 0.0)
-
-
-def _self_device_us(e: Any) -> float:
-    return float((e.self_device_time_total if hasattr(e, "self_device_time_total") else e.self_cuda_time_total)
+    return float((e.device_time_total if hasattr(e, "device_time_total") else getattr(e, "cuda_time_total", 0.0))
                  or 0.0)
 
 
-def spans_of(events: Any, cuda: bool) -> list[list[Any]]:
+def _self_device_us(e: Event) -> float:
+    return float((e.self_device_time_total if hasattr(e, "self_device_time_total")
+                  else getattr(e, "self_cuda_time_total", 0.0)) or 0.0)
+
+
+def spans_of(events: Iterable[FunctionEvent], cuda: bool) -> list[list[Cell]]:
     """[label, start us, end us(, device us)] of every range this module opened, on the call's
     thread; on CUDA also each top-level operator of the call ("op"), for the device time of the
     phases that have no range (core.attribution)."""
     call = next((e for e in events if e.name == PREFIX + CALL and _on_host(e)), None)
     if call is None:
         return []
-    out = []
+    out: list[list[Cell]] = []
     for e in events:
         if e.thread != call.thread or not _on_host(e):  # a range's device-side twin (gpu_user_annotation) too
             continue
         if e.name.startswith(PREFIX):
-            row = [e.name[len(PREFIX):], round(e.time_range.start, 3), round(e.time_range.end, 3)]
+            row: list[Cell] = [e.name[len(PREFIX):], round(e.time_range.start, 3), round(e.time_range.end, 3)]
         elif cuda and e.cpu_parent is not None and e.cpu_parent.id == call.id:
             row = [OP, round(e.time_range.start, 3), round(e.time_range.end, 3)]
         else:
@@ -229,7 +243,7 @@ def spans_of(events: Any, cuda: bool) -> list[list[Any]]:
     return out
 
 
-def kernels_of(events: Any, cuda: bool) -> list[list[Any]]:
+def kernels_of(events: Iterable[FunctionEvent], cuda: bool) -> list[list[Cell]]:
     """[name, calls, device ms] of every kernel, copy and memset the device ran while the call's
     range was open, from the profiler's device-side records: a CUDA graph's replayed kernels and a
     compiled region's Triton kernels count like an eager operator's (no host operator is needed to
@@ -250,13 +264,13 @@ def kernels_of(events: Any, cuda: bool) -> list[list[Any]]:
     return [[name, int(c), round(ms, 6)] for name, (c, ms) in acc.items()]
 
 
-def host_ops(prof: Any) -> list[list[Any]]:
+def host_ops(prof: profile) -> list[list[Cell]]:
     """[name, calls, self CPU ms] of every host operator (the marks left out): a CPU's kernel table."""
     return [[a.key, int(a.count), round(a.self_cpu_time_total / 1e3, 6)] for a in prof.key_averages()
             if _on_host(a) and not a.key.startswith(PREFIX) and a.self_cpu_time_total > 0]
 
 
-def top_ops(prof: Any, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Any]]:
+def top_ops(prof: profile, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Cell | None]]:
     """The operators with the most self time (device time on CUDA), the marked ranges left out."""
     rows = [a for a in prof.key_averages() if not a.key.startswith(PREFIX) and _on_host(a)]  # kernels: the trace
     rows.sort(key=(lambda a: _self_device_us(a)) if cuda else (lambda a: a.self_cpu_time_total), reverse=True)
@@ -265,6 +279,6 @@ def top_ops(prof: Any, cuda: bool, n: int = TOP_OPS) -> list[dict[str, Any]]:
              "flops": float(a.flops or 0)} for a in rows[:n]]
 
 
-def total_flops(prof: Any) -> float:
+def total_flops(prof: profile) -> float:
     """FLOPs of the operators the profiler has a formula for (matmul, conv, add, mul)."""
     return float(sum(a.flops or 0 for a in prof.key_averages()))

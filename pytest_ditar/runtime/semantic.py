@@ -19,19 +19,52 @@ import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from pytest_ditar.config.project import Config
 from pytest_ditar.config.semantic import check_config, configured, is_path, needed, resolve, setting
+from pytest_ditar.config.suite import CorpusItem, Suite
 from pytest_ditar.core.errors import ConfigError
+from pytest_ditar.core.outputs import ItemOutput
 
 LPIPS_MIN_SIDE = 64  # the trunks' pooling pyramid collapses below this; smaller images are upsampled
 CHUNK = 32  # images per evaluator forward
 
 
-def wanted(sess: Any) -> bool:
+class Judged(Protocol):
+    """What deciding whether a run scores needs: its config and the class it is judged under."""
+
+    @property
+    def cfg(self) -> Config: ...
+
+    @property
+    def judged_class(self) -> str: ...
+
+
+class Stored(Protocol):
+    """The baseline's stored outputs (store.snapshot.Snapshot: runtime does not read the state dir)."""
+
+    def output(self, item_id: str) -> ItemOutput: ...
+
+
+class Scoring(Judged, Protocol):
+    """What scoring needs of a session (loop.session.DitarSession): its evaluators' cache, the
+    device they load on, the suite and the baseline's stored outputs."""
+
+    @property
+    def suite(self) -> Suite: ...
+
+    @property
+    def semantic(self) -> "SessionScores": ...
+
+    def resolved_device(self) -> str: ...
+
+    def baseline(self) -> Stored: ...
+
+
+def wanted(sess: Judged) -> bool:
     """Whether this run scores with the evaluators: its class needs them and they are configured."""
     return needed(sess.cfg.thresholds_for(sess.judged_class)) and configured(sess.cfg)
 
@@ -232,34 +265,40 @@ def _load_strict(cfg: Config, path: Path, model: Any, state: Mapping[str, Any]) 
 
 @dataclass
 class SessionScores:
-    """Per-session cache: evaluators (built once), baseline CLIP scores, candidate scores."""
+    """Per-session cache: evaluators (built on first use), baseline CLIP scores, candidate scores."""
 
-    evaluators: Evaluators
+    evaluators: Evaluators | None = None
     baseline_clip: dict[str, float] = field(default_factory=dict)
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def loaded(self, cfg: Config, device: str) -> Evaluators:
+        if self.evaluators is None:
+            self.evaluators = Evaluators.load(cfg, device)
+        return self.evaluators
 
-def session_scores(sess: Any, item: Any, cand: Any, base: Any) -> dict[str, float | None] | None:
+
+def session_scores(sess: Scoring, outputs: Mapping[str, ItemOutput], item: CorpusItem, cand: ItemOutput,
+                   base: ItemOutput) -> dict[str, float | None] | None:
     """clip_score, clip_score_baseline and lpips for `item`; None when the class needs no
     semantic scores or no evaluators are configured (the contract then fails closed itself).
 
     The first call scores the whole baseline corpus (stored images); every call scores all
-    candidate outputs generated so far that lack scores, so work runs in batches."""
+    candidate `outputs` generated so far that lack scores, so work runs in batches."""
     ev = evaluators_for(sess)
     if ev is None:
         return None
-    cache: SessionScores = sess.semantic_cache()
+    cache: SessionScores = sess.semantic
     snap = sess.baseline()
     if not cache.baseline_clip:
         corpus = list(sess.suite.corpus)
         imgs = [snap.output(it.id).image for it in corpus]
         vals = ev.clip_scores(imgs, [it.label for it in corpus], [it.label_name for it in corpus])
         cache.baseline_clip.update({it.id: float(v) for it, v in zip(corpus, vals)})
-    pending = [it for it in sess.suite.corpus if it.id in sess.outputs and it.id not in cache.scores]
+    pending = [it for it in sess.suite.corpus if it.id in outputs and it.id not in cache.scores]
     if item.id not in cache.scores and all(it.id != item.id for it in pending):
         pending.append(item)
     if pending:
-        outs = {it.id: (cand if it.id == item.id else sess.outputs[it.id]) for it in pending}
+        outs = {it.id: (cand if it.id == item.id else outputs[it.id]) for it in pending}
         bases = {it.id: (base if it.id == item.id else snap.output(it.id)) for it in pending}
         ok = [it for it in pending if _scorable(outs[it.id].image, bases[it.id].image)]
         clip = ev.clip_scores([outs[it.id].image for it in ok], [it.label for it in ok], [it.label_name for it in ok])
@@ -291,7 +330,7 @@ def pair_scores(ev: Evaluators, items: Sequence[Any], cand_images: Sequence[np.n
     return out
 
 
-def evaluators_for(sess: Any) -> Evaluators | None:
-    """The session's evaluators (built on first use) when its class needs them, else None."""
-    cache: SessionScores | None = sess.semantic_cache()
-    return None if cache is None else cache.evaluators
+def evaluators_for(sess: Scoring) -> Evaluators | None:
+    """The session's evaluators (built on first use) when its class needs them and they are
+    configured, else None."""
+    return sess.semantic.loaded(sess.cfg, sess.resolved_device()) if wanted(sess) else None

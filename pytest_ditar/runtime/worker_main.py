@@ -19,18 +19,20 @@ import json
 import mmap
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
+from io import BufferedRandom
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, TypedDict
 
 import numpy as np
 
 from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
 from pytest_ditar.hardware.fingerprint import collect, object_dtypes
-from pytest_ditar.interface import PipelineSpec, Request
+from pytest_ditar.interface import Candidate, PipelineSpec, Request
 from pytest_ditar.runtime import sandbox
 from pytest_ditar.runtime.harness import (
     build_candidate,
@@ -43,6 +45,27 @@ from pytest_ditar.runtime.proctree import become_subreaper
 from pytest_ditar.runtime.profiler import profile_call
 
 ALIGN = 64  # each array starts on a cache line
+Reply = dict[str, object]  # an operation's reply header, sent as JSON
+
+
+class RequestMessage(TypedDict):
+    """A Request on the wire (interface.Request's fields)."""
+
+    labels: list[int]
+    seeds: list[int]
+    steps: int
+
+
+class SpawnMessage(TypedDict, total=False):
+    """The zygote's `spawn` request (runtime.zygote): the worker's environment, folder, log, sandbox
+    (a sandbox.Spec as JSON) and, for a group, its ranks."""
+
+    op: str
+    env: dict[str, str]
+    cwd: str
+    log: str
+    sandbox: str
+    ranks: int
 MAX_FDS = 64  # file descriptors one zygote request may pass: a group's sockets and logs, 32 ranks
 
 
@@ -77,7 +100,7 @@ def contain_orphans() -> None:
     become_subreaper()
 
 
-def _error(exc: BaseException, candidate_dir: str | None, seen: dict[str, int]) -> dict[str, Any]:
+def _error(exc: BaseException, candidate_dir: str | None, seen: dict[str, int]) -> Reply:
     """The failure reply, with the candidate's own innermost frame as `where` (the CRASH reason
     names it). The whole traceback goes to this worker's log (its stderr) the first time an error
     is seen; every repeat (the next batch raising the same) is one line, so the log stays readable."""
@@ -139,16 +162,16 @@ class Worker:
     def __init__(self, conn: Connection):
         self.conn = conn
         self.device = "cpu"
-        self.candidate: Any = None
+        self._candidate: Candidate | None = None
         self.gc_was_enabled = True
-        self.buffer: Any = None  # the open shared-memory file
+        self.buffer: BufferedRandom | None = None  # the open shared-memory file
         self.view: mmap.mmap | None = None
         self.candidate_dir: str | None = None  # the package built: its files are the candidate's frames
         self.errors_seen: dict[str, int] = {}  # each error's one-line text -> times it was replied
 
     # ---- operations (each returns the reply header; arrays go in self.arrays) -------------------
     def op_hello(self, device: str, cpu_threads: int, fingerprint: bool, buffer: str,
-                 group: str | None = None) -> dict[str, Any]:
+                 group: str | None = None) -> Reply:
         import torch
 
         self.buffer = open(buffer, "r+b")
@@ -162,7 +185,7 @@ class Worker:
         torch.set_num_threads(cpu_threads)
         if group:  # a rank of a group (runtime.group): the process group exists before build()
             _join_group(group, device)
-        reply: dict[str, Any] = {"pid": os.getpid(), "argv": sys.argv}
+        reply: Reply = {"pid": os.getpid(), "argv": sys.argv}
         if fingerprint:
             reply["fingerprint"] = collect(device).to_dict()
         if device.startswith("cuda"):
@@ -174,7 +197,7 @@ class Worker:
             threading.Thread(target=_open_device, args=(device,), name="ditar-open-device", daemon=True).start()
         return reply
 
-    def op_build(self, candidate_dir: str, spec: dict[str, Any], memory_budget_gib: float | None) -> dict[str, Any]:
+    def op_build(self, candidate_dir: str, spec: dict[str, Any], memory_budget_gib: float | None) -> Reply:
         self._bind_memory_budget(memory_budget_gib)
         self.candidate_dir = candidate_dir
         # No bytecode written next to the candidate: a champion's worktree must stay exactly its
@@ -183,17 +206,24 @@ class Worker:
         sys.path.insert(0, str(Path(candidate_dir).parent))
         spec_obj = PipelineSpec(**{**spec, "model_dir": Path(spec["model_dir"])})
         t0, cpu0 = time.perf_counter(), time.thread_time()
-        self.candidate = build_candidate(Path(candidate_dir), spec_obj)
+        self._candidate = build_candidate(Path(candidate_dir), spec_obj)
         self._sync()
         t1 = time.perf_counter()
-        reply = {"build_s": t1 - t0, "build_cpu_s": time.thread_time() - cpu0}
+        reply: Reply = {"build_s": t1 - t0, "build_cpu_s": time.thread_time() - cpu0}
         if "start" in _OPENING:  # what of the device's opening the build overlapped (and may have waited on)
             end = _OPENING.get("end", t1)
             reply["open_s"] = end - _OPENING["start"]
             reply["open_in_build_s"] = max(0.0, min(end, t1) - max(_OPENING["start"], t0))
         return reply
 
-    def op_generate(self, request: dict[str, Any], outputs: bool = True) -> dict[str, Any]:
+    @property
+    def candidate(self) -> Candidate:
+        """The candidate built (op_build); an op that needs it before then is the judge's error."""
+        if self._candidate is None:
+            raise RuntimeError("no candidate built yet (build before this operation)")
+        return self._candidate
+
+    def op_generate(self, request: RequestMessage, outputs: bool = True) -> Reply:
         """One call, device synchronized; `outputs`: False for a group's other ranks, whose reply
         carries only their time (rank 0's outputs are the group's)."""
         t_received = self.t_received
@@ -213,7 +243,7 @@ class Worker:
         return {"worker_s": worker_s, "idle_probe_s": idle_s,
                 "stamps": {"received": t_received, "generated": t0 + worker_s, "converted": time.perf_counter()}}
 
-    def op_probe_flops(self, seconds: float) -> dict[str, Any]:
+    def op_probe_flops(self, seconds: float) -> Reply:
         """The host's achievable FLOP/s: best of float32 square matmuls at this worker's thread
         count, for at most about `seconds` (the CPU roofline's ceiling, loop.champion)."""
         import torch
@@ -230,28 +260,28 @@ class Worker:
                 break
         return {"flops_per_s": 2.0 * n ** 3 / best}
 
-    def op_flops(self, request: dict[str, Any]) -> dict[str, Any]:
+    def op_flops(self, request: RequestMessage) -> Reply:
         from torch.utils.flop_counter import FlopCounterMode
 
         with FlopCounterMode(display=False) as counter:
             self.candidate.generate(_request(request))
         return {"flops": float(counter.get_total_flops())}
 
-    def op_profile(self, request: dict[str, Any], warm: dict[str, Any], warmup: int,
-                   reference: dict[str, Any] | None, out_dir: str) -> dict[str, Any]:
+    def op_profile(self, request: RequestMessage, warm: RequestMessage, warmup: int,
+                   reference: RequestMessage | None, out_dir: str) -> Reply:
         """One call of `request` under torch.profiler, the pipeline's parts marked
         (runtime.profiler): the trace and the spans go into `out_dir` (this worker's scratch)."""
         return profile_call(self.candidate, _request(request), _request(warm), int(warmup),
                             _request(reference) if reference else None, self.device, Path(out_dir))
 
-    def op_empty(self) -> dict[str, Any]:
+    def op_empty(self) -> Reply:
         """No work: the judge times this round trip beside each call (the harness's own share)."""
         return {}
 
-    def op_dtypes(self) -> dict[str, Any]:
+    def op_dtypes(self) -> Reply:
         return {"dtypes": sorted(object_dtypes(self.candidate))}
 
-    def op_memory(self, reset: bool) -> dict[str, Any]:
+    def op_memory(self, reset: bool) -> Reply:
         if not self.device.startswith("cuda"):
             return {"allocated_gib": None, "reserved_gib": None}
         import torch
@@ -262,7 +292,7 @@ class Worker:
         return {"allocated_gib": torch.cuda.max_memory_allocated(self.device) / 2**30,
                 "reserved_gib": torch.cuda.max_memory_reserved(self.device) / 2**30}
 
-    def op_peak(self, reset: bool) -> dict[str, Any]:
+    def op_peak(self, reset: bool) -> Reply:
         """This worker's peak memory since the last reset, in GiB: the device's reserved bytes on CUDA,
         the process's resident set (VmHWM, reset through clear_refs) on the CPU; None where unreadable."""
         if self.device.startswith("cuda"):
@@ -282,7 +312,7 @@ class Worker:
             return {"gib": None, "where": "host"}
         return {"gib": kib / 2**20, "where": "host"}
 
-    def op_steady(self, on: bool, pin_cpu: bool, cpu: int | None = None) -> dict[str, Any]:
+    def op_steady(self, on: bool, pin_cpu: bool, cpu: int | None = None) -> Reply:
         """No garbage-collector pause inside a timed round; with pin_cpu, no migration between
         launches; with `cpu`, on that core (every worker of a CPU lane on the same one)."""
         if on:
@@ -354,9 +384,10 @@ class Worker:
                 reply, self.arrays = _error(exc, self.candidate_dir, self.errors_seen), []
             self._reply(reply)
 
-    def _reply(self, header: dict[str, Any]) -> None:
-        header["arrays"], offset = [], 0
-        stored = []
+    def _reply(self, header: Reply) -> None:
+        arrays: list[dict[str, int | str | list[int]]] = []
+        header["arrays"], offset = arrays, 0
+        stored, offsets = [], []
         for a in self.arrays:
             # A permuted view (HWC images made from a CHW tensor) goes as its memory lies, with the
             # permutation: a transposing copy of a batch of 8 images costs 4 ms, a plain one 0.1.
@@ -365,21 +396,24 @@ class Worker:
             if not block.flags.c_contiguous:
                 block, axes = np.ascontiguousarray(a), list(range(a.ndim))
             stored.append(block)
-            header["arrays"].append({"dtype": a.dtype.str, "shape": list(block.shape), "axes": axes,
-                                     "offset": offset})
+            arrays.append({"dtype": a.dtype.str, "shape": list(block.shape), "axes": axes, "offset": offset})
+            offsets.append(offset)
             offset += -(-block.nbytes // ALIGN) * ALIGN
         self.arrays = stored
         if self.arrays:
             view = self._view(offset)
-            for a, spec in zip(self.arrays, header["arrays"]):
-                view[spec["offset"]:spec["offset"] + a.nbytes] = a.data.cast("B")  # a.data: memoryview(a)
-        if "stamps" in header:
-            header["stamps"]["written"] = time.perf_counter()
+            for a, at in zip(self.arrays, offsets):
+                view[at:at + a.nbytes] = a.data.cast("B")  # a.data: memoryview(a)
+        stamps = header.get("stamps")
+        if isinstance(stamps, dict):
+            stamps["written"] = time.perf_counter()
         self.conn.send_bytes(json.dumps(header, default=str).encode())
         self.arrays = []
 
     def _view(self, size: int) -> mmap.mmap:
         """The shared file mapped at `size` bytes or more (grown, never shrunk)."""
+        if self.buffer is None:
+            raise RuntimeError("no shared buffer yet (hello before this operation)")
         if self.view is None or len(self.view) < size:
             if os.fstat(self.buffer.fileno()).st_size < size:
                 self.buffer.truncate(size)
@@ -389,7 +423,7 @@ class Worker:
         return self.view
 
 
-def _request(d: dict[str, Any]) -> Request:
+def _request(d: RequestMessage) -> Request:
     return Request(labels=tuple(d["labels"]), seeds=tuple(d["seeds"]), steps=int(d["steps"]))
 
 
@@ -408,7 +442,7 @@ def _join_group(backend: str, device: str) -> None:
     import torch
     import torch.distributed as dist
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {}  # Any: init_process_group checks each keyword against its own parameter
     if backend == "nccl":
         torch.cuda.set_device(device)
         extra["device_id"] = torch.device(device)  # NCCL bound to this rank's GPU up front
@@ -477,7 +511,8 @@ def group(fds: list[int], logs: list[int]) -> int:
     return code
 
 
-def _fork_worker(zygote_sock: Any, fds: list[int], req: dict[str, Any], close: Sequence[Any] = ()) -> int:
+def _fork_worker(zygote_sock: socket.socket, fds: list[int], req: SpawnMessage,
+                 close: Sequence[socket.socket] = ()) -> int:
     """Fork a worker serving the judge's socket fds[0]; or, for a group of `req["ranks"]` ranks,
     the group's launcher (group()): fds are then the ranks' sockets, then their logs. The zygote's
     own sockets (`zygote_sock`, `close`) are closed in the child."""

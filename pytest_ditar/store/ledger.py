@@ -32,6 +32,7 @@ from pathlib import Path
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.store.atomic import LockTimeout, file_lock, remove_stale_temps, write_text_atomic
 from pytest_ditar.store.paths import TagPaths
+from pytest_ditar.store.records import LedgerRow, RecordVersionError
 
 __all__ = [
     "COLUMNS",
@@ -170,7 +171,7 @@ class Ledger:
 
     # ---- writing -------------------------------------------------------------------------
 
-    def append(self, row: Mapping[str, object]) -> dict[str, object]:
+    def append(self, row: Mapping[str, object]) -> LedgerRow:
         """Append one experiment row; returns the stored row (with run, time and hashes).
 
         Unknown keys raise ValueError; missing columns become "". `run` is assigned (1-based,
@@ -200,7 +201,7 @@ class Ledger:
             # Existing lines are copied byte-for-byte so earlier tampering stays detectable.
             write_text_atomic(self.jsonl_path, "".join(line + "\n" for line in lines + [new_line]))
             self._write_tsv(rows + [stored])
-            return dict(stored)
+            return LedgerRow.from_json(stored)
 
     def repair(self, *, force: bool = False) -> ChainReport:
         """Remove stale temp files and regenerate results.tsv from ledger.jsonl.
@@ -222,11 +223,28 @@ class Ledger:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def rows(self) -> list[dict[str, object]]:
-        """All rows, oldest first (raises LedgerError on malformed JSON)."""
-        return self._parse_all(self._read_jsonl_lines())
+    def rows(self) -> list[LedgerRow]:
+        """All rows, oldest first (raises LedgerError on malformed JSON or a newer release's row)."""
+        try:
+            return [LedgerRow.from_json(r) for r in self._parse_all(self._read_jsonl_lines())]
+        except RecordVersionError as exc:
+            raise LedgerError(f"{self.jsonl_path}: {exc}") from exc
 
-    def last(self, n: int) -> list[dict[str, object]]:
+    def lenient_rows(self) -> list[LedgerRow]:
+        """The rows that parse, the rest skipped: a broken chain is shown (status, the report), never refused."""
+        if not self.jsonl_path.exists():
+            return []
+        rows = []
+        for line in self.jsonl_path.read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                if isinstance(row, dict):
+                    rows.append(LedgerRow.from_json(row))
+            except ValueError:  # malformed JSON, or a newer release's row
+                continue
+        return rows
+
+    def last(self, n: int) -> list[LedgerRow]:
         return self.rows()[-n:] if n > 0 else []
 
     def verify(self) -> ChainReport:

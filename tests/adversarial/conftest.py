@@ -117,13 +117,11 @@ def slow_research(pytester, model_cache, tmp_path_factory) -> Project:
     """A baseline that does a redundant full pass: dropping it is a real ~2x exact speedup. Its lane
     may run 15 s (48 rounds) instead of the suite's 5 s: on a loaded 2-core CI box 5 s bought 12
     rounds of a 55% spread, too few to decide even a 3x win at alpha / K."""
-    import json as _json
 
     from .attacks import REDUNDANT
-    from conftest import REPO
+    from conftest import shared_perf
 
-    perf = {**_json.loads((REPO / "config/autoresearch.json").read_text())["perf"], "max_cv": 0.3,
-            "drift_tolerance": 3.0, "max_rounds": 48, "lane_budget_s": 15.0, "twin": False}
+    perf = shared_perf(max_rounds=48, lane_budget_s=15.0)  # its baseline taken whatever the box's load
     return research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT, config={"perf": perf})
 
 

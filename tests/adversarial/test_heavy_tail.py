@@ -12,13 +12,11 @@ Two shapes: every tenth call 30x (the issue's share and size, as an accident rep
 lucky enough to miss it), and a fifth of the calls at random 10x their own time."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from .attacks import REDUNDANT, sleeps_after
 from .conftest import experiment
-from conftest import REPO, research_project
+from conftest import research_project, shared_perf
 
 pytestmark = pytest.mark.adversarial
 
@@ -32,8 +30,7 @@ A_FIFTH = sleeps_after("        if len(request.labels) == 1:\n"
 
 # the battery's slow baseline (dropping its redundant pass is a real 2x), with room for the tail
 # rounds: alpha 0.01 puts the first look at 44 rounds, a budget that reaches them on a loaded box
-PERF = {**json.loads((REPO / "config/autoresearch.json").read_text())["perf"], "max_cv": 0.3,
-        "drift_tolerance": 3.0, "max_rounds": 64, "lane_budget_s": 60.0, "twin": False, "alpha": 0.01}
+PERF = shared_perf(max_rounds=64, lane_budget_s=60.0, alpha=0.01)  # its baseline taken whatever the load
 
 
 @pytest.fixture

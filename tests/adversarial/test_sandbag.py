@@ -69,7 +69,7 @@ def test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_gua
     sandbag's 7x, against them, stayed under the drift bar there; its guard lane's quiet samples
     showed it (5.09x), and the win was KEPT with that lane merely named. Replayed here without luck:
     a champion drifting on any lane has that drift taken off the objective lane's win, which it
-    explains (core.decision.drift_voids_win)."""
+    explains (core.laneoutcome)."""
     from candidates import REDUNDANT, STOCK
 
     where = host_visible_dir("sandbag")  # a sandbox sees the host here, not in its own /tmp

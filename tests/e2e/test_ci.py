@@ -14,13 +14,12 @@ from pathlib import Path
 from pytest_ditar.core.ci import md_text
 
 from candidates import REDUNDANT, STOCK, slowed
-from conftest import REPO, research_project
+from conftest import research_project, shared_perf
 from jsonschemas import available, validate
 
 # test_guard.py's settings: every lane grows until a slowdown beyond the tolerance is shown or
 # ruled out; the planted slowdown (50%) is over three times the tolerance (15%), for a loaded CI box.
-PERF = {**json.loads((REPO / "config/autoresearch.json").read_text())["perf"],
-        "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 96, "lane_budget_s": 20.0, "twin": False}
+PERF = shared_perf(max_rounds=96, lane_budget_s=20.0)  # its baseline taken whatever the box's load
 TOLERANCE = "--ditar-guard-tolerance=0.15"
 
 

@@ -7,15 +7,14 @@ import os
 import stat
 
 from candidates import ALTERS, STOCK, slowed
-from conftest import REPO, research_project
+from conftest import research_project, shared_perf
 
 # A guard grows every lane until a slowdown beyond the tolerance is shown or ruled out (core.guard;
 # the objective lane too: its sequential "faster?" rule would stop once a win is ruled out, before a
 # slowdown shows). The planted slowdown is 50%, over three times the tolerance: a 30% one read
 # 0.938x on a dozen rounds of a loaded CI box (stop 36) when lanes were not grown; a budget of 20s
 # a lane leaves the growth room there.
-PERF = {**json.loads((REPO / "config/autoresearch.json").read_text())["perf"],
-        "max_cv": 0.3, "drift_tolerance": 3.0, "max_rounds": 96, "lane_budget_s": 20.0, "twin": False}
+PERF = shared_perf(max_rounds=96, lane_budget_s=20.0)  # its baseline taken whatever the box's load
 
 
 def _state(proj) -> dict[str, tuple[int, int]]:

@@ -99,7 +99,10 @@ def _product_perf() -> dict:
 
 def _template(pytester: pytest.Pytester, root: Path) -> Path:
     """A research project on autoresearch/t, REDUNDANT as its baseline, the product's perf settings."""
-    proj = make_project(pytester, mutable_source=REDUNDANT, root=root, config={"perf": _product_perf()})
+    # the product's settings, the baseline's noise bound aside: it is taken whatever the box's load
+    # (tests/integration/cli/test_host_noise.py is about that bound)
+    proj = make_project(pytester, mutable_source=REDUNDANT, root=root,
+                        config={"perf": {**_product_perf(), "max_baseline_win": 100.0}})
     assert proj.config()["perf"]["twin"] is True
     assert proj.ditar("init", "--tag", "t").returncode == 0
     res = proj.ditar("baseline")

@@ -76,7 +76,6 @@ INDIRECT = {
                                  "test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run",
     "pytest_ditar.loop.verify": "tests/e2e/test_firewall.py::"
                                 "test_verify_catches_an_edited_manifest_through_the_ledger_anchor",
-    "pytest_ditar.store.shards": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
     # the plugin: loaded by pytest (entry point pytest11), in every run of a project
     "pytest_ditar.plugin.activation": "tests/integration/plugin/test_activation.py::"
                                       "test_the_suites_folder_or_a_ditar_option_make_a_ditar_run",
@@ -88,8 +87,6 @@ INDIRECT = {
                                      "test_baseline_stores_verified_snapshot",  # the root conftest.py implements one
     "pytest_ditar.plugin.keys": "tests/integration/plugin/test_plugin_hygiene.py::test_exit_status_is_pytests_own",
     # the worker process and what starts it
-    "pytest_ditar.runtime.clock": "tests/e2e/test_workers.py::"
-                                  "test_a_worker_whose_clock_disagrees_with_the_judges_is_a_crash",
     "pytest_ditar.runtime.profiler": "tests/e2e/test_profile.py::"
                                      "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.runtime.worker_main": "tests/e2e/test_workers.py::"

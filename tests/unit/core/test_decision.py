@@ -365,8 +365,10 @@ def test_a_crash_reason_ends_with_the_candidates_frame():
 
 def test_the_champion_is_the_last_keep():
     from pytest_ditar.core.decision import champion_row
+    from pytest_ditar.store.records import LedgerRow
 
-    rows = [{"status": "KEEP", "commit": "a"}, {"status": "DISCARD", "commit": "b"}, {"status": "KEEP", "commit": "c"},
-            {"status": "CRASH", "commit": "d"}, {"status": "DISCARD", "commit": "e"}]
-    assert champion_row(rows)["commit"] == "c"
-    assert champion_row([r for r in rows if r["status"] != "KEEP"]) is None
+    rows = [LedgerRow(n, status=s, commit=c) for n, (s, c) in enumerate(
+        [("KEEP", "a"), ("DISCARD", "b"), ("KEEP", "c"), ("CRASH", "d"), ("DISCARD", "e")], start=1)]
+    champ = champion_row(rows)
+    assert champ is not None and champ.commit == "c"
+    assert champion_row([r for r in rows if r.status != "KEEP"]) is None

@@ -4,6 +4,7 @@ import pytest
 
 from pytest_ditar.core.cumulative import cite
 from pytest_ditar.core.effect import noise_floor, threshold
+from pytest_ditar.store.records import LedgerRow as Row
 
 FLOOR = dict(ratio=1.02, ci_low=0.95, ci_high=1.09, ci_half_width=0.07, abs_shift=0.02, cv_a=0.05, cv_b=0.05,
              n_a=20, n_b=20)
@@ -25,8 +26,8 @@ def test_other_lanes_at_k_times_the_baseline_noise_paired_where_paired_never_bel
 
 def test_cite_chains_the_kept_rows_and_says_so():
     assert cite([]) is None
-    one = cite([{"metric": 2.0, "ci_low": 1.9, "ci_high": 2.1}])
+    one = cite([Row(1, metric=2.0, ci_low=1.9, ci_high=2.1)])
     assert one.text() == "2.000x ci95=[1.900,2.100] chained over 1 KEEP(s)"
-    two = cite([{"metric": 2.0, "ci_low": 1.9, "ci_high": 2.1}, {"metric": "1.5", "ci_low": "", "ci_high": ""}])
+    two = cite([Row(1, metric=2.0, ci_low=1.9, ci_high=2.1), Row(2, metric="1.5", ci_low="", ci_high="")])
     assert two.speedup == pytest.approx(3.0) and two.ci_low is None and two.text() == "3.000x chained over 2 KEEP(s)"
-    assert cite([{"metric": ""}]) is None  # a kept row without a speedup: nothing to cite
+    assert cite([Row(1, metric="")]) is None  # a kept row without a speedup: nothing to cite

@@ -9,9 +9,8 @@ import numpy as np
 
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core import interference, sequential as seq
-from pytest_ditar.core.decision import LaneOutcome
+from pytest_ditar.core.laneoutcome import LaneEvidence, Statistic, compose
 from pytest_ditar.core.meantime import TAIL_CALLS
-from pytest_ditar.loop.lanechecks import interference_checked as _interference_checked
 from pytest_ditar.loop.lanes import judge, plan_for
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
@@ -101,11 +100,13 @@ def test_a_win_made_of_work_left_behind_is_not_judged():
     that, its lower bound is under the bar: UNSTABLE, cause interference. A verdict against the
     candidate stands (the slowdown flattered it), interference named."""
     slowed = interference.AfterCandidate("champion", 0.25, 1e-6, 30, 30, high=0.3)
-    win = LaneOutcome("latency_b1", True, "FASTER", 1.4, 1.3, 1.5, "faster", None, threshold=0.01)
-    out = _interference_checked(win, slowed, 0.05)
+    win = LaneEvidence("latency_b1", True, champion_rounds=30, candidate_rounds=30,
+                       statistic=Statistic("FASTER", 1.4, 1.3, 1.5, "faster"), threshold=0.01, slowed=slowed,
+                       tolerance=0.05)
+    out = compose(win)
     assert out.verdict == "UNSTABLE" and out.cause == "interference" and "does not clear" in out.reason, out
     assert out.reason.startswith("interference: the champion ran 25.0% slower")
-    loss = _interference_checked(replace(win, verdict="NOT_FASTER"), slowed, 0.05)
+    loss = compose(replace(win, statistic=replace(win.statistic, verdict="NOT_FASTER")))
     assert loss.verdict == "NOT_FASTER" and loss.cause is None and "interference" in loss.reason
 
 

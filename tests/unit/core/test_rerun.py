@@ -1,5 +1,7 @@
 """core.rerun: one judgment per change on a champion, one more run for a change the gate could not
 judge. Pure functions over format-patch text and ledger rows."""
+from dataclasses import replace
+
 from pytest_ditar.core import rerun
 from pytest_ditar.core.decision import LaneOutcome, QualityOutcome, RunError, decide
 from pytest_ditar.core.vocabulary import (
@@ -11,6 +13,7 @@ from pytest_ditar.core.vocabulary import (
     OBJECTIVE_UNSTABLE,
     QUALITY,
 )
+from pytest_ditar.store.records import LedgerRow as Row
 
 DIFF = ("diff --git a/mutable/pipeline.py b/mutable/pipeline.py\nindex 1111111..2222222 100644\n"
         "--- a/mutable/pipeline.py\n+++ b/mutable/pipeline.py\n@@ -1 +1 @@\n-a\n+b\n")
@@ -53,24 +56,24 @@ def test_a_candidate_whose_exception_reads_like_the_judge_is_still_judged():
 
 
 def test_a_judged_change_is_refused_and_an_unjudged_one_runs_once_more_linked():
-    row = {"run": 4, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "unjudged": "champion"}
+    row = Row(run=4, patch="k1", parent="champ", status="DISCARD", judged=0, unjudged="champion")
     assert rerun.refusal([], "k1", "champ") is None and rerun.rerun_of([], "k1", "champ") is None
     assert rerun.refusal([row], "k1", "champ") is None  # unjudged once: one more run
     assert rerun.rerun_of([row], "k1", "champ") == 4
-    again = {"run": 5, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "rerun_of": 4,
-             "unjudged": "candidate"}
+    again = Row(run=5, patch="k1", parent="champ", status="DISCARD", judged=0, rerun_of=4,
+             unjudged="candidate")
     why = rerun.refusal([row, again], "k1", "champ")
     assert why and "not judged twice for the candidate's or the champion's doing (runs 4 (champion), 5 (candidate)" \
         in why
-    judged = {"run": 6, "patch": "k2", "parent": "champ", "status": "DISCARD", "judged": 1}
+    judged = Row(run=6, patch="k2", parent="champ", status="DISCARD", judged=1)
     why = rerun.refusal([judged], "k2", "champ")
     assert why and "already judged on this champion (run 6: DISCARD)" in why
     # another champion, another change, or a row from before these columns: nothing in the way
     assert rerun.refusal([judged], "k2", "new-champ") is None
     assert rerun.refusal([judged], "k3", "champ") is None
-    assert rerun.refusal([{"run": 1, "parent": "champ", "status": "DISCARD"}], "", "champ") is None
+    assert rerun.refusal([Row(run=1, parent="champ", status="DISCARD")], "", "champ") is None
     # a re-run that was then judged is a judgment like any other
-    judged_rerun = {"run": 7, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 1, "rerun_of": 4}
+    judged_rerun = Row(run=7, patch="k1", parent="champ", status="DISCARD", judged=1, rerun_of=4)
     assert "run 7: DISCARD" in rerun.refusal([row, judged_rerun], "k1", "champ")
 
 
@@ -99,15 +102,15 @@ def test_a_run_not_judged_because_of_the_host_never_counts_toward_leaving_the_id
     """Under a load that rose after the baseline, an honest 1.2x was not judged in 10 of 11 runs and
     the idea was locked after two. Host runs never count, however many; rows from before the field
     count as the host's; a new baseline lifts a lock; a judged run of the change still ends it."""
-    host = [{"run": n, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0, "unjudged": "host",
-             "time": "2026-12-07T06:00:00+00:00"} for n in range(1, 6)]
+    host = [Row(run=n, patch="k1", parent="champ", status="DISCARD", judged=0, unjudged="host",
+             time="2026-12-07T06:00:00+00:00") for n in range(1, 6)]
     assert rerun.refusal(host, "k1", "champ") is None
-    old = [{"run": n, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 0} for n in (1, 2, 3)]
+    old = [Row(run=n, patch="k1", parent="champ", status="DISCARD", judged=0) for n in (1, 2, 3)]
     assert rerun.refusal(old, "k1", "champ") is None and rerun.row_unjudged(old[0]) == rerun.HOST
-    drifted = [{**r, "unjudged": "champion"} for r in host[:2]]
+    drifted = [replace(r, unjudged="champion") for r in host[:2]]
     assert rerun.refusal(drifted, "k1", "champ") is not None
     assert rerun.refusal(drifted, "k1", "champ", since="2026-12-07T06:30:00Z") is None  # a new baseline since
     assert rerun.refusal(drifted, "k1", "champ", since="2026-12-07T05:30:00Z") is not None
-    judged = {"run": 9, "patch": "k1", "parent": "champ", "status": "DISCARD", "judged": 1}
+    judged = Row(run=9, patch="k1", parent="champ", status="DISCARD", judged=1)
     assert "already judged" in rerun.refusal([*host, judged], "k1", "champ")
     assert "host" in rerun.RULE and "new baseline" in rerun.RULE

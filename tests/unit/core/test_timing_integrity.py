@@ -114,11 +114,17 @@ def test_a_lane_not_faster_by_its_median_names_its_total_time():
     the run DISCARDED without a word of the candidate's total time, 1.4x the champion's. A total
     shown slower, or not shown within tolerance, is named; the verdict stays NOT_FASTER."""
     from pytest_ditar.config.project import PerfConfig
-    from pytest_ditar.loop.lanechecks import mean_checked as _mean_checked
+    from pytest_ditar.core.laneoutcome import LaneEvidence, Statistic, compose
+    from pytest_ditar.loop.lanechecks import total
 
     rng = np.random.default_rng(3)
     champ = list(0.050 * (1 + 0.05 * rng.standard_normal(60)))
-    undecided = LaneOutcome("latency_b1", True, "NOT_FASTER", 1.86, 1.74, 1.88, "not faster beyond 1+1.0%")
+    undecided = Statistic("NOT_FASTER", 1.86, 1.74, 1.88, "not faster beyond 1+1.0%")
+
+    def _mean_checked(stat: Statistic, champion: list[float], samples: list[float], perf: PerfConfig,
+                      checked: bool = True) -> LaneOutcome:
+        return compose(LaneEvidence("latency_b1", True, champion_rounds=60, candidate_rounds=60, statistic=stat,
+                                    total=total(champion, samples, perf) if checked else None))
 
     def tail(share: int, times: float) -> list[float]:
         return [0.025 * (times if i % share == 0 else 1) * (1 + 0.05 * r)
@@ -131,10 +137,11 @@ def test_a_lane_not_faster_by_its_median_names_its_total_time():
     assert unproven.verdict == "NOT_FASTER" and unproven.reason.startswith(
         "not faster by its median call, and its total time is not shown within 5.0%: total time"), unproven.reason
     honest = [0.025 * (1 + 0.05 * r) for r in rng.standard_normal(60)]
-    assert _mean_checked(undecided, champ, honest, PerfConfig()) == undecided  # nothing to name
-    same = LaneOutcome("latency_b1", True, "NOT_FASTER", 1.0, 0.98, 1.06, "not faster beyond 1+1.0%")
+    unchecked = _mean_checked(undecided, champ, honest, PerfConfig(), checked=False)
+    assert _mean_checked(undecided, champ, honest, PerfConfig()) == unchecked  # nothing to name
+    same = Statistic("NOT_FASTER", 1.0, 0.98, 1.06, "not faster beyond 1+1.0%")
     noisy = [0.050 * (1 + 0.2 * r) for r in rng.standard_normal(60)]  # an A/A's spread: unproven, not slower
-    assert _mean_checked(same, champ, noisy, PerfConfig()) == same
+    assert _mean_checked(same, champ, noisy, PerfConfig()) == _mean_checked(same, champ, noisy, PerfConfig(), False)
 
 
 def _anchored(champ_s: float, anchor_s: float, cand_s: float, kept: float, *, rounds: int = 40, seed: int = 8,

@@ -70,22 +70,6 @@ def test_worker_clocks_fold_into_windows_and_busy_time(monkeypatch):
     assert line.endswith(", all phases 12.0s window; wall 21.0s"), line  # first build (1002) to last metrics (1014)
 
 
-def test_process_start_is_before_now_on_linux():
-    """A process started just now reads a start time between its launch and its answer."""
-    import subprocess
-    import sys
-    import time
-
-    if not sys.platform.startswith("linux"):
-        assert timings.process_start_epoch() is None
-        return
-    before = time.time()
-    out = subprocess.run([sys.executable, "-c",
-                          "from pytest_ditar.core import timings; print(timings.process_start_epoch())"],
-                         capture_output=True, text=True, check=True).stdout
-    start = float(out)
-    assert before - 1 <= start <= time.time() + 1  # a clock tick of slack on either side
-
 def test_warm_up_and_each_workers_build_are_reported_apart(monkeypatch):
     """A compiled candidate's cost shows where it was paid: its own build() per worker, and the
     lanes' warm-up (candidate and champion), none of it in a group or in the timed share."""

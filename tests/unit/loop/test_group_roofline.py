@@ -6,6 +6,7 @@ work, a CRASH."""
 from types import SimpleNamespace
 
 from pytest_ditar.loop.champion import with_flops
+from pytest_ditar.loop.results import RunResults
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult
 
 HOST = 1e10  # the host's measured FLOP/s (one worker's thread), stored at the baseline
@@ -13,12 +14,13 @@ HOST = 1e10  # the host's measured FLOP/s (one worker's thread), stored at the b
 
 def _run(gpus: int, seconds: float) -> list:
     lanes = {"split_b1": {"flops": 1e9, "host_flops": HOST}}
-    sess = SimpleNamespace(baseline=lambda: SimpleNamespace(read_json=lambda name: lanes), errors=[],
+    sess = SimpleNamespace(baseline=lambda: SimpleNamespace(read_json=lambda name: lanes),
                            resolved_device=lambda: "cpu")
+    results = RunResults()
     res = LaneResult(LaneMeasurement("split_b1", [seconds] * 5, []), None, "none", 0.0)
-    out = with_flops(sess, SimpleNamespace(name="split_b1", gpus=gpus), res)
+    out = with_flops(sess, results, SimpleNamespace(name="split_b1", gpus=gpus), res)  # type: ignore[arg-type]
     assert out.flops == 1e9 and res.flops is None  # a new result; the one given is left as it was
-    return sess.errors
+    return list(results.errors)
 
 
 def test_two_ranks_may_beat_one_device_but_not_two():

@@ -16,13 +16,14 @@ from pytest_ditar.loop.table import run_table
 from pytest_ditar.report.data import Experiment, cumulative_best
 from pytest_ditar.report.html import build_report
 from pytest_ditar.report.images import diff_heatmap
+from pytest_ditar.store.records import LedgerRow
 
 WIDTH, HEIGHT = 1280, 2000
 
 
 def _exp(run: int, status: str, metric=None, lo=None, hi=None) -> Experiment:
-    return Experiment({"run": run, "status": status, "metric": metric if metric is not None else "",
-                       "ci_low": lo if lo is not None else "", "ci_high": hi if hi is not None else ""})
+    return Experiment(LedgerRow(run, status=status, metric=metric if metric is not None else "",
+                                ci_low=lo if lo is not None else "", ci_high=hi if hi is not None else ""))
 
 
 def test_cumulative_best_chains_kept_speedups_with_a_ci_of_the_product():
@@ -58,11 +59,11 @@ def test_the_chained_ci_covers_the_product_as_often_as_it_says():
 def test_the_plot_tells_an_unjudged_discard_from_a_quality_or_guard_one():
     from pytest_ditar.report.plot import point_kind
 
-    unstable = Experiment({"run": 2, "status": "DISCARD", "metric": "", "judged": 0,
-                           "reason": "lane latency_b1 unstable: champion drift"})
-    old_row = Experiment({"run": 3, "status": "DISCARD", "metric": "", "reason": "lane latency_b1 unstable: spread"})
-    quality = Experiment({"run": 4, "status": "DISCARD", "metric": "", "judged": 1, "reason": "quality 2/6 failed"})
-    slower = Experiment({"run": 5, "status": "DISCARD", "metric": 0.98, "judged": 1, "reason": "lane not faster"})
+    unstable = Experiment(LedgerRow(run=2, status="DISCARD", metric="", judged=0,
+                           reason="lane latency_b1 unstable: champion drift"))
+    old_row = Experiment(LedgerRow(run=3, status="DISCARD", metric="", reason="lane latency_b1 unstable: spread"))
+    quality = Experiment(LedgerRow(run=4, status="DISCARD", metric="", judged=1, reason="quality 2/6 failed"))
+    slower = Experiment(LedgerRow(run=5, status="DISCARD", metric=0.98, judged=1, reason="lane not faster"))
     assert [point_kind(e) for e in (unstable, old_row, quality, slower)] == [
         "DISCARD (lane UNSTABLE, not judged)", "DISCARD (quality/guard, not timed)",  # its field, never its words
         "DISCARD (quality/guard, not timed)", "DISCARD"]
@@ -135,7 +136,7 @@ def test_a_kept_runs_section_shows_each_lanes_rounds_as_histograms(tmp_path):
 def test_the_progress_plot_numbers_runs_as_integers_and_draws_no_interval_with_nothing_kept():
     from pytest_ditar.report.plot import progress_figure
 
-    unjudged = Experiment({"run": 3, "status": "DISCARD", "metric": 2.44, "judged": 0, "reason": "unstable"})
+    unjudged = Experiment(LedgerRow(run=3, status="DISCARD", metric=2.44, judged=0, reason="unstable"))
     ax = progress_figure([_exp(2, "DISCARD", 0.9, 0.8, 1.0), unjudged]).axes[0]
     assert all(float(t).is_integer() for t in ax.get_xticks()), ax.get_xticks()  # no run 2.5
     assert not ax.collections[0].get_label().startswith("best: 95% CI")  # nothing kept: no band

@@ -63,16 +63,17 @@ def test_append_and_read(tmp_path):
     led = Ledger(tmp_path / "state")  # created on first append
     assert led.rows() == [] and led.verify().ok
     stored = led.append(sample(0, status="KEEP"))
-    assert stored["run"] == 1
-    assert stored["time"].endswith("+00:00")
-    assert stored["prev_hash"] == GENESIS_HASH
-    assert stored["hash"] == row_hash(stored) and stored["schema_version"] == 1  # hashed with the row
+    assert stored.run == 1
+    assert stored.time.endswith("+00:00")
+    assert stored.prev_hash == GENESIS_HASH
+    raw = json.loads(led.jsonl_path.read_text().splitlines()[0])
+    assert stored.hash == row_hash(raw) and stored.schema_version == 1  # hashed with the row
     second = led.append({"commit": "x", "description": "partial row"})
-    assert second["run"] == 2 and second["prev_hash"] == stored["hash"]
-    assert second["lane"] == "" and second["metric"] == ""  # missing columns filled
+    assert second.run == 2 and second.prev_hash == stored.hash
+    assert second.lane == "" and second.metric == ""  # missing columns filled
     rows = led.rows()
-    assert [r["run"] for r in rows] == [1, 2]
-    assert rows[0]["metric"] == 1.0 and rows[0]["off_target"] is True
+    assert [r.run for r in rows] == [1, 2]
+    assert rows[0].metric == 1.0 and rows[0].off_target is True
     tsv = led.tsv_path.read_text().splitlines()
     assert tsv[0].split("\t") == list(COLUMNS)
     assert tsv[1].split("\t")[COLUMNS.index("off_target")] == "1"
@@ -84,7 +85,7 @@ def test_append_and_read(tmp_path):
 def test_caller_time_kept_and_tabs_escaped(tmp_path):
     led = Ledger(tmp_path)
     led.append(sample(0, time="2025-01-01T00:00:00+00:00", description="a\tb\nc\\d"))
-    assert led.rows()[0]["description"] == "a\tb\nc\\d"
+    assert led.rows()[0].description == "a\tb\nc\\d"
     line = led.tsv_path.read_text().splitlines()[1]
     cells = line.split("\t")
     assert len(cells) == len(COLUMNS)
@@ -96,7 +97,7 @@ def test_caller_time_kept_and_tabs_escaped(tmp_path):
 def test_non_finite_float_stored_as_text(tmp_path):
     led = Ledger(tmp_path)
     led.append(sample(0, metric=float("nan")))
-    assert led.rows()[0]["metric"] == "nan"
+    assert led.rows()[0].metric == "nan"
     assert led.verify().ok
 
 
@@ -233,7 +234,7 @@ def test_lock_timeout(tmp_path):
             led.append(sample(0))
     finally:
         os.close(fd)
-    assert led.append(sample(0))["run"] == 1
+    assert led.append(sample(0)).run == 1
 
 
 def _writer(state_dir: str, worker: int, n: int) -> None:
@@ -253,8 +254,8 @@ def test_concurrent_appends(tmp_path):
     led = Ledger(tmp_path)
     rows = led.rows()
     assert len(rows) == 40
-    assert sorted(r["run"] for r in rows) == list(range(1, 41))
-    assert len({r["description"] for r in rows}) == 40
+    assert sorted(r.run for r in rows) == list(range(1, 41))
+    assert len({r.description for r in rows}) == 40
     report = led.verify()
     assert report.ok and report.n_rows == 40 and report.repairable == ()
 
@@ -274,9 +275,9 @@ def test_kept_commits_last_and_champion(tmp_path):
     led.append(sample(3, status="KEEP", lane="throughput_b8"))
     led.append(sample(4, status="KEEP"))
     led.append(sample(5, status="CRASH"))
-    assert [r["commit"] for r in kept_rows(led.rows())] == ["c000001", "c000003", "c000004"]
+    assert [r.commit for r in kept_rows(led.rows())] == ["c000001", "c000003", "c000004"]
     assert kept_commit(led) == "c000004"
-    assert [r["run"] for r in led.last(2)] == [4, 5]
+    assert [r.run for r in led.last(2)] == [4, 5]
     assert led.last(0) == [] and len(led.last(99)) == 5
 
 
@@ -406,7 +407,7 @@ def test_a_ledger_written_before_a_later_column_still_verifies_and_grows(tmp_pat
     assert report.ok, report.problems
     assert any("older release" in r for r in report.repairable), report.repairable
     stored = ledger.append(sample(3, sandbox="on"))
-    assert stored["run"] == 3 and stored["sandbox"] == "on"
+    assert stored.run == 3 and stored.sandbox == "on"
     after = ledger.verify()
     assert after.ok and not after.repairable, (after.problems, after.repairable)
     header = (tmp_path / "results.tsv").read_text().splitlines()[0]
@@ -414,7 +415,7 @@ def test_a_ledger_written_before_a_later_column_still_verifies_and_grows(tmp_pat
 
     # a results.tsv of the release with `sandbox` but not the re-run columns is repairable as well
     mid = [c for c in COLUMNS if c not in ("patch", "judged", "rerun_of", "unjudged")]
-    rows = ledger.rows()
+    rows = [json.loads(line) for line in ledger.jsonl_path.read_text().splitlines()]
     (tmp_path / "results.tsv").write_text("\t".join(mid) + "\n" + "".join(
         "\t".join(str(r.get(c, "")) for c in mid) + "\n" for r in rows))
     mid_report = ledger.verify()
