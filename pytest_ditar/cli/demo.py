@@ -132,9 +132,9 @@ def _mislabelled(ws: Path) -> str:
     return stock.replace("guidance_scale=self.spec.guidance,", "guidance_scale=self.spec.guidance * 0.75,")
 
 
-def _commit_candidate(ws: Path, source: str, cls: str, subject: str) -> None:
+def _commit_candidate(ws: Path, source: str, claimed_class: str, subject: str) -> None:
     (ws / "mutable" / "pipeline.py").write_text(source)
-    branches.commit_tracked(ws, f"{subject}\n\n{TRAILER} {cls}", user=DEMO_USER)
+    branches.commit_tracked(ws, f"{subject}\n\n{TRAILER} {claimed_class}", user=DEMO_USER)
 
 
 def showcase_problem(doc: dict, want: str) -> tuple[str, str] | None:
@@ -211,12 +211,13 @@ def _quality_step(ws: Path) -> None:
             print("[demo]   " + line)
 
 
-def _experiment_step(ws: Path, zygotes: list[dict], source: str, cls: str, subject: str,
+def _experiment_step(ws: Path, zygotes: list[dict], source: str, claimed_class: str, subject: str,
                      want: str) -> tuple[str, str] | None:
     """Commit a candidate and judge it; the problem (why, what to do) where its verdict is not `want`."""
-    _commit_candidate(ws, source, cls, subject)
-    print(f"[demo] experiment: {subject} (class {cls}; shown to be {want})")
-    res = _ditar(ws, "experiment", "--classification", cls, "--description", subject, "--json", check=False)
+    _commit_candidate(ws, source, claimed_class, subject)
+    print(f"[demo] experiment: {subject} (class {claimed_class}; shown to be {want})")
+    res = _ditar(ws, "experiment", "--classification", claimed_class, "--description", subject, "--json",
+                 check=False)
     _note_zygote(ws, zygotes)
     try:
         doc = json.loads(res.stdout)

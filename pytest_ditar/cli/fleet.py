@@ -78,12 +78,12 @@ def _promote(cfg, args: argparse.Namespace, tag: str, name: str) -> int:
         raise DitarError("fleet promote: --host names the host whose champion to re-judge")
     cand, _ = fleet.stage(cfg, tag, args.remote, args.host)
     print(f"fleet promote: host {args.host}'s champion {cand.source_commit[:7]} committed here as "
-          f"{cand.commit[:7]} ({cand.cls}); the gate judges it against this host's champion")
+          f"{cand.commit[:7]} ({cand.claimed_class}); the gate judges it against this host's champion")
     exp = argparse.ArgumentParser()
     exp.add_argument("--config")
     exp.add_argument("--tag")
     Experiment.add_arguments(exp)
-    ns = exp.parse_args(["--config", args.config, "--tag", tag, "--classification", cand.cls, "--description",
+    ns = exp.parse_args(["--config", args.config, "--tag", tag, "--classification", cand.claimed_class, "--description",
                          f"promote host {args.host}'s champion {cand.source_commit[:7]}"])
     rc = Experiment.run(ns)
     out, row = fleet.verdict_row(cfg, tag, cand)

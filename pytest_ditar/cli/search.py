@@ -49,7 +49,7 @@ class Search(Command):
         if args.k is None or args.k < 1:
             print("dit-ar search: --k must be >= 1", file=sys.stderr)
             return 2
-        hits = knowledge.search(handbook_dir, args.query, k=args.k, tag=args.search_tag, cls=args.cls)
+        hits = knowledge.search(handbook_dir, args.query, k=args.k, tag=args.search_tag, class_name=args.cls)
         if args.json:
             print(json.dumps([dict(rank=i, **h.to_dict()) for i, h in enumerate(hits, start=1)], indent=2))
             return 0

@@ -115,8 +115,8 @@ class Config:
     def sandboxed(self) -> bool:
         return self.sandbox != "off"
 
-    def thresholds_for(self, cls: str) -> Thresholds:
-        return self.thresholds[cls]
+    def thresholds_for(self, class_name: str) -> Thresholds:
+        return self.thresholds[class_name]
 
     def content_hash(self) -> str:
         return hashlib.sha256(self.path.read_bytes()).hexdigest()
@@ -171,11 +171,12 @@ def _typecheck(where: str, key: str, value: object, annotation: str) -> object:
             return convert(value)
     raise AssertionError(f"unhandled annotation {annotation}")
 
-def build_dataclass(cls: type, raw: object, where: str, prefix: str = "", **extra: Any) -> Any:
+
+def build_dataclass(dataclass_type: type, raw: object, where: str, prefix: str = "", **extra: Any) -> Any:
     """Build a frozen dataclass from a mapping, rejecting unknown keys and wrong types."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: '{prefix.rstrip('.') or 'top level'}' must be a mapping")
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in extra}
+    fields = {f.name: f for f in dataclasses.fields(dataclass_type) if f.name not in extra}
     kwargs: dict[str, Any] = dict(extra)
     for key, value in raw.items():
         if key not in fields:
@@ -183,7 +184,7 @@ def build_dataclass(cls: type, raw: object, where: str, prefix: str = "", **extr
             raise ConfigError(f"{where}: unknown key '{prefix}{key}' (known: {known})")
         kwargs[key] = _typecheck(where, prefix + key, value, str(fields[key].type))
     try:
-        return cls(**kwargs)
+        return dataclass_type(**kwargs)
     except ConfigError as exc:  # a range check in __post_init__: name the file too
         raise ConfigError(f"{where}: {exc}") from None
 

@@ -27,9 +27,9 @@ def configured(cfg: Config) -> bool:
     return bool(sem.clip_model and sem.clip_weights and sem.lpips_weights)
 
 
-def unavailable(cfg: Config, cls: str) -> str | None:
-    """Why this session cannot judge `cls`, in a few words, or None when it can."""
-    if not needed(cfg.thresholds_for(cls)):
+def unavailable(cfg: Config, class_name: str) -> str | None:
+    """Why this session cannot judge `class_name`, in a few words, or None when it can."""
+    if not needed(cfg.thresholds_for(class_name)):
         return None
     if not configured(cfg):
         return "no CLIP/LPIPS evaluators configured"
@@ -40,16 +40,16 @@ def unavailable(cfg: Config, cls: str) -> str | None:
     return None
 
 
-def class_refusal(cfg: Config, cls: str) -> str | None:
+def class_refusal(cfg: Config, judged_class: str) -> str | None:
     """The class gate's reason, or None: word for word the same in a gated run and in a smoke check
     (`pytest -m quality --ditar-class CLASS`). It names who fixes it, never the agent."""
-    why = unavailable(cfg, cls)
+    why = unavailable(cfg, judged_class)
     if why is None:
         return None
     usable = [c for c in CLASSES if unavailable(cfg, c) is None]
     other = f"choose a class this session can judge ({', '.join(usable)})" if usable else "choose another class"
-    return (f"class '{cls}' cannot be judged in this session: {why} (semantic.clip_model, semantic.clip_weights and "
-            f"semantic.lpips_weights); {OWNER}: {other} or stop")
+    return (f"class '{judged_class}' cannot be judged in this session: {why} (semantic.clip_model, "
+            f"semantic.clip_weights and semantic.lpips_weights); {OWNER}: {other} or stop")
 
 
 def availability(cfg: Config) -> list[tuple[str, str | None]]:

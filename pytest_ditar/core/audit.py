@@ -14,7 +14,7 @@ from pytest_ditar.core.thresholds import Thresholds
 from pytest_ditar.core.vocabulary import REPRODUCING_CLASSES
 
 
-def audit_batch(cls: str, t: Thresholds, latents: np.ndarray, images: np.ndarray,
+def audit_batch(claimed_class: str, t: Thresholds, latents: np.ndarray, images: np.ndarray,
                 ref_latents: np.ndarray | None, ref_images: np.ndarray | None) -> tuple[int, str] | None:
     """(index in the batch, what is wrong) for the first image that fails, else None.
     Without a reference (no champion in the run) only the self-checks apply."""
@@ -25,14 +25,14 @@ def audit_batch(cls: str, t: Thresholds, latents: np.ndarray, images: np.ndarray
             and (latents.shape != ref_latents.shape or images.shape != ref_images.shape):
         return 0, f"output shape {tuple(images.shape)} differs from the champion's {tuple(ref_images.shape)}"
     for i in range(images.shape[0]):
-        problem = _one(cls, t, latents[i], images[i],
+        problem = _one(claimed_class, t, latents[i], images[i],
                        None if ref_latents is None else ref_latents[i], None if ref_images is None else ref_images[i])
         if problem:
             return i, problem
     return None
 
 
-def _one(cls: str, t: Thresholds, lat: np.ndarray, img: np.ndarray, ref_lat: np.ndarray | None,
+def _one(claimed_class: str, t: Thresholds, lat: np.ndarray, img: np.ndarray, ref_lat: np.ndarray | None,
          ref_img: np.ndarray | None) -> str | None:
     if not np.isfinite(lat).all():
         return "non-finite latents"
@@ -44,15 +44,16 @@ def _one(cls: str, t: Thresholds, lat: np.ndarray, img: np.ndarray, ref_lat: np.
     ref_max = float(np.max(np.abs(b)))
     if float(np.max(np.abs(c))) > t.latent_range_factor * ref_max:
         return f"latent |max| outside {t.latent_range_factor:g} x the champion's {ref_max:.4g}"
-    if cls not in REPRODUCING_CLASSES:
+    if claimed_class not in REPRODUCING_CLASSES:
         return None  # an approximate claim is judged against the baseline, on the corpus and holdout
     rel = float(np.linalg.norm(c - b) / (np.linalg.norm(b) or 1.0))
     if t.latent_rel_l2_max is not None and rel > t.latent_rel_l2_max:
-        return f"labelled '{cls}' but latent_rel_l2 {rel:.4g} > {t.latent_rel_l2_max:g} against the champion"
+        return f"labelled '{claimed_class}' but latent_rel_l2 {rel:.4g} > {t.latent_rel_l2_max:g} against the champion"
     worst = float(np.max(np.abs(c - b)))
     if t.latent_max_abs_max is not None and worst > t.latent_max_abs_max:
-        return f"labelled '{cls}' but latent_max_abs {worst:.4g} > {t.latent_max_abs_max:g} against the champion"
+        return (f"labelled '{claimed_class}' but latent_max_abs {worst:.4g} > {t.latent_max_abs_max:g} "
+                "against the champion")
     psnr = psnr_uint8(img, ref_img)
     if t.psnr_min is not None and psnr < t.psnr_min and not math.isinf(psnr):
-        return f"labelled '{cls}' but psnr {psnr:.4g} dB < {t.psnr_min:g} dB against the champion"
+        return f"labelled '{claimed_class}' but psnr {psnr:.4g} dB < {t.psnr_min:g} dB against the champion"
     return None

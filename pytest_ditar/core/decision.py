@@ -319,7 +319,7 @@ def verdict_line(
     ci_high: float | None,
     quality_pass: int | None,
     quality_total: int | None,
-    cls: str | None,
+    judged_class: str | None,
     commit: str | None,
     off_target: bool,
     sandbox_off: bool = False,
@@ -342,7 +342,7 @@ def verdict_line(
         f"speedup={speed if speed == 'n/a' else speed + 'x'}",
         f"ci95=[{_fmt(ci_low)},{_fmt(ci_high)}]",
         f"quality={quality}",
-        f"class={_token(cls)}",
+        f"class={_token(judged_class)}",
         f"commit={_token(commit)}",
     ]
     if decision.status != "KEEP":

@@ -32,7 +32,7 @@ class Metrics:
 @dataclass(frozen=True)
 class ContractResult:
     item_id: str
-    cls: str
+    class_name: str  # the class whose contract it is: the run's judged class, or a claim checked
     metrics: Metrics
     failures: tuple[str, ...] = field(default_factory=tuple)
 
@@ -102,15 +102,15 @@ def compute_metrics(cand_latents: np.ndarray, cand_image: np.ndarray, base_laten
     )
 
 
-def check_contract(item_id: str, cls: str, m: Metrics, t: Thresholds) -> ContractResult:
+def check_contract(item_id: str, class_name: str, m: Metrics, t: Thresholds) -> ContractResult:
     """Apply one class's floors to one item's metrics; every broken floor is listed."""
     fails: list[str] = []
     if not m.finite:
         fails.append("non-finite values (NaN/Inf) in latents")
-        return ContractResult(item_id, cls, m, tuple(fails))
+        return ContractResult(item_id, class_name, m, tuple(fails))
     if math.isnan(m.psnr):
         fails.append("output shape differs from the baseline")
-        return ContractResult(item_id, cls, m, tuple(fails))
+        return ContractResult(item_id, class_name, m, tuple(fails))
     if m.constant_image:
         fails.append("image is constant (a blank output)")
     if m.latent_abs_max > t.latent_range_factor * m.baseline_abs_max:
@@ -121,14 +121,14 @@ def check_contract(item_id: str, cls: str, m: Metrics, t: Thresholds) -> Contrac
     _lower(fails, "psnr", m.psnr, t.psnr_min, "dB")
     _lower(fails, "ssim", m.ssim, t.ssim_min)
     if t.semantic_required and (m.lpips is None or m.clip_score is None):
-        fails.append(f"class '{cls}' needs the semantic evaluators (CLIP, LPIPS) and they are not configured")
+        fails.append(f"class '{class_name}' needs the semantic evaluators (CLIP, LPIPS) and they are not configured")
     _upper(fails, "lpips", m.lpips, t.lpips_max)
     if t.clip_drop_max is not None and m.clip_score is not None and m.clip_score_baseline is not None:
         drop = m.clip_score_baseline - m.clip_score
         if drop > t.clip_drop_max:
             fails.append(f"clip_score dropped {drop:.4f} > {t.clip_drop_max:g} "
                          f"({m.clip_score:.4f} vs baseline {m.clip_score_baseline:.4f})")
-    return ContractResult(item_id, cls, m, tuple(fails))
+    return ContractResult(item_id, class_name, m, tuple(fails))
 
 
 def _upper(fails: list[str], name: str, value: float | None, limit: float | None) -> None:
@@ -143,7 +143,7 @@ def _lower(fails: list[str], name: str, value: float | None, floor: float | None
 
 def format_failure(res: ContractResult, where: Mapping[str, str] | None = None) -> str:
     m = res.metrics
-    lines = [f"quality contract '{res.cls}' failed for item {res.item_id}:"]
+    lines = [f"quality contract '{res.class_name}' failed for item {res.item_id}:"]
     lines += [f"  - {f}" for f in res.failures]
     lines.append("  metrics: " + ", ".join(f"{k}={_fmt(v)}" for k, v in m.as_dict().items() if v is not None))
     for label, path in (where or {}).items():

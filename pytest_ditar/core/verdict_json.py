@@ -78,7 +78,7 @@ class Verdict:
     ci_high: float | None = None
     quality_pass: int | None = None
     quality_total: int | None = None
-    cls: str | None = None
+    judged_class: str | None = None
     commit: str | None = None
     off_target: bool = False
     sandbox_off: bool = False
@@ -86,7 +86,8 @@ class Verdict:
     def line(self) -> str:
         return verdict_line(self.decision, lane=self.lane, speedup=self.speedup, ci_low=self.ci_low,
                             ci_high=self.ci_high, quality_pass=self.quality_pass, quality_total=self.quality_total,
-                            cls=self.cls, commit=self.commit, off_target=self.off_target, sandbox_off=self.sandbox_off)
+                            judged_class=self.judged_class, commit=self.commit, off_target=self.off_target,
+                            sandbox_off=self.sandbox_off)
 
 
 def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, LaneData] | None = None,
@@ -112,7 +113,7 @@ def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, Lan
         "quality": ({"passed": verdict.quality_pass, "total": verdict.quality_total}
                     if verdict is not None and verdict.quality_pass is not None and verdict.quality_total is not None
                     else None),
-        "class": verdict.cls if verdict is not None else None,
+        "class": verdict.judged_class if verdict is not None else None,
         "reason": refusal if refusal is not None else d.reason if d is not None and d.status != "KEEP" else "",
         "unmeasured": list(d.unmeasured) if d is not None and d.status == "KEEP" else [],
         "off_target": bool(verdict.off_target) if verdict is not None else False,

@@ -208,7 +208,7 @@ def search(
     query: str,
     k: int = 5,
     tag: str | None = None,
-    cls: str | None = None,
+    class_name: str | None = None,
 ) -> list[Hit]:
     """Top-k handbook sections for ``query`` (BM25 via bm25s), optionally filtered by tag/class."""
     qtokens = tokenize(query)
@@ -218,13 +218,13 @@ def search(
     import numpy as np
 
     scores = np.asarray(retriever.get_scores(qtokens), dtype=float)
-    if tag is not None or cls is not None:
+    if tag is not None or class_name is not None:
         tag_l = tag.lower() if tag else None
         mask = np.array(
             [
                 m is not None
                 and (tag_l is None or tag_l in (t.lower() for t in m["tags"]))
-                and (cls is None or m["cls"] == cls)
+                and (class_name is None or m["cls"] == class_name)
                 for m in meta
             ],
             dtype=bool,

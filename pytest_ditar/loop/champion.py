@@ -77,11 +77,11 @@ def build(sess: DitarSession, champion_commit: str | None, head: str | None, sta
     return sess.build_at_commit(champion_commit, BUILD_PHASE, start_only=start_only, ranks=ranks)
 
 
-def store(sess: DitarSession, results: RunResults, commit_sha: str, cls: str) -> Path:
+def store(sess: DitarSession, results: RunResults, commit_sha: str, claimed_class: str) -> Path:
     """A kept candidate's outputs and lane results become the champion's snapshot."""
     lanes = results.lanes_dict()
     return write_snapshot(_dir(sess, commit_sha), [results.outputs[i.id] for i in sess.suite.corpus],
-                          {"kind": "champion", "git_sha": commit_sha, "class": cls},
+                          {"kind": "champion", "git_sha": commit_sha, "class": claimed_class},
                           extra_files={"lanes.json": json.dumps(lanes, default=str).encode()}, force=True)
 
 

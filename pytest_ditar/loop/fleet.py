@@ -227,7 +227,7 @@ class Candidate:
     commit: str  # the commit the gate judges here
     source: HostState
     source_commit: str
-    cls: str  # the class the gate judges it as: the source's cumulative class
+    claimed_class: str  # its trailer's class: the source's cumulative class, the gate judges it as
     card_diff: tuple[str, ...]
 
 
@@ -287,17 +287,17 @@ def stage(cfg: Config, tag: str, remote: str, host: str) -> tuple[Candidate, lis
     if isinstance(found, rules.Refusal):
         raise DitarError(found.line())
     kept = kept_rows([r for r in src.rows if r.status in STATUSES])
-    cls = cumulative_class([r.cls for r in kept])
+    claimed_class = cumulative_class([r.cls for r in kept])
     trees.take_paths(cfg.root, found, cfg.mutable_paths)
     if not branches.index_changed(cfg.root):
         raise DitarError(rules.Refusal(rules.ALREADY, f"champion {found[:7]} of host {host}",
                                        "its mutable files are this host's HEAD's already").line())
     msg = (f"Promote host {host}'s champion {found[:7]}\n\nRe-judged on host {here.host} "
-           f"(dit-ar fleet promote).\n\n{TRAILER} {cls}\nDitar-Promote: {host} {found}\n")
+           f"(dit-ar fleet promote).\n\n{TRAILER} {claimed_class}\nDitar-Promote: {host} {found}\n")
     commit = branches.commit_index(cfg.root, msg, user=PROMOTER)
     card_card = ref_row.get("card")
     diff = rules.card_diff(card_card if isinstance(card_card, Mapping) else {}, here.card)
-    return Candidate(commit, src, found, cls, diff), fleet_rows
+    return Candidate(commit, src, found, claimed_class, diff), fleet_rows
 
 
 def verdict_row(cfg: Config, tag: str, cand: Candidate) -> tuple[rules.Promotion, dict[str, object] | None]:
@@ -313,5 +313,5 @@ def verdict_row(cfg: Config, tag: str, cand: Candidate) -> tuple[rules.Promotion
     here = own_state(cfg, tag)
     return out, fleetlog.new_row(kind=kind, host=here.host, tag=tag, commit=cand.commit, source_host=cand.source.host,
                                  source_commit=cand.source_commit, speedup=r.metric, ci_low=r.ci_low,
-                                 ci_high=r.ci_high, **{"class": cand.cls}, card=dict(here.card),
+                                 ci_high=r.ci_high, **{"class": cand.claimed_class}, card=dict(here.card),
                                  card_diff=list(cand.card_diff), note=r.reason)

@@ -22,10 +22,8 @@ from pytest_ditar.core.decision import (
     GuardResult,
     QualityOutcome,
     RunError,
-    cumulative_class,
     decide,
     kept_rows,
-    validate_class,
 )
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.quality import aggregate, check_contract, compute_metrics, margins
@@ -35,6 +33,7 @@ from pytest_ditar.hardware.fingerprint import target_header
 from pytest_ditar.hardware.profiles import get_profile
 from pytest_ditar.loop import backup, champion, gitpins, guards, holdout, phases, record, startup, tryout
 from pytest_ditar.loop.baseline import create_baseline, manifest_summary
+from pytest_ditar.loop.classes import judged_class_of, read_claim
 from pytest_ditar.loop.options import Exit, RunOptions
 from pytest_ditar.loop.preflight import ExperimentMeta, Preflight, Refusal, ReportOnly
 from pytest_ditar.loop.remote import missing_state
@@ -175,11 +174,11 @@ class Gate:
         """Every check passed: the run is gated. The guards that judge (a DISCARD, not a refusal)
         run now; then the watches, the memory cap and the workers' builds."""
         s, meta = self.sess, cast(ExperimentMeta, self.meta)
-        s.judge_as(cumulative_class([*self._kept_classes(), meta.cls]))
+        s.judge_as(judged_class_of(self._kept_classes(), meta.claim))
         self.guards += guards.check_guards(self.root, mutable_paths=s.cfg.mutable_paths, fixed_paths=s.cfg.fixed_paths,
                                            recorded_hashes=base.manifest.get("fixed_paths", {}),
                                            baseline_commit=self.baseline_commit)
-        self.guards.append(self._class_gate(s.cls))
+        self.guards.append(self._class_gate(s.judged_class))
         self.gated = True
         s.run_dir()  # exists before any candidate code runs
         # the state as the candidate finds it
@@ -221,13 +220,13 @@ class Gate:
             self.summary_lines.append(f"ditar: report only: config {self.sess.cfg.path} is not the repository's; "
                                       "nothing recorded")
         try:
-            claimed = [validate_class(self.opts.cls)] if self.opts.cls else []
+            claim = read_claim(self.opts.claimed_class, None)  # a report names its class by the option alone
         except ValueError as exc:
             self.refusal = str(exc)
             return False
-        self.sess.judge_as(cumulative_class([*self._kept_classes(), *claimed]))
+        self.sess.judge_as(judged_class_of(self._kept_classes(), claim))
         if self.items_collected:  # a smoke check: the class gate of a gated run, same words
-            self.refusal = class_refusal(self.sess.cfg, self.sess.cls)
+            self.refusal = class_refusal(self.sess.cfg, self.sess.judged_class)
             self.refused_class = self.refusal is not None
         return self.refusal is None
 
@@ -235,9 +234,14 @@ class Gate:
         rows = self.ledger.rows()
         return [r.cls for r in kept_rows(rows)]
 
-    def _class_gate(self, cls: str) -> GuardResult:
-        why = class_refusal(self.sess.cfg, cls)  # the smoke check refuses with the same words
+    def _class_gate(self, judged_class: str) -> GuardResult:
+        why = class_refusal(self.sess.cfg, judged_class)  # the smoke check refuses with the same words
         return GuardResult("class_gate", why is None, why or "")
+
+    def claimed_class(self) -> str | None:
+        """The class the output audit holds timed outputs to: the commit's claim in a gated run; None
+        elsewhere (the lanes take the judged class)."""
+        return self.meta.claimed_class if self.gated and self.meta else None
 
     def bind_memory_budget(self) -> None:
         """Workers built from now on cap their allocator at the target's memory: a candidate that
@@ -257,11 +261,11 @@ class Gate:
         failed = startup.prestart(self.sess, self.opts)
         self.start_failures += [failed] if failed else []
 
-    def follow(self, cls: str | None, run_dir: str | None, gated: bool) -> None:
+    def follow(self, judged_class: str | None, run_dir: str | None, gated: bool) -> None:
         """An xdist worker takes the controller's go-ahead: its (cumulative) class judges every item,
         its run dir takes the logs, and a gated run caps the memory of the workers built here."""
-        if cls:
-            self.sess.judge_as(cls)
+        if judged_class:
+            self.sess.judge_as(judged_class)
         if run_dir:
             self.sess.run_dir(use=Path(run_dir))
         if gated:
@@ -367,7 +371,7 @@ class Gate:
         passed, total, failures = aggregate(results)
         claim_ok, claim_reason = self._class_claim(made) if results and not errors else (True, "")
         if claim_ok and results and not errors:  # quantization: no required score may regress
-            claim_ok, claim_reason = regression.claim(s.cfg.thresholds_for(s.cls), results)
+            claim_ok, claim_reason = regression.claim(s.cfg.thresholds_for(s.judged_class), results)
         quality = QualityOutcome(passed, total, failures, class_claim_ok=claim_ok, class_claim_reason=claim_reason,
                                  holdout_failures=held) \
             if results or not any(not g.ok for g in self.guards) else None
@@ -377,19 +381,21 @@ class Gate:
 
     def _class_claim(self, made: Frozen) -> tuple[bool, str]:
         """An exact/numerical claim must reproduce the CHAMPION's outputs within that class's tolerance."""
-        cls = self.meta.cls if self.meta else "exact"
-        if cls not in REPRODUCING_CLASSES:
+        claimed_class = self.meta.claimed_class if self.meta else "exact"
+        if claimed_class not in REPRODUCING_CLASSES:
             return True, ""
         try:
             champ = champion.snapshot(self.sess, self.ledger)
         except DitarError as exc:
             return False, f"champion outputs unavailable: {exc}"
-        t = self.sess.cfg.thresholds_for(cls)
+        t = self.sess.cfg.thresholds_for(claimed_class)
         for item_id, out in made.outputs.items():
             ref = champ.output(item_id)
-            res = check_contract(item_id, cls, compute_metrics(out.latents, out.image, ref.latents, ref.image), t)
+            m = compute_metrics(out.latents, out.image, ref.latents, ref.image)
+            res = check_contract(item_id, claimed_class, m, t)
             if not res.passed:
-                return False, f"labelled '{cls}' but differs from the champion on {item_id}: {res.failures[0]}"
+                return False, (f"labelled '{claimed_class}' but differs from the champion on {item_id}: "
+                               f"{res.failures[0]}")
         return True, ""
 
     def log_report(self, nodeid: str, when: str, outcome: str, longrepr: str = "") -> str | None:
@@ -410,16 +416,17 @@ class Gate:
         out = []
         if res.quality and not self.gated:
             passed, total, _ = aggregate(list(res.quality.values()))
-            out.append(f"ditar: quality {passed}/{total} passed (class {s.cls}) - report only, nothing recorded")
-            room = margins(list(res.quality.values()), s.cfg.thresholds_for(s.cls))
+            out.append(f"ditar: quality {passed}/{total} passed (class {s.judged_class}) - report only, "
+                       "nothing recorded")
+            room = margins(list(res.quality.values()), s.cfg.thresholds_for(s.judged_class))
             if room:  # how close the edit came to each floor of the class
-                out.append(f"ditar: margins to the '{s.cls}' floors: " + "; ".join(room))
+                out.append(f"ditar: margins to the '{s.judged_class}' floors: " + "; ".join(room))
         out += [f"ditar: lane {oc.name}: {oc.verdict} {oc.reason}" for oc in res.outcomes()]
         states = {k: devstate.describe(r.measurement.rounds_state, r.measurement.energy_per_image_j)
                   for k, r in res.lanes.items()}
         out += [f"ditar: lane {k} rounds: {line}" for k, line in states.items() if line]  # the device's state
         if self.gated and self.decision is not None:
-            out += run_table(list(res.lanes.values()), list(res.quality.values()), self.decision, s.cls)
+            out += run_table(list(res.lanes.values()), list(res.quality.values()), self.decision, s.judged_class)
         if s.clock.seconds:  # any run that built or generated, a sharded quality phase included
             out.append(s.clock.line())
         return out + self.summary_lines

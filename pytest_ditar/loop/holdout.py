@@ -185,14 +185,14 @@ def run(sess: DitarSession, results: RunResults, baseline_commit: str,
             ev = cast(Evaluators, evaluators_for(sess))  # wanted(sess): never None
             scores = pair_scores(ev, items, [cand_outs[it.id].image for it in items],
                                  [base_outs[it.id].image for it in items])
-    t = cfg.thresholds_for(sess.cls)
+    t = cfg.thresholds_for(sess.judged_class)
     judged, failures = [], []
     for it, extra in zip(items, scores):
         c, b = cand_outs[it.id], base_outs[it.id]
         m = compute_metrics(c.latents, c.image, b.latents, b.image)
         if extra:
             m = replace(m, **extra)
-        res = check_contract(it.id, sess.cls, m, t)
+        res = check_contract(it.id, sess.judged_class, m, t)
         res = replace(res, failures=res.failures + _item_regressions(t, m))
         judged.append(res)
         if not m.finite:
@@ -267,5 +267,5 @@ def run_for_gate(gate: Gated) -> tuple[tuple[str, ...], str | None]:
         pass  # the verdict does not depend on the log
     seeds = ",".join(str(it.seed) for it in report.items)
     state = report.note or (f"{len(report.failures)} failed" if report.failures else "ok")
-    return report.failures, (f"ditar: holdout {len(report.items)} fresh seed(s) [{seeds}] class {sess.cls}: "
+    return report.failures, (f"ditar: holdout {len(report.items)} fresh seed(s) [{seeds}] class {sess.judged_class}: "
                              f"{state} ({report.seconds:.2f}s)")

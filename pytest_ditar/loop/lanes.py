@@ -328,7 +328,7 @@ class LaneRunner:
         watches come back with them)."""
         sess = self.sess
         assert sides.candidate is not None  # _references built it first
-        cls = self.claimed_class() or sess.cls
+        claimed_class = self.claimed_class() or sess.judged_class
         device = sess.resolved_device()
         ranks = lane.gpus
         devices = [rank_device(device, r) for r in range(ranks)] if ranks > 1 else [device]
@@ -342,7 +342,7 @@ class LaneRunner:
             m = measure_lane(sides.candidate, sess.suite, lane, champion=sides.champion, twin=sides.twin,
                              benchmark=benchmark, timeout_s=sess.cfg.item_timeout_s, progress=progress,
                              pin_cpu=sess.cfg.perf.pin_cpu, stream=self.requests(),
-                             audit=output_audit(cls, sess.cfg.thresholds_for(cls)),
+                             audit=output_audit(claimed_class, sess.cfg.thresholds_for(claimed_class)),
                              probe=objective and self.gated(), sequential=sides.sequential, anchor=sides.anchor,
                              anchor_rounds=anchor.ROUNDS, anchor_budget_s=anchor.BUDGET_S, empty=objective)
             _note_phases(sess, m)

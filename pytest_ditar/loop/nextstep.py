@@ -85,18 +85,18 @@ def _after_verdict(gate: Gate, d: Decision) -> str:
 
 def _after_try(gate: Gate) -> str:
     """`dit-ar try`: the step its outcome calls for (program.md, "Try before you commit")."""
-    out, cls = gate.try_outcome, gate.opts.cls or gate.sess.cls
+    out, claimed_class = gate.try_outcome, gate.opts.claimed_class or gate.sess.judged_class
     assert out is not None
     drop = (f"drop the edit (`git checkout -- {' '.join(gate.sess.cfg.mutable_paths)}`; this try is noted for "
             "later sessions, `dit-ar status` lists it), then a different hypothesis")
     return {
-        "FASTER": f"worth a commit: commit with the trailer `Ditar-Class: {cls}`, then "
-                  f"`dit-ar experiment --classification {cls} --description \"...\"`",
+        "FASTER": f"worth a commit: commit with the trailer `Ditar-Class: {claimed_class}`, then "
+                  f"`dit-ar experiment --classification {claimed_class} --description \"...\"`",
         "NOT_FASTER": f"not faster than the champion beyond the gate's bar: {drop}",
         "SLOWER": f"slower than the champion: {drop}",
         "REJECTED": f"the timing was voided (its lane line says why; a cache is no speed-up): {drop}",
-        "QUALITY_FAILED": f"{(out.total or 0) - (out.passed or 0)} item(s) fail the '{out.cls}' contract against the "
-                          "baseline: fix the edit, or try the looser class it belongs to",
+        "QUALITY_FAILED": f"{(out.total or 0) - (out.passed or 0)} item(s) fail the '{out.judged_class}' contract "
+                          "against the baseline: fix the edit, or try the looser class it belongs to",
         "CRASH": "the candidate did not run (errors above): fix it, then `dit-ar try` again",
         "UNSTABLE": "undecided: the host's noise, not the idea (its lane line says why); `dit-ar try` once more as it "
                     "is; UNSTABLE again: `dit-ar doctor`, and do what its `host:` line says before a third try (never "
@@ -114,13 +114,13 @@ def _after_smoke(gate: Gate) -> str | None:
     if not r.quality:
         return None
     passed, total, _ = aggregate(list(r.quality.values()))
-    cls = gate.opts.cls
+    claimed_class = gate.opts.claimed_class
     if passed < total:
-        return (PREFIX + f"{total - passed} item(s) fail the '{s.cls}' contract against the baseline: fix the edit, "
-                "or smoke-check the looser class it belongs to")
-    if not cls:
-        return PREFIX + (f"judged as '{s.cls}' (the branch's class); smoke-check your claim: "
+        return (PREFIX + f"{total - passed} item(s) fail the '{s.judged_class}' contract against the baseline: "
+                "fix the edit, or smoke-check the looser class it belongs to")
+    if not claimed_class:
+        return PREFIX + (f"judged as '{s.judged_class}' (the branch's class); smoke-check your claim: "
                          "`pytest -m quality --ditar-class CLASS`")
-    return (PREFIX + f"`dit-ar try --classification {cls} --description \"...\"` times it against the champion; "
-            f"FASTER: commit with the trailer `Ditar-Class: {cls}`, then "
-            f"`dit-ar experiment --classification {cls} --description \"...\"`")
+    return (PREFIX + f"`dit-ar try --classification {claimed_class} --description \"...\"` times it against the "
+            f"champion; FASTER: commit with the trailer `Ditar-Class: {claimed_class}`, then "
+            f"`dit-ar experiment --classification {claimed_class} --description \"...\"`")

@@ -40,7 +40,7 @@ class RunOptions:
     config_path: Path | None = None
     tag: str | None = None
     device: str | None = None  # None: auto (an xdist worker's own GPU, else cuda when available)
-    cls: str | None = None  # the experiment class; None: the commit's trailer
+    claimed_class: str | None = None  # the experiment class; None: the commit's trailer
     description: str | None = None  # None: the commit's subject
     no_revert: bool = False  # record the verdict but leave git alone
     gate_demanded: bool = False  # refuse instead of reporting when the run cannot be a full gate

@@ -54,7 +54,7 @@ def record_quality(gate: QualityRun) -> str:
     run_dir = s.run_dir()
     d = run_dir / "quality-phase"
     payload = r.dump(d, "quality")
-    payload.update(head=gate.head, cls=s.cls, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
+    payload.update(head=gate.head, cls=s.judged_class, guards=[g.__dict__ for g in gate.guards], run_dir=str(run_dir))
     write_json_atomic(d / "quality.json", payload, default=str)
     write_json_atomic(pointer_path(s), {"head": gate.head, "record": str(d / "quality.json"), "run_dir": str(run_dir)},
                       default=str)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Union
+from typing import Any, Callable, Iterable, Union, cast
 
-from pytest_ditar.core.decision import GuardResult, validate_class
+from pytest_ditar.core.decision import GuardResult
 from pytest_ditar.core.vocabulary import TRAILER
 from pytest_ditar.loop import backup, champion, gitpins, guards, record, roles, stamps
 from pytest_ditar.loop.bound import bound_refusal
+from pytest_ditar.loop.classes import Claim, read_claim
 from pytest_ditar.loop.options import RunOptions
 from pytest_ditar.loop.session import DitarSession
 from pytest_ditar.loop.tags import off_research_branch
@@ -54,29 +55,27 @@ def walk(checks: Iterable[tuple[str, Callable[[], Stop | None]]]) -> Stop | None
 
 @dataclass(frozen=True)
 class ExperimentMeta:
-    cls: str
+    claim: Claim
     description: str
 
+    @property
+    def claimed_class(self) -> str:
+        return cast(str, self.claim.claimed_class)  # read_meta makes no meta without one
 
-def read_meta(root: Path, cls_opt: str | None, desc_opt: str | None) -> ExperimentMeta | None:
-    """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject. An
-    option and a trailer that name different classes are refused (ValueError): the ledger would record
-    one class and the git history another."""
+
+def read_meta(root: Path, claimed_class: str | None, desc_opt: str | None) -> ExperimentMeta | None:
+    """Class and description: options first, else the commit's `Ditar-Class:` trailer and subject
+    (loop.classes.read_claim validates the class; ValueError where it names none)."""
     msg = queries.commit_message(root)
     subject = msg.strip().splitlines()[0] if msg.strip() else ""
     trailer = None
     for line in msg.splitlines():
         if line.strip().lower().startswith(TRAILER.lower()):
             trailer = line.split(":", 1)[1].strip()
-    cls = cls_opt or trailer
-    if not cls:
+    claim = read_claim(claimed_class, trailer)
+    if claim.claimed_class is None:
         return None
-    cls = validate_class(cls)
-    if cls_opt and trailer and validate_class(trailer) != cls:
-        raise ValueError(f"its trailer '{TRAILER} {trailer}' and the class given ({cls}) differ, so the ledger and "
-                         f"the git history would disagree: run it as '{trailer}' (`--classification {trailer}`), or "
-                         f"change the trailer to '{TRAILER} {cls}' (`git commit --amend`)")
-    return ExperimentMeta(cls, desc_opt or subject)
+    return ExperimentMeta(claim, desc_opt or subject)
 
 
 class Preflight:
@@ -214,7 +213,7 @@ class Preflight:
     def _check_meta(self) -> Stop | None:
         head = str(self.head)
         try:
-            self.meta = read_meta(self.root, self.opts.cls, self.opts.description)
+            self.meta = read_meta(self.root, self.opts.claimed_class, self.opts.description)
         except ValueError as exc:
             return Refusal("meta", f"commit {head[:7]}: {exc}")
         if self.meta is None:

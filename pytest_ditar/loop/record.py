@@ -48,7 +48,7 @@ class Claim(Protocol):
     """What the record reads of the commit's claim (loop.preflight.ExperimentMeta)."""
 
     @property
-    def cls(self) -> str: ...
+    def claimed_class(self) -> str: ...
     @property
     def description(self) -> str: ...
 
@@ -202,12 +202,12 @@ def _bare_record(gate: RunFacts, d: Decision) -> Recorded:
         device = str(s.device)
     d = replace(d, judged=rerun.judged(d.status, d.causes),
                 unjudged=rerun.unjudged_cause(d.status, d.causes, d.lane_cause))
-    verdict = Verdict(d, s.cfg.objective_lane, cls=s.cls, commit=(gate.head or "")[:7], off_target=off,
-                      sandbox_off=not s.cfg.sandboxed)
+    verdict = Verdict(d, s.cfg.objective_lane, judged_class=s.judged_class, commit=(gate.head or "")[:7],
+                      off_target=off, sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
-        "commit": gate.head, "parent": gate.parent, "class": meta.cls if meta else "",
+        "commit": gate.head, "parent": gate.parent, "class": meta.claimed_class if meta else "",
         "description": meta.description if meta else "", "lane": s.cfg.objective_lane, "status": d.status,
-        "reason": d.reason, "cumulative_class": s.cls, "device": device, "off_target": int(off),
+        "reason": d.reason, "cumulative_class": s.judged_class, "device": device, "off_target": int(off),
         "sandbox": s.cfg.sandbox, "judged": int(d.judged), "unjudged": d.unjudged})
     moved = None
     with contextlib.suppress(Exception):  # where the branch went, for the revert; the full record may have failed here
@@ -336,7 +336,7 @@ def _summary(gate: RunFacts, d: Decision) -> dict[str, Any]:
     s, r = gate.sess, gate.results
     return {"schema_version": SCHEMA_VERSION, "decision": d.status, "reason": d.reason, "reasons": list(d.reasons),
             "commit": gate.head, "judged": d.judged, "unjudged": d.unjudged, "rerun_of": d.rerun_of,
-            "class": gate.meta.cls if gate.meta else "", "cumulative_class": s.cls,
+            "class": gate.meta.claimed_class if gate.meta else "", "cumulative_class": s.judged_class,
             "guards": [g.__dict__ for g in gate.guards],
             "quality": {k: {"passed": q.passed, "failures": list(q.failures), **q.metrics.as_dict()}
                         for k, q in r.quality.items()},
@@ -370,12 +370,12 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
     s = gate.sess
     space.ensure_room(gate.root, s.state_dir)  # a disk filled during the run: refused before a byte is written
     run_dir = s.run_dir()
-    cls = gate.meta.cls if gate.meta else ""
+    claimed_class = gate.meta.claimed_class if gate.meta else ""
     d, key = _judgment(gate, d)
     try:
         write_json_atomic(run_dir / "summary.json", _summary(gate, d), indent=1, default=str)
         if d.status == "KEEP":
-            champion.store(s, gate.results, cast(str, gate.head), cls)  # a judged run: its commit
+            champion.store(s, gate.results, cast(str, gate.head), claimed_class)  # a judged run: its commit
             s.keep_compilations()  # its compilations join the champion's cache once its workers end
         warmstart.hand_over(TagPaths(s.state_dir))  # backed up with the row: the next run's zygote
     except OSError as exc:
@@ -389,15 +389,15 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
     off = off_target(s)
     verdict = Verdict(d, s.cfg.objective_lane, speedup=oc.speedup if oc else None,
                       ci_low=oc.ci_low if oc else None, ci_high=oc.ci_high if oc else None,
-                      quality_pass=passed, quality_total=total, cls=s.cls, commit=(gate.head or "")[:7],
-                      off_target=off, sandbox_off=not s.cfg.sandboxed)
+                      quality_pass=passed, quality_total=total, judged_class=s.judged_class,
+                      commit=(gate.head or "")[:7], off_target=off, sandbox_off=not s.cfg.sandboxed)
     notes = _append_row(gate, {
-        "commit": gate.head, "parent": gate.parent or queries.state(gate.root).parent, "class": cls,
+        "commit": gate.head, "parent": gate.parent or queries.state(gate.root).parent, "class": claimed_class,
         "description": gate.meta.description if gate.meta else "", "lane": s.cfg.objective_lane,
         "metric": oc.speedup if oc else None, "ci_low": oc.ci_low if oc else None,
         "ci_high": oc.ci_high if oc else None,
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
-        "reason": d.reason, "cumulative_class": s.cls, "device": s.resolved_device(), "off_target": int(off),
+        "reason": d.reason, "cumulative_class": s.judged_class, "device": s.resolved_device(), "off_target": int(off),
         "sandbox": s.cfg.sandbox, "patch": key, "judged": int(d.judged), "rerun_of": d.rerun_of,
         "unjudged": d.unjudged,
     })

@@ -59,7 +59,7 @@ class DitarSession:
     state_dir: Path  # <state>/<tag>: the tag's ledger, baseline, champions and runs
     # where the candidate's failures found here go (the gate's RunResults.add_error)
     on_error: Callable[[CandidateError], None] = _ignore
-    cls: str = "exact"  # the class this run is judged under (cumulative for gated runs)
+    judged_class: str = "exact"  # the class this run is judged under (cumulative for gated runs; loop.classes)
     candidate: CandidateWorker | None = None
     candidate_error: CandidateError | None = None  # its build failed: not built again this session
     _model_dir: Path | None = None
@@ -93,9 +93,9 @@ class DitarSession:
         return self._run_dir
 
     # ---- how the run is judged, set through these methods (no other module writes a session) ----
-    def judge_as(self, cls: str) -> None:
+    def judge_as(self, judged_class: str) -> None:
         """The class this run is judged under (a gated run's cumulative one)."""
-        self.cls = cls
+        self.judged_class = judged_class
 
     def cap_memory(self, gib: float | None) -> None:
         """Workers built from now on cap their allocator at `gib` (a gated run's target memory)."""

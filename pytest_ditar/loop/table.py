@@ -14,7 +14,7 @@ def _f(x: Any, spec: str) -> str:
     return format(v, spec) if math.isfinite(v) else str(v)
 
 
-def run_table(lanes: list[Any], quality: list[Any], decision: Any, cls: str) -> list[str]:
+def run_table(lanes: list[Any], quality: list[Any], decision: Any, judged_class: str) -> list[str]:
     """Lines of the end-of-run table: one row per lane, then quality, then the verdict.
 
     `lanes` are perf.LaneResult (or anything with `.outcome`), `quality` quality.ContractResult.
@@ -43,10 +43,10 @@ def run_table(lanes: list[Any], quality: list[Any], decision: Any, cls: str) -> 
     passed = sum(1 for r in quality if r.passed)
     if total:
         worst = min(quality, key=lambda r: r.metrics.psnr if r.metrics.psnr == r.metrics.psnr else -1.0)
-        out.append(f"ditar:   quality {passed}/{total} passed (class {cls}); "
+        out.append(f"ditar:   quality {passed}/{total} passed (class {judged_class}); "
                    f"lowest PSNR {_f(worst.metrics.psnr, '.2f')} dB on {worst.item_id}")
     else:
-        out.append(f"ditar:   quality not run (class {cls})")
+        out.append(f"ditar:   quality not run (class {judged_class})")
     if decision is not None:
         out.append(f"ditar:   verdict {decision.status}" + (f": {decision.reason}" if decision.reason else ""))
     return out

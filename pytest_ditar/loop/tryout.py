@@ -36,7 +36,7 @@ class TryOutcome:
     ci_high: float | None
     passed: int | None
     total: int | None
-    cls: str | None
+    judged_class: str | None
 
     @property
     def exit_status(self) -> int:
@@ -47,7 +47,7 @@ class TryOutcome:
         speed = _fmt(self.speedup)
         quality = "n/a" if self.passed is None or self.total is None else f"{self.passed}/{self.total}"
         return (f"{PREFIX}{self.outcome} lane={self.lane} speedup={speed}{'' if speed == 'n/a' else 'x'} "
-                f"ci95=[{_fmt(self.ci_low)},{_fmt(self.ci_high)}] quality={quality} class={self.cls or 'n/a'}")
+                f"ci95=[{_fmt(self.ci_low)},{_fmt(self.ci_high)}] quality={quality} class={self.judged_class or 'n/a'}")
 
 
 def _fmt(x: float | None) -> str:
@@ -67,7 +67,7 @@ def outcome_of(s: DitarSession, made: RunResults) -> TryOutcome:
     else:
         word = lane.verdict
     return TryOutcome(word, s.cfg.objective_lane, lane.speedup if lane else None, lane.ci_low if lane else None,
-                      lane.ci_high if lane else None, passed, total, s.cls)
+                      lane.ci_high if lane else None, passed, total, s.judged_class)
 
 
 def note(state_dir: Path, out: TryOutcome, head: str | None, description: str | None) -> None:

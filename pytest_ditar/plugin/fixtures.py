@@ -11,10 +11,10 @@ from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import (
     ContractResult,
-    check_contract,
     compute_metrics,
     format_failure,
 )
+from pytest_ditar.loop.classes import contract
 from pytest_ditar.loop.lanes import LaneRunner
 from pytest_ditar.loop.results import RunResults, output_for
 from pytest_ditar.loop.session import DitarSession
@@ -87,7 +87,7 @@ class QualityChecker:
 
                 scores: dict[str, Any] = extra  # Any: replace() checks a ** dict against every field
                 metrics = replace(metrics, **scores)
-            result = check_contract(item.id, sess.cls, metrics, sess.cfg.thresholds_for(sess.cls))
+            result = contract(sess, item.id, metrics)
         self.results.add_quality(result)
         if not metrics.finite:
             self.results.add_error(CandidateError("non_finite", "", item=item.id))
@@ -156,7 +156,7 @@ class PerfRunner:
     def _claimed_class(self) -> str | None:
         """Timed outputs are held to the candidate's own class claim (the cumulative class outside a gate)."""
         gate = self._gate()
-        return gate.meta.cls if gate is not None and gate.gated and gate.meta else None
+        return gate.claimed_class() if gate is not None else None
 
     def _progress(self, lane):
         """A tqdm bar over the lane's timed rounds (terminal only; see console.LiveBars)."""

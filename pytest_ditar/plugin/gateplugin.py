@@ -40,7 +40,7 @@ def run_options(config: pytest.Config, path: Path) -> RunOptions:
     return RunOptions(
         config_path=path, tag=opt("--ditar-tag"),
         device=opt("--ditar-device") or xdist.worker_device(config),  # an xdist worker gwN: cuda:N
-        cls=opt("--ditar-class"), description=opt("--ditar-description"),
+        claimed_class=opt("--ditar-class"), description=opt("--ditar-description"),
         no_revert=bool(opt("--ditar-no-revert")), gate_demanded=bool(opt("--ditar-gate")),
         baseline=bool(opt("--ditar-baseline")), force=bool(opt("--ditar-force")), phase=opt("--ditar-phase"),
         xdist_controller=xdist.is_controller(config), try_only=bool(opt("--ditar-try")),

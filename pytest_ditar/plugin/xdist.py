@@ -124,7 +124,7 @@ class ControllerPlugin:
             return
         self.decided = True
         gate = get_gate(self.config)
-        go: dict[str, Any] = {"run": True, "reason": "", "cls": None, "gated": False, "run_dir": None}
+        go: dict[str, Any] = {"run": True, "reason": "", "judged_class": None, "gated": False, "run_dir": None}
         if gate is not None:
             gate.collected(data["items"], data["lanes"])
             ok = gate.before_tests()
@@ -134,7 +134,7 @@ class ControllerPlugin:
                             "`pytest -m quality -n N --ditar-phase=quality` then `pytest -m perf --ditar-phase=decide`")
                 ok = False
             go = {"run": bool(ok), "reason": gate.refusal or "guard violation: the candidate never runs",
-                  "cls": gate.sess.cls, "gated": gate.gated,
+                  "judged_class": gate.sess.judged_class, "gated": gate.gated,
                   "run_dir": str(gate.sess.run_dir()) if gate.gated else None}
         write_json_atomic(self.go_file, go, default=str)
 
@@ -184,7 +184,7 @@ class WorkerPlugin:
                 "run": False, "reason": "no go-ahead from the xdist controller (pytest-ditar plugin missing there?)"}
             gate = get_gate(self.config)
             if gate is not None and self.go.get("run"):
-                gate.follow(self.go.get("cls"), self.go.get("run_dir"), bool(self.go.get("gated")))
+                gate.follow(self.go.get("judged_class"), self.go.get("run_dir"), bool(self.go.get("gated")))
         return self.go
 
     @pytest.hookimpl(tryfirst=True)

@@ -74,9 +74,9 @@ def empty_call(worker: CandidateWorker, others: list) -> float:
     return seconds
 
 
-def output_audit(cls: str, thresholds: Any) -> Audit:
-    """The audit of a candidate claiming `cls` (core.audit: cheap checks, class-claim thresholds)."""
+def output_audit(claimed_class: str, thresholds: Any) -> Audit:
+    """The audit of a candidate claiming `claimed_class` (core.audit: cheap checks, class-claim thresholds)."""
     def check(cand: Outputs, ref: Outputs | None) -> tuple[int, str] | None:
-        return audit_batch(cls, thresholds, cand.latents, cand.images,
+        return audit_batch(claimed_class, thresholds, cand.latents, cand.images,
                            None if ref is None else ref.latents, None if ref is None else ref.images)
     return check

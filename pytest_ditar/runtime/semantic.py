@@ -40,7 +40,7 @@ class Judged(Protocol):
     def cfg(self) -> Config: ...
 
     @property
-    def cls(self) -> str: ...
+    def judged_class(self) -> str: ...
 
 
 class Stored(Protocol):
@@ -66,7 +66,7 @@ class Scoring(Judged, Protocol):
 
 def wanted(sess: Judged) -> bool:
     """Whether this run scores with the evaluators: its class needs them and they are configured."""
-    return needed(sess.cfg.thresholds_for(sess.cls)) and configured(sess.cfg)
+    return needed(sess.cfg.thresholds_for(sess.judged_class)) and configured(sess.cfg)
 
 
 def label_names() -> tuple[str, ...]:

@@ -24,7 +24,7 @@ API_VERSION = 1  # the payload's format: bump it with an upgrade path in load() 
 
 
 def result_to_dict(r: ContractResult) -> dict[str, Any]:
-    return {"item_id": r.item_id, "cls": r.cls, "metrics": r.metrics.as_dict(), "failures": list(r.failures)}
+    return {"item_id": r.item_id, "cls": r.class_name, "metrics": r.metrics.as_dict(), "failures": list(r.failures)}
 
 
 def result_from_dict(d: dict[str, Any]) -> ContractResult:

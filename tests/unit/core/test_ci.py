@@ -10,7 +10,7 @@ from pytest_ditar.core.verdict_json import Verdict, guard_record, record
 from jsonschemas import available, problems
 
 LINE = dict(lane="latency_b1", speedup=0.81, ci_low=0.75, ci_high=0.9, quality_pass=6, quality_total=6,
-            cls="exact", commit="abc1234", off_target=False)
+            judged_class="exact", commit="abc1234", off_target=False)
 LANE = {"measurement": {"lane": "throughput_b8", "samples": [0.1, 0.11, 0.12]},
         "outcome": {"name": "throughput_b8", "objective": False, "verdict": "REGRESSED", "speedup": 0.7,
                     "ci_low": 0.6, "ci_high": 0.8, "reason": "0.700x slower beyond 5%"},

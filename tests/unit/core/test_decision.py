@@ -284,7 +284,7 @@ VERDICT_RE = re.compile(
 def line(decision: Decision, **kw) -> str:
     args = dict(
         lane="latency_b1", speedup=1.183, ci_low=1.171, ci_high=1.195, quality_pass=32,
-        quality_total=32, cls="exact", commit="abc1234", off_target=False,
+        quality_total=32, judged_class="exact", commit="abc1234", off_target=False,
     )
     args.update(kw)
     return verdict_line(decision, **args)
@@ -326,7 +326,7 @@ def test_verdict_line_keep_off_target_has_no_reason():
 
 
 def test_verdict_line_tokens_never_contain_spaces():
-    text = line(run(), lane=None, cls="", commit="abc 123")
+    text = line(run(), lane=None, judged_class="", commit="abc 123")
     assert "lane=n/a" in text and "class=n/a" in text and "commit=abc_123" in text
     assert VERDICT_RE.fullmatch(text)
 

@@ -7,7 +7,7 @@ from pytest_ditar.core.decision import Decision, verdict_line
 from pytest_ditar.core.verdict_json import Verdict, markdown, parse_line, record
 
 LINE = dict(lane="latency_b1", speedup=1.183, ci_low=1.171, ci_high=1.195, quality_pass=32, quality_total=32,
-            cls="exact", commit="abc1234", off_target=False)
+            judged_class="exact", commit="abc1234", off_target=False)
 
 
 @pytest.mark.parametrize("reason", ['not faster: 0.98x "slower" on C:\\tmp', "two\nlines", ""])

@@ -90,9 +90,9 @@ def test_empty_and_nonsense_queries():
 
 
 def test_class_filter():
-    hits = knowledge.search(HANDBOOK, "int8 quantization tensor cores", k=5, cls="exact")
+    hits = knowledge.search(HANDBOOK, "int8 quantization tensor cores", k=5, class_name="exact")
     assert hits and all(h.cls == "exact" for h in hits)
-    hits = knowledge.search(HANDBOOK, "int8 quantization tensor cores", k=5, cls="quantization")
+    hits = knowledge.search(HANDBOOK, "int8 quantization tensor cores", k=5, class_name="quantization")
     assert hits and {h.path for h in hits} == {"08_quantization/01_quantization_on_ampere_without_fp8.md"}
 
 

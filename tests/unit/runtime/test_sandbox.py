@@ -168,8 +168,8 @@ def test_the_config_key_is_on_by_default_and_off_only_when_said(tmp_path):
 def test_the_verdict_line_says_sandbox_off():
     from pytest_ditar.core.decision import Decision, verdict_line
 
-    args = dict(lane="latency_b1", speedup=1.2, ci_low=1.1, ci_high=1.3, quality_pass=6, quality_total=6, cls="exact",
-                commit="abc1234", off_target=True)
+    args = dict(lane="latency_b1", speedup=1.2, ci_low=1.1, ci_high=1.3, quality_pass=6, quality_total=6,
+                judged_class="exact", commit="abc1234", off_target=True)
     d = Decision("DISCARD", "lane latency_b1 not faster", ("x",))
     assert verdict_line(d, **args, sandbox_off=True).endswith(' off_target=1 sandbox=off')
     assert "sandbox" not in verdict_line(d, **args)
