@@ -35,7 +35,7 @@ FLAGS = dict(ladder.DEFAULTS, FUSED_QKV=True, BATCHED_COND=True, CUDA_GRAPHS=Tru
 def child(args: argparse.Namespace) -> int:
     import torch
 
-    from pytest_ditar.loop.session import open_session
+    from pytest_ditar.loop.run.session import open_session
     from pytest_ditar.runtime.calls import lane_request
     from pytest_ditar.runtime.harness import make_spec
 

@@ -85,7 +85,7 @@ def measured_ceiling_tflops(n: int = 8192, iters: int = 20) -> float | None:
 def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes: list[str] | None = None) -> dict:
     """Time the workspace's champion against each compile mode, lane by lane; write and return the rows."""
     from pytest_ditar.core import stats
-    from pytest_ditar.loop.session import open_session
+    from pytest_ditar.loop.run.session import open_session
     from pytest_ditar.runtime.calls import new_stream
     from pytest_ditar.runtime.lanes import measure_lane
     from pytest_ditar.store.records import read_lanes
@@ -99,7 +99,7 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
     report: dict[str, Any] = {"device": sess.resolved_device(), "ceiling_tflops": ceiling,
                               "measured_ceiling_tflops": measured, "rows": []}
     try:
-        # HEAD's blobs, as the gate builds every role (loop.roles): a worker on the checkout's own
+        # HEAD's blobs, as the gate builds every role (loop.integrity.roles): a worker on the checkout's own
         # folder timed the compiled champion's b1 call 1.86x slower than the gate did (H100, session 24)
         champ = sess.worker(sess.code(), "champion-head")
         t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 # Bytecode is compiled once, as pip does on a user's machine, so that every fresh process (each
 # xdist worker, each gated run) imports what a user's would.
 # The wheels and this checkout reach Python through a .pth in the user's site-packages, not
-# PYTHONPATH: `dit-ar experiment` passes no PYTHON* variable to the judge (loop.hermetic), so a
+# PYTHONPATH: `dit-ar experiment` passes no PYTHON* variable to the judge (loop.integrity.hermetic), so a
 # PYTHONPATH install would vanish from every gated run.
 if [ -d .whl ] && [ ! -f /tmp/site/.ditar-wheels ]; then
   python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

@@ -227,7 +227,7 @@ def main() -> int:
             "worst_ssim": min((v.get("ssim") or 1e9 for v in q.values()), default=None),
             "timings": summary.get("timings", {}),
             "lanes": {},
-            # the compile cache after the run, and what a KEEP added to it (loop.session, runtime.compiled)
+            # the compile cache after the run, and what a KEEP added to it (loop.run.session, runtime.compiled)
             "cache_files": cache_files(ws),
             "cache_added": int(m.group(1)) if (m := re.search(r"ditar: compile cache: (\d+) files", res.stdout)) else 0,
         }

@@ -32,8 +32,8 @@ from pytest_ditar.config.project import load_config  # noqa: E402
 from pytest_ditar.config.suite import load_suite  # noqa: E402
 from pytest_ditar.core.quality import check_contract, compute_metrics  # noqa: E402
 from pytest_ditar.core.stats import NoiseFloor, calibrated_min_effect, noise_floor, paired_noise_floor  # noqa: E402
-from pytest_ditar.loop.lanes import judge  # noqa: E402
-from pytest_ditar.loop.session import DitarSession  # noqa: E402
+from pytest_ditar.loop.perf.lanes import judge  # noqa: E402
+from pytest_ditar.loop.run.session import DitarSession  # noqa: E402
 from pytest_ditar.runtime.lanes import measure_lane  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -9,7 +9,7 @@ all judged by the gate's own lane and statistics code:
   the baseline carries PLANTED, then experiments alternate an A/A commit (a comment changed) and
   a planted win over the current champion. Counts KEEPs of each kind; rounds, seconds and wall
   per decision; where the wall time went.
-- `--mode lanes`: the lane alone (runtime.lanes.measure_lane, loop.lanes.judge with plan_for's
+- `--mode lanes`: the lane alone (runtime.lanes.measure_lane, loop.perf.lanes.judge with plan_for's
   sequential plan), one champion worker and its twin (a second worker of the champion's code,
   timed in the same randomized rounds) against candidate workers planted 0-5% faster, many
   trials: the power curve and the false-KEEP count for a champion of your choice
@@ -305,12 +305,12 @@ def trial_row(label: str, t: int, m, res) -> dict:
 
 
 def _plan(args, champ, twin, suite, lanes, plans, perf) -> dict:
-    """Issue 41: the planner's smallest win per lane (loop.reach), before any candidate worker
+    """Issue 41: the planner's smallest win per lane (loop.perf.reach), before any candidate worker
     exists, from an A/A: the champion against its twin (two processes, as a gated run's
     references; --plan-aa twin) or against itself as `dit-ar baseline` times it (--plan-aa self)."""
     from dataclasses import replace
 
-    from pytest_ditar.loop.reach import lane_reach
+    from pytest_ditar.loop.perf.reach import lane_reach
     from pytest_ditar.runtime.lanes import measure_lane
 
     out = {}
@@ -338,7 +338,7 @@ def lanes_mode(args) -> dict:
 
     from pytest_ditar.config.project import PerfConfig
     from pytest_ditar.config.suite import load_suite
-    from pytest_ditar.loop.lanes import judge, plan_for
+    from pytest_ditar.loop.perf.lanes import judge, plan_for
     from pytest_ditar.runtime.calls import new_stream
     from pytest_ditar.runtime.harness import make_spec, pick_device
     from pytest_ditar.runtime.lanes import measure_lane
@@ -618,7 +618,7 @@ def print_table(out: dict) -> None:
         if plan:
             seen = effect_at_power(by)
             ratio = f", ratio {seen / plan['effect']:.2f}" if seen and plan["effect"] > 0 else ""
-            print(f"{lane:15s} planner (loop.reach, from an A/A before the trials): "
+            print(f"{lane:15s} planner (loop.perf.reach, from an A/A before the trials): "
                   f"1+{plan['effect'] * 100:.1f}% at {plan['power']:.0%} power (spread {plan['spread'] * 100:.1f}%, "
                   f"{plan['rounds']} rounds); "
                   f"measured: " + (f"{seen * 100:.1f}%{ratio}" if seen else f"no effect kept {plan['power']:.0%}"))
@@ -657,7 +657,7 @@ def main() -> int:
                     help="the attack's wait after generate returns (the worker syncs first), before it queues")
     ap.add_argument("--plan", action="store_true",
                     help="lanes mode: first an A/A of the champion as the baseline times it, and the planner's "
-                         "smallest resolvable win from it (loop.reach), beside the measured KEEP rates")
+                         "smallest resolvable win from it (loop.perf.reach), beside the measured KEEP rates")
     ap.add_argument("--plan-aa", choices=("twin", "self"), default="twin",
                     help="--plan's A/A: champion against its twin (default) or against itself (the baseline's)")
     ap.add_argument("--no-twin", dest="twin", action="store_false", help="lanes mode: no twin of the champion")

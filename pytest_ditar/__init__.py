@@ -7,7 +7,7 @@ Python would load instead of the source. The compiled code is cached by the sour
 the judge's own cache (`$DITAR_CACHE/bytecode`, default `~/.cache/pytest-ditar/bytecode`), so a
 process compiles only what it has never seen. This module's own bytecode is the one the
 interpreter chose before any of this ran; the gate refuses a run when it does not match the
-source (loop.stamps).
+source (loop.integrity.stamps).
 """
 from __future__ import annotations
 

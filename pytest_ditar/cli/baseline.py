@@ -8,12 +8,12 @@ import statistics
 from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.hostcheck import MODEST
-from pytest_ditar.loop import warmstart
+from pytest_ditar.loop.run import warmstart
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.records import read_lanes
 from pytest_ditar.vcs import queries
 
-NEXT = "ditar: next: "  # as a gated run's summary ends (loop.nextstep)
+NEXT = "ditar: next: "  # as a gated run's summary ends (loop.judge.nextstep)
 
 
 class Baseline(Command):
@@ -31,7 +31,7 @@ class Baseline(Command):
     def run(cls, args: argparse.Namespace) -> int:
         warmstart.begin(config_path(args), args.tag, records=True)  # the zygote it hands the first gated run
         # start-up: after warmstart.begin, so that the zygote's imports overlap the loop's
-        from pytest_ditar.loop.baseline import create_baseline, manifest_summary, objective_reach
+        from pytest_ditar.loop.judge.baseline import create_baseline, manifest_summary, objective_reach
 
         sess = open_session(args, args.device)
         _refuse_changed_mutable(sess)
@@ -44,7 +44,7 @@ class Baseline(Command):
         print(manifest_summary(path))
         stored = json.loads((path / "lanes.json").read_text())
         for name, lane in read_lanes(stored).items():
-            if lane.noise is None:  # a lane of another kind (loop.lanekinds): its own figure
+            if lane.noise is None:  # a lane of another kind (loop.perf.lanekinds): its own figure
                 print(f"  lane {name}: {lane.figure or 'stored'}")
                 continue
             n = lane.noise

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 from pytest_ditar.config.project import load_config
 from pytest_ditar.config.suite import load_suite
-from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.integrity.tags import resolve_tag
 
 
 class Command:
@@ -47,7 +47,7 @@ def config_path(args: argparse.Namespace) -> Path:
 def open_session(args: argparse.Namespace, device: str | None = None) -> Any:
     """The full session (suite, model settings, device): for the commands that generate."""
     # start-up: every command module imports this one; the session (numpy, the workers) only those that generate
-    from pytest_ditar.loop.session import open_session
+    from pytest_ditar.loop.run.session import open_session
 
     return open_session(config_path(args), tag=args.tag, device=device)
 

@@ -82,7 +82,7 @@ def _retire(zygotes: list[dict]) -> None:
 
 
 def _note_zygote(ws: Path, zygotes: list[dict]) -> None:
-    """The zygote the last gated run handed over (loop.warmstart), if any, to end with the demo."""
+    """The zygote the last gated run handed over (loop.run.warmstart), if any, to end with the demo."""
     cfg = load_config(ws / DEFAULT_CONFIG)
     try:
         rec = json.loads(TagPaths.of(cfg.root, cfg.state_dir, TAG).zygote_file.read_text())

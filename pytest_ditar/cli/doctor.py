@@ -17,8 +17,8 @@ from pytest_ditar.hardware import devstate
 from pytest_ditar.hardware.exclusivity import doctor_row
 from pytest_ditar.hardware.stack import stack_rows
 from pytest_ditar.hardware.topology import collect, doctor_rows
-from pytest_ditar.loop import roles
-from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.integrity import roles
+from pytest_ditar.loop.integrity.tags import resolve_tag
 from pytest_ditar.runtime import sandbox
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
@@ -57,9 +57,9 @@ class Doctor(Command):
 
 def host_rows(args: argparse.Namespace, rows: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]],
                                                                                   str | None]:
-    """The host now (loop.hostprobe): load, the objective lane's A/A noise and the champion's speed,
+    """The host now (loop.perf.hostprobe): load, the objective lane's A/A noise and the champion's speed,
     as rows, and the one sentence that answers "can a modest win be judged now?"."""
-    from pytest_ditar.loop import hostprobe  # start-up: the session (numpy, the workers) only when probing
+    from pytest_ditar.loop.perf import hostprobe  # start-up: the session (numpy, the workers) only when probing
 
     load = hostprobe.load1()
     cores = os.cpu_count() or 1

@@ -20,13 +20,13 @@ from pytest_ditar.config.project import load_config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.verdict_json import record
 from pytest_ditar.core.vocabulary import CLASSES
-from pytest_ditar.loop import hermetic, judgetree, stamps
-from pytest_ditar.loop.bound import bound_refusal
-from pytest_ditar.loop.guards import config_refusal
-from pytest_ditar.loop.nextstep import PREFIX as NEXT
-from pytest_ditar.loop.options import Exit
-from pytest_ditar.loop.phases import run_two_phase
-from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.integrity import hermetic, judgetree, stamps
+from pytest_ditar.loop.integrity.guards import config_refusal
+from pytest_ditar.loop.integrity.tags import resolve_tag
+from pytest_ditar.loop.judge.nextstep import PREFIX as NEXT
+from pytest_ditar.loop.perf.bound import bound_refusal
+from pytest_ditar.loop.run.options import Exit
+from pytest_ditar.loop.run.phases import run_two_phase
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.space import shortage
 from pytest_ditar.vcs import queries
@@ -146,7 +146,7 @@ def _dumps(doc: Mapping[str, object]) -> str:
 def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str, ini_dir: Path) -> list[str]:
     """The gate's pytest command line for `args` (class, tag, device, extra pytest arguments), run
     outside any xdist worker's environment even when dit-ar itself runs inside one, on the judge's
-    own configuration (loop.judgetree: its ini written in `ini_dir`, the project root as rootdir, no
+    own configuration (loop.integrity.judgetree: its ini written in `ini_dir`, the project root as rootdir, no
     conftest), added after the user's arguments were checked."""
     for var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
         os.environ.pop(var)
@@ -174,7 +174,7 @@ def run_judge(cfg: Path, args: argparse.Namespace, prefix: str, command: Callabl
 
 
 def judge_pytest(cfg: Path, tag: str | None, ini_dir: Path) -> list[str]:
-    """`python -m pytest` with the judge's own options first (loop.judgetree.judge_args)."""
+    """`python -m pytest` with the judge's own options first (loop.integrity.judgetree.judge_args)."""
     conf = load_config(cfg)
     try:
         base = judgetree.baseline_commit(conf.root, conf.state_dir, resolve_tag(conf, tag))
@@ -195,8 +195,8 @@ def plugin_flag() -> list[str]:
 
 def hermetic_refusal(path: Path, extra: list[str], tag: str | None, gated: bool = False) -> str | None:
     """Why the extra pytest arguments, the environment, the tree outside the mutable paths
-    (loop.judgetree) or a changed module of the judge's (against the baseline's stamp) may not
-    start a run of the judge (loop.hermetic, loop.stamps), decided before pytest starts: none of
+    (loop.integrity.judgetree) or a changed module of the judge's (against the baseline's stamp) may not
+    start a run of the judge (loop.integrity.hermetic, loop.integrity.stamps), decided before pytest starts: none of
     what they name has run in the judge. A `gated` run takes only the repository's config. The
     gate checks them all again."""
     import json

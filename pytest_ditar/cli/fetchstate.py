@@ -5,9 +5,9 @@ import argparse
 
 from pytest_ditar.cli.command import Command, config_path, open_session
 from pytest_ditar.config.project import load_config
-from pytest_ditar.loop.ci import write_outputs
-from pytest_ditar.loop.remote import fetch_state
-from pytest_ditar.loop.verify import verify
+from pytest_ditar.loop.judge.ci import write_outputs
+from pytest_ditar.loop.run.verify import verify
+from pytest_ditar.loop.share.remote import fetch_state
 
 
 class FetchState(Command):

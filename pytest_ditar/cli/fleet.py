@@ -1,5 +1,5 @@
 """`dit-ar fleet {init,push,promote,launch}`: many hosts, one champion, shared through a git
-remote (docs/fleet.md). The git and fleet rules are loop.fleet's; the re-judge is `dit-ar
+remote (docs/fleet.md). The git and fleet rules are loop.share.fleet's; the re-judge is `dit-ar
 experiment`'s gate, run here on the staged commit."""
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from pytest_ditar.config.project import Config, load_config
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.fleet import reference_row
 from pytest_ditar.core.vocabulary import FLEET_REF, PROMOTION, SCREENING, UNJUDGED
-from pytest_ditar.loop import fleet, launch
-from pytest_ditar.loop.tags import resolve_tag
-from pytest_ditar.loop.worktrees import collect_all
+from pytest_ditar.loop.integrity.tags import resolve_tag
+from pytest_ditar.loop.integrity.worktrees import collect_all
+from pytest_ditar.loop.run import launch
+from pytest_ditar.loop.share import fleet
 from pytest_ditar.vcs import branches, queries, trees
 
 

@@ -3,7 +3,7 @@
 A plain `pytest --ditar-guard` has read the checkout's ini files and conftest.py before any hook
 of ours runs, so a pull request that adds `addopts = -p module` to them runs its code in the very
 process that reports PASS or FAIL. This command holds the checkout to the baseline outside the
-mutable paths first (loop.judgetree, from git's objects), then starts the guard's pytest on the
+mutable paths first (loop.integrity.judgetree, from git's objects), then starts the guard's pytest on the
 judge's own configuration (its ini, the project root as rootdir, no conftest). action.yml runs it.
 """
 from __future__ import annotations

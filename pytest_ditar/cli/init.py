@@ -8,8 +8,8 @@ from typing import cast
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.config.project import load_config
-from pytest_ditar.loop.bound import check_bound_args, experiments_run, write_bound
-from pytest_ditar.loop.worktrees import init_worktree
+from pytest_ditar.loop.integrity.worktrees import init_worktree
+from pytest_ditar.loop.perf.bound import check_bound_args, experiments_run, write_bound
 from pytest_ditar.store.atomic import write_json_atomic
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import MANIFEST

@@ -1,5 +1,5 @@
 """`dit-ar profile`: where one call of the candidate spends its time, by pipeline phase, before a
-hypothesis is written (loop.profile). Times no lane, records nothing, leaves git alone."""
+hypothesis is written (loop.perf.profile). Times no lane, records nothing, leaves git alone."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +12,7 @@ from pytest_ditar.core.attribution import BYPASSED, UNMARKED_WHY
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.kernels import REST, REST_LABEL
 from pytest_ditar.hardware.roofline import fmt_flops
-from pytest_ditar.loop.profile import logs_of, profile
+from pytest_ditar.loop.perf.profile import logs_of, profile
 
 
 class Profile(Command):

@@ -5,8 +5,8 @@ import argparse
 
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.config.project import load_config
-from pytest_ditar.loop.tags import resolve_tag
-from pytest_ditar.loop.verify import recover
+from pytest_ditar.loop.integrity.tags import resolve_tag
+from pytest_ditar.loop.run.verify import recover
 from pytest_ditar.store.paths import TagPaths
 
 

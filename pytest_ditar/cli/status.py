@@ -16,13 +16,13 @@ from pytest_ditar.core.decision import champion_row, cumulative_class, kept_rows
 from pytest_ditar.core.reach import Reach
 from pytest_ditar.core.rerun import counts, row_judged
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION, STATUSES
-from pytest_ditar.loop import fleetview
-from pytest_ditar.loop.bound import experiments_run, read_bound
-from pytest_ditar.loop.nextstep import NOT_JUDGED_RULE
-from pytest_ditar.loop.reach import baseline_reach
-from pytest_ditar.loop.tags import off_research_branch
-from pytest_ditar.loop.verify import state_checks
-from pytest_ditar.loop.worktrees import collect_all, status_all
+from pytest_ditar.loop.integrity.tags import off_research_branch
+from pytest_ditar.loop.integrity.worktrees import collect_all, status_all
+from pytest_ditar.loop.judge.nextstep import NOT_JUDGED_RULE
+from pytest_ditar.loop.perf.bound import experiments_run, read_bound
+from pytest_ditar.loop.perf.reach import baseline_reach
+from pytest_ditar.loop.run.verify import state_checks
+from pytest_ditar.loop.share import fleetview
 from pytest_ditar.store import tried
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths

@@ -4,7 +4,7 @@ contracts, reported, never judged: no verdict, no ledger row, no git (pytest --d
 The agent's "does this help?" before it commits one hypothesis: the objective lane's speedup and CI
 over the champion (the same interleaved, twinned rounds a gated run times), each lane's line, the
 quality summary and the margins to each floor of the class it would claim; then the next step its
-outcome calls for and, last, `DITAR TRY: <outcome> ...` (loop.tryout), the exit status by outcome.
+outcome calls for and, last, `DITAR TRY: <outcome> ...` (loop.run.tryout), the exit status by outcome.
 Each try is noted in the tag's tried.jsonl, which `dit-ar status` lists: a dropped idea leaves a trace.
 """
 from __future__ import annotations
@@ -37,6 +37,6 @@ class Try(Command):
         cfg = config_path(args)
         flags = ["--ditar-try", *([f"--ditar-description={args.description}"] if args.description else []),
                  *([] if args.benchmark_tables else [BENCHMARK_QUIET])]
-        # the outcome's status (loop.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
+        # the outcome's status (loop.run.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
         # 4 refused, pytest's own code for a run that could not happen
         return run_judge(cfg, args, "ditar-try-", lambda ini_dir: pytest_command(args, cfg, *flags, ini_dir=ini_dir))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from pytest_ditar.cli.command import Command, open_session
-from pytest_ditar.loop.verify import verify
+from pytest_ditar.loop.run.verify import verify
 
 
 class Verify(Command):

@@ -52,7 +52,7 @@ class Lane:
     warmup: int = 2
     steps: int | None = None
     gpus: int = 1
-    kind: str = "time"  # what the lane measures (core.vocabulary.LANE_KINDS; loop.lanekinds judges each)
+    kind: str = "time"  # what the lane measures (core.vocabulary.LANE_KINDS; loop.perf.lanekinds judges each)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Suite:
 
     def check_objective(self, name: str, config: Path) -> None:
         """Refuse an objective lane (config's `objective_lane`) of another kind than time: only time
-        decides a KEEP (loop.lanekinds). A name the suite lacks is left to the gate, which names it."""
+        decides a KEEP (loop.perf.lanekinds). A name the suite lacks is left to the gate, which names it."""
         lane = next((ln for ln in self.lanes if ln.name == name), None)
         if lane is not None and lane.kind != "time":
             raise ConfigError(f"{config}: key 'objective_lane' names {lane.name}, a {lane.kind} lane of {self.path}: "

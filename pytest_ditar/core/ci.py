@@ -2,7 +2,7 @@
 workflow commands (`::error`/`::warning` annotations), its `$GITHUB_OUTPUT` lines and a step
 summary in Markdown; and junit testsuite properties for any CI that reads junit (Jenkins, GitLab).
 
-Pure text from a document: loop.ci writes it where the CI's variables point. Every text a
+Pure text from a document: loop.judge.ci writes it where the CI's variables point. Every text a
 candidate can influence (a reason quotes its exception) is escaped as GitHub's runner expects, so
 no reason can end an annotation early or start a workflow command of its own on a new line. And
 the rest of what a run prints (pytest's own report of a failure quotes the exception as it is,

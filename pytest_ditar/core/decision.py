@@ -87,7 +87,7 @@ class LaneOutcome:
     cause: str | None = None
     drift: float | None = None  # the champion's drift against the anchor taken off a win (core.anchor, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
-    figure: str | None = None  # what a lane with no speedup measured, in words, for tables (loop.lanekinds)
+    figure: str | None = None  # what a lane with no speedup measured, in words, for tables (loop.perf.lanekinds)
 
     def __post_init__(self) -> None:
         if self.verdict not in LANE_VERDICTS:
@@ -365,7 +365,7 @@ def kept_rows(rows: Iterable[R]) -> list[R]:
 
 def champion_row(rows: Iterable[R]) -> R | None:
     """The champion's ledger row, the last KEEP; None before any (then the baseline is the
-    champion: loop.champion.commit). Every reader of the champion asks here."""
+    champion: loop.run.champion.commit). Every reader of the champion asks here."""
     kept = kept_rows(rows)
     return kept[-1] if kept else None
 

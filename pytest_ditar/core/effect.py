@@ -1,4 +1,4 @@
-"""The smallest effect a lane's verdict needs: one rule for the gate (loop.lanes.judge) and for
+"""The smallest effect a lane's verdict needs: one rule for the gate (loop.perf.lanes.judge) and for
 `dit-ar compare`, so that compare judges as the gate does.
 
 A lane the sequential plan grew (the objective lane, paired, with its looks) is judged against

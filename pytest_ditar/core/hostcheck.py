@@ -1,6 +1,6 @@
 """`dit-ar doctor`'s answer about the host now (issue 50): can a modest win be judged on it, and if
 not, what to do. From figures the judge measured a moment ago (the load, an A/A probe of the
-baseline's code and the champion's speed beside it, loop.hostprobe) and the ones the baseline
+baseline's code and the champion's speed beside it, loop.perf.hostprobe) and the ones the baseline
 stored. Pure: numbers in, a frozen answer out; the wording is read from its fields.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ on the H200 an unchanged candidate doing so looked 1.6x faster than its champion
   made right after a reference call (the round order is random, so both kinds exist). An honest
   candidate leaves nothing behind; one that does shows as a reference slowed only after it.
 
-Pure functions over per-round records; runtime.lanes records, loop.lanes applies.
+Pure functions over per-round records; runtime.lanes records, loop.perf.lanes applies.
 """
 from __future__ import annotations
 

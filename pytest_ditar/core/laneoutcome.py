@@ -1,6 +1,6 @@
 """A lane's verdict, composed once: its evidence in, its LaneOutcome out (issue 51).
 
-loop.lanes and loop.lanekinds gather what a lane measured and what its checks found (loop.lanechecks:
+loop.perf.lanes and loop.perf.lanekinds gather what a lane measured and what its checks found (loop.perf.lanechecks:
 the total time, the tail's calls; core.anchor's drift; core.interference's slowed reference; the
 GPU's exclusivity) into one frozen LaneEvidence, and `compose` is the one place an outcome is made
 from it: nothing rewrites it afterwards (tests/integration/repo/test_one_outcome_site.py).
@@ -57,7 +57,7 @@ class Statistic:
 
 @dataclass(frozen=True)
 class TotalCheck:
-    """The paired rounds' summed time against the champion's (loop.lanechecks.total)."""
+    """The paired rounds' summed time against the champion's (loop.perf.lanechecks.total)."""
 
     cause: str | None  # TOTAL_SLOWER, TOTAL_UNPROVEN, ONE_ROUND or None: nothing found
     said: str = ""
@@ -66,7 +66,7 @@ class TotalCheck:
 
 @dataclass(frozen=True)
 class TailCheck:
-    """The candidate's timed calls against the tail rule's (loop.lanechecks.tail)."""
+    """The candidate's timed calls against the tail rule's (loop.perf.lanechecks.tail)."""
 
     cause: str | None  # FEW_CALLS, TAIL_UNPROVEN, TAIL_SHOWN or None: enough calls, none confirming
     calls: int  # the calls the rule asks for
@@ -137,7 +137,7 @@ def compose(ev: LaneEvidence) -> LaneOutcome:
 
 def voided(ev: LaneEvidence) -> str | None:
     """The verdict that voids the lane's timing before its statistics (rule 1), or None: its
-    statistics are worth computing (loop.lanes asks before it does)."""
+    statistics are worth computing (loop.perf.lanes asks before it does)."""
     d = _void(ev)
     return None if d is None else d.verdict
 

@@ -23,7 +23,7 @@ ERROR_KINDS: tuple[str, ...] = ("exception", "non_finite", "oom", "timeout")
 NOT_THE_KEPT_BUILD = 2.0
 NOT_KEPT_BUILD = "not_kept_build"
 
-# What a lane measures (its suite's `kind:`, loop.lanekinds): "time" is the timed lane every suite has.
+# What a lane measures (its suite's `kind:`, loop.perf.lanekinds): "time" is the timed lane every suite has.
 LANE_KINDS: tuple[str, ...] = ("time", "memory")
 
 # Why a lane is what it is (LaneOutcome.cause), where a rule reads it; rules read these, never a reason's words.

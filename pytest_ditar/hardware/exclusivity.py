@@ -106,7 +106,7 @@ def gpu_index(device: str) -> int | None:
 
 def own_pids() -> set[int]:
     """This process and every descendant of it (a multi-GPU lane's ranks are ours, not intruders).
-    A lane's watch is given the judge's and its kept zygote's trees instead (loop.lanes,
+    A lane's watch is given the judge's and its kept zygote's trees instead (loop.perf.lanes,
     runtime.proctree.descendants)."""
     tops = {os.getpid()}
     children: dict[int, list[int]] = {}

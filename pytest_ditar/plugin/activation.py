@@ -19,7 +19,7 @@ import pytest
 
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.vocabulary import DEFAULT_CONFIG, ENV_CONFIG
-from pytest_ditar.loop import hermetic  # its copy of the environment, before torch's imports
+from pytest_ditar.loop.integrity import hermetic  # its copy of the environment, before torch's imports
 from pytest_ditar.plugin.keys import RUN_PLUGIN, keep_parser
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
     and environment are checked here, before the first conftest loads; a ditar run that the judge
     did not start (a plain `pytest`) is handed to one it starts (`delegate`). In a ditar project
     (its config named on the command line, in the ini, or at the default path), pytest's
-    assertion-rewrite caches go before the first conftest loads (loop.stamps): whether this is a
+    assertion-rewrite caches go before the first conftest loads (loop.integrity.stamps): whether this is a
     ditar run is not known yet, pytest has not decided its collection arguments."""
     keep_parser(early_config, parser)
     start = early_config.stash[_START_KEY] = ditar_start(early_config)
@@ -113,14 +113,16 @@ def before_conftests(early_config: pytest.Config, parser: pytest.Parser) -> None
     root = Path(early_config.rootpath)
     if getattr(early_config.known_args_namespace, "ditar_config", None) or os.environ.get(ENV_CONFIG) \
             or early_config.getini("ditar_config") or (root / DEFAULT_CONFIG).is_file():
-        from pytest_ditar.loop.stamps import drop_rewrite_caches  # start-up: in a project with a ditar config only
+        from pytest_ditar.loop.integrity.stamps import (
+            drop_rewrite_caches,  # start-up: in a project with a ditar config only
+        )
 
         drop_rewrite_caches(root)
 
 
 class Start(NamedTuple):
     """A ditar run's start: its config, suites folder and invocation folder; the user's arguments
-    when the judge started it (its own options taken off: loop.judgetree), else None."""
+    when the judge started it (its own options taken off: loop.integrity.judgetree), else None."""
     cfg: Any
     path: Path
     suites: Path
@@ -162,7 +164,7 @@ def ditar_start(early_config: pytest.Config) -> Start | None:
                   or suites in (here / str(t).split("::", 1)[0]).resolve().parents for t in targets)
     if not (reaches or any(getattr(ns, dest, None) for dest in OPTIONS)):
         return None
-    from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run only
+    from pytest_ditar.loop.integrity import judgetree  # start-up: git, in a ditar run only
 
     return Start(cfg, Path(path).resolve(), suites, here,
                  judgetree.judge_started(early_config.invocation_params.args, cfg),
@@ -183,10 +185,10 @@ def parsed_from_a_command_line() -> bool:
 
 
 def hermetic_refusal(early_config: pytest.Config, start: Start | None) -> str | None:
-    """Why this pytest start may not be a ditar run (loop.hermetic): an option that loads code, a
+    """Why this pytest start may not be a ditar run (loop.integrity.hermetic): an option that loads code, a
     collection path outside the suites folder, pytest's or Python's code-loading variables; in a
     run the judge started, a tree that differs from the baseline's outside the mutable paths
-    (loop.judgetree). The judge's own options (`-c` its ini, `--rootdir`, `--noconftest`) are taken
+    (loop.integrity.judgetree). The judge's own options (`-c` its ini, `--rootdir`, `--noconftest`) are taken
     off before the rest is checked as the user's. A `-p` module and `PYTEST_PLUGINS` were imported
     by pytest before this plugin: the run is refused, but their code ran (`dit-ar experiment`
     refuses before pytest starts)."""
@@ -204,8 +206,8 @@ def hermetic_refusal(early_config: pytest.Config, start: Start | None) -> str | 
         return (f"environment variable {found[0]} changes how Python runs the judge (it loads code or moves "
                 f"paths): unset it (unset {' '.join(found)}), or run `dit-ar experiment`, which clears it")
     if start.judged is not None and not start.baseline:
-        from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run only
-        from pytest_ditar.loop.tags import resolve_tag  # start-up: the same
+        from pytest_ditar.loop.integrity import judgetree  # start-up: git, in a ditar run only
+        from pytest_ditar.loop.integrity.tags import resolve_tag  # start-up: the same
 
         try:
             tag = resolve_tag(cfg, early_config.known_args_namespace.ditar_tag)
@@ -219,14 +221,14 @@ def delegate(early_config: pytest.Config, start: Start) -> NoReturn:
     """Hand a ditar run started as plain `pytest` to a pytest the judge starts: this process has
     read the project's ini files and conftest.py already (an ini's `-p module` ran before any
     plugin), so it decides nothing. The judge's pytest checks the tree against the baseline, runs
-    on the judge's own configuration (loop.judgetree), and its output and exit status are this
+    on the judge's own configuration (loop.integrity.judgetree), and its output and exit status are this
     run's. A ditar run that is never handed over (its config named by a conftest alone) is refused
     at configure (`before_configure`)."""
     import subprocess
     import tempfile
 
-    from pytest_ditar.loop import judgetree  # start-up: git, in a ditar run handed over only
-    from pytest_ditar.loop.tags import resolve_tag  # start-up: the same
+    from pytest_ditar.loop.integrity import judgetree  # start-up: git, in a ditar run handed over only
+    from pytest_ditar.loop.integrity.tags import resolve_tag  # start-up: the same
     from pytest_ditar.vcs.hardened import judge_env  # start-up: the same
 
     cfg, ns = start.cfg, early_config.known_args_namespace
@@ -258,7 +260,7 @@ def before_configure(config: pytest.Config) -> None:
         if not xdist.is_controller(config):
             # first, before the gate's own imports: a warm zygote is adopted at once, a new one's
             # imports overlap everything the judge does until its first build
-            from pytest_ditar.loop import warmstart  # start-up: it starts a zygote (runtime), in a ditar run only
+            from pytest_ditar.loop.run import warmstart  # start-up: it starts a zygote (runtime), in a ditar run only
 
             warmstart.begin(path, config.getoption("--ditar-tag"), records=records(config))
         from pytest_ditar.plugin import gateplugin  # start-up: the gate, in a ditar run only

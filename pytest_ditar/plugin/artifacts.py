@@ -25,7 +25,7 @@ import pytest
 
 from pytest_ditar.config.project import load_config
 from pytest_ditar.hardware.fingerprint import _cpu_model
-from pytest_ditar.loop.tags import resolve_tag
+from pytest_ditar.loop.integrity.tags import resolve_tag
 from pytest_ditar.plugin.keys import PARSER_KEY
 from pytest_ditar.vcs import queries
 

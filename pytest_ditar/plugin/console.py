@@ -1,4 +1,4 @@
-"""Live progress bars of a gated run (the end-of-run table is loop.table's).
+"""Live progress bars of a gated run (the end-of-run table is loop.run.table's).
 
 Progress bars (tqdm) draw only when stderr is a terminal; pytest captures output while a test
 runs, so each draw briefly suspends capture, as pytest's own live logging does.

@@ -14,10 +14,10 @@ from pytest_ditar.core.quality import (
     compute_metrics,
     format_failure,
 )
-from pytest_ditar.loop.classes import contract
-from pytest_ditar.loop.lanes import LaneRunner
-from pytest_ditar.loop.results import RunResults, output_for
-from pytest_ditar.loop.session import DitarSession
+from pytest_ditar.loop.perf.lanes import LaneRunner
+from pytest_ditar.loop.run.classes import contract
+from pytest_ditar.loop.run.results import RunResults, output_for
+from pytest_ditar.loop.run.session import DitarSession
 from pytest_ditar.plugin.console import bars
 from pytest_ditar.plugin.keys import get_gate, get_session
 from pytest_ditar.runtime.semantic import session_scores, wanted
@@ -134,7 +134,7 @@ def ditar_candidate(ditar_session: DitarSession):
 
 
 class PerfRunner:
-    """The perf fixture: loop.lanes.LaneRunner with this run's gate, bars and skips."""
+    """The perf fixture: loop.perf.lanes.LaneRunner with this run's gate, bars and skips."""
 
     def __init__(self, sess: DitarSession, results: RunResults, config: pytest.Config | None = None):
         self.sess = sess

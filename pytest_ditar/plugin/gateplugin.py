@@ -14,12 +14,12 @@ import pytest
 
 from pytest_ditar.core.ci import resume_commands, stop_commands
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.loop import ci
-from pytest_ditar.loop.gate import Gate
-from pytest_ditar.loop.nextstep import next_step
-from pytest_ditar.loop.options import RunOptions
-from pytest_ditar.loop.results import RunResults
-from pytest_ditar.loop.session import open_session
+from pytest_ditar.loop.judge import ci
+from pytest_ditar.loop.judge.gate import Gate
+from pytest_ditar.loop.judge.nextstep import next_step
+from pytest_ditar.loop.run.options import RunOptions
+from pytest_ditar.loop.run.results import RunResults
+from pytest_ditar.loop.run.session import open_session
 from pytest_ditar.plugin import artifacts, fixtures, keys, xdist
 from pytest_ditar.plugin.console import install_bars
 from pytest_ditar.store.space import is_full
@@ -136,7 +136,7 @@ class GatePlugin:
     def __init__(self, gate: Gate, commands_token: str | None = None):
         self.gate = gate
         self.commands_token = commands_token  # GitHub's runner reads commands again only at the end
-        self.annotations: tuple[str, ...] = ()  # GitHub annotations (loop.ci), printed once commands resume
+        self.annotations: tuple[str, ...] = ()  # GitHub annotations (loop.judge.ci), printed once commands resume
         self.notes: list[str] = []  # this plugin's own summary lines (the filed artifacts)
         self.closed = False
         self.finished = False  # our session finish ran (decided, refused or reported)
@@ -235,7 +235,7 @@ class GatePlugin:
 
     def _publish(self, config: pytest.Config, status: int) -> None:
         """--ditar-json, junit properties and, under GitHub Actions, its summary, annotations and outputs
-        (loop.ci); an xdist worker leaves them to its controller."""
+        (loop.judge.ci); an xdist worker leaves them to its controller."""
         import os
 
         if getattr(config, "workerinput", None) is not None:

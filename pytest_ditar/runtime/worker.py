@@ -126,7 +126,7 @@ class CandidateWorker:
         self.compile_cache_writable = compile_cache_writable
         # keep_compile_writes: a read-only cache's writes land in a folder of the judge's (made at start,
         # `compile_writes`), which the judge adds to the cache if the candidate is kept and removes
-        # (loop.session.close, runtime.compiled); else in a tmpfs of its sandbox's own
+        # (loop.run.session.close, runtime.compiled); else in a tmpfs of its sandbox's own
         self.keep_compile_writes = keep_compile_writes
         self.compile_writes: Path | None = None
         self.masks = tuple(masks)  # host paths its sandbox hides (the repository's git, mutable paths, state)

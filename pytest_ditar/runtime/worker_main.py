@@ -201,7 +201,7 @@ class Worker:
         self._bind_memory_budget(memory_budget_gib)
         self.candidate_dir = candidate_dir
         # No bytecode written next to the candidate: a champion's worktree must stay exactly its
-        # commit (loop.session checks), and `import mutable.x` finds this package's own parent.
+        # commit (loop.run.session checks), and `import mutable.x` finds this package's own parent.
         sys.dont_write_bytecode = True
         sys.path.insert(0, str(Path(candidate_dir).parent))
         spec_obj = PipelineSpec(**{**spec, "model_dir": Path(spec["model_dir"])})
@@ -245,7 +245,7 @@ class Worker:
 
     def op_probe_flops(self, seconds: float) -> Reply:
         """The host's achievable FLOP/s: best of float32 square matmuls at this worker's thread
-        count, for at most about `seconds` (the CPU roofline's ceiling, loop.champion)."""
+        count, for at most about `seconds` (the CPU roofline's ceiling, loop.run.champion)."""
         import torch
 
         n = 1024  # 2.1 GFLOP: large enough for the BLAS kernels' best throughput, ~20-100 ms per call

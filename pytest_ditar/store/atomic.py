@@ -203,7 +203,7 @@ def file_lock(path: Path | str, timeout_s: float, *, error: type[Exception] = Lo
 
 
 def sha256_file(path: Path) -> str:
-    """A file's SHA-256, read in 1 MiB chunks (this module imports nothing heavy: loop.stamps runs
+    """A file's SHA-256, read in 1 MiB chunks (this module imports nothing heavy: loop.integrity.stamps runs
     it at every pytest start in a ditar project)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:

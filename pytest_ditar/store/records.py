@@ -33,7 +33,7 @@ class LaneRecord:
     noise: dict[str, Any] | None = None  # the baseline's A/A floor
     flops: float | None = None  # per call, counted at the baseline (an exact change does the same work)
     host_flops: float | None = None  # the host's measured FLOP/s (a CPU baseline)
-    figure: str | None = None  # a lane of another kind (loop.lanekinds): what it measured, in words
+    figure: str | None = None  # a lane of another kind (loop.perf.lanekinds): what it measured, in words
     result: dict[str, Any] = field(default_factory=dict)  # the rest of a lane result (champion_source, ...)
 
     @property
@@ -176,7 +176,7 @@ class LedgerRow:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """A decided run's summary.json (loop.record._summary; schemas/summary.schema.json), read once.
+    """A decided run's summary.json (loop.judge.record._summary; schemas/summary.schema.json), read once.
 
     `quality`: item -> its result (passed, failures, metrics); `lanes`: the lanes it timed, as LaneRecords
     (a measurement and the outcome judged on it); `fingerprint`: the hardware it ran on, None where no

@@ -1,4 +1,4 @@
-"""A run's quality results, errors and candidate outputs (loop.results.RunResults) as files, and back.
+"""A run's quality results, errors and candidate outputs (loop.run.results.RunResults) as files, and back.
 
 One format serves two hand-offs: an xdist worker's shard to the controller (so the controller's
 decision sees one run) and the quality phase's record to the decide phase (`dit-ar

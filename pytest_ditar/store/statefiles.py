@@ -4,7 +4,7 @@ What matters is what the verdicts rest on and what a person reads afterwards: th
 the ledger and its TSV view, the baseline and champion snapshots (outputs included), and each
 run's summary.json, verdict.txt and candidate.patch. Worker logs, worktrees and caches are
 rebuilt or disposable: the compile cache (compile-cache/) is written by candidate code at will, so
-it is neither watched, backed up, nor restored. loop.backup keeps these files in git
+it is neither watched, backed up, nor restored. loop.integrity.backup keeps these files in git
 (refs/ditar/<tag>); this module only reads and writes the directory.
 
 No pytest, git or torch here.

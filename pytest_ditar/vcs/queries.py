@@ -4,7 +4,7 @@ It owns the questions the judge asks git and nothing it changes: the working tre
 its parent and branch, the dirty paths) and pytest-benchmark's commit info; history (the files a
 commit range changes, ancestry, a commit's message, a range as a patch); refs (which exist,
 where they point, whether a commit is here); and where git keeps its own files (the git
-directories, the repository's config entries and hook files, which loop.gitpins pins). Every
+directories, the repository's config entries and hook files, which loop.integrity.gitpins pins). Every
 question is a git command run by `hardened`; branches, worktrees and tree objects are
 `vcs.branches` and `vcs.trees`.
 """

@@ -31,7 +31,7 @@ PERF = {**shared_perf(twin=True), "drift_tolerance": 0.05, "max_rounds": 64, "la
 
 
 def _anchor_figures(proj, sha: str) -> dict:
-    """The objective lane's anchor figures from the run's summary.json (loop.lanes._information)."""
+    """The objective lane's anchor figures from the run's summary.json (loop.perf.lanes._information)."""
     runs = sorted((proj.root / ".autoresearch/t/runs").glob(f"*-{sha[:7]}*/summary.json"))
     if not runs:
         return {}

@@ -111,7 +111,7 @@ def test_git_moved_during_the_run_is_a_crash_and_the_branch_goes_back_on_the_cha
              "detach": "HEAD moved from autoresearch/t to a detached HEAD at {}"}[move].format(sha[:7])
     assert line.startswith("DITAR VERDICT: CRASH") \
         and f'reason="git state changed during the run: {moved}' in line, line
-    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.run.options.Exit)
     assert proj.git("rev-parse", "autoresearch/t") == base and proj.head() == base, proj.git("log", "--oneline", "-3")
     assert proj.git("rev-parse", "--abbrev-ref", "HEAD") == "autoresearch/t"
     assert proj.git("status", "--porcelain") == "" and (proj.root / "mutable/pipeline.py").read_text() == STOCK

@@ -112,7 +112,7 @@ def test_candidate_deleting_the_state_directory_is_a_crash_and_the_state_is_rest
                                  f"shutil.rmtree(_os.path.join(_ROOT, {STATE!r}), ignore_errors=True)\n", 1))
     sha, res, line = proj.experiment(src, "exact", "Tidy up")
     assert "INTERNALERROR" not in res.stdout + res.stderr, res.stdout[-3000:]
-    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.run.options.Exit)
     assert line.startswith("DITAR VERDICT: CRASH") and \
         f'reason="state directory damaged during the run ({STATE} deleted): restored from refs/ditar/t"' in line, line
     assert proj.head() == base  # reverted
@@ -141,7 +141,7 @@ def test_a_file_error_while_recording_is_a_crash_with_a_reason(research_unsandbo
     assert src != ALTERS
     sha, res, line = proj.experiment(src, "exact", "Scribble")
     assert "Traceback" not in res.stdout and "INTERNALERROR" not in res.stdout, res.stdout[-3000:]
-    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.run.options.Exit)
     assert line.startswith("DITAR VERDICT: CRASH") \
         and 'reason="could not record the run: Is a directory: ' in line, line
     assert proj.head() == base and proj.ledger()[-1]["status"] == "CRASH" and proj.ledger()[-1]["commit"] == sha

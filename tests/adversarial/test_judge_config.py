@@ -6,7 +6,7 @@ under `mutable/`, edits the root `conftest.py`, adds a `conftest.py` to its suit
 DISCARD into a KEEP (10 of 10 before) and `dit-ar verify` passed afterwards.
 
 Now `dit-ar experiment` holds the candidate's tree to the baseline's outside the mutable paths
-before pytest starts (loop.judgetree, from git's objects) and REFUSES naming the path; the payload,
+before pytest starts (loop.integrity.judgetree, from git's objects) and REFUSES naming the path; the payload,
 which writes a marker file outside the project wherever it is imported, never runs. The same
 commit run as a plain gated `pytest` is handed to a pytest the judge starts on its own
 configuration, which refuses it too: never KEPT. No timing is needed to refuse, so no lane runs.

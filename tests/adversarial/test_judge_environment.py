@@ -3,7 +3,7 @@ or a `sitecustomize` (test_planted_by_hand.py), but a third-party module the jud
 in place, or given a bytecode file that Python's own loader takes for it. The judge runs from a
 private environment (test_planted_by_hand's `judge`) whose site-packages holds its own copy of
 pluggy, which pytest imports first and which calls every hook of the judge: an edit there could
-rewrite any decision. The baseline stamps every file the judge loaded (loop.stamps.closure_stamp);
+rewrite any decision. The baseline stamps every file the judge loaded (loop.integrity.stamps.closure_stamp);
 a gated run on a changed one is REFUSED naming the file, and judged again once it is restored."""
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def test_planted_bytecode_of_a_third_party_module_is_refused_naming_it(own_plugg
 # An installed pytest plugin runs in every pytest process, the judge's included, and may replace
 # any function of the gate: this one makes every lane's verdict a 2x win.
 VERDICT_WRITER = """from dataclasses import replace
-from pytest_ditar.loop import gate
+from pytest_ditar.loop.judge import gate
 _decide = gate.decide
 def _every_lane_wins(**kw):
     kw["lanes"] = [replace(lane, verdict="FASTER", speedup=2.0, ci_low=1.9, ci_high=2.1) for lane in kw["lanes"]]

@@ -13,7 +13,7 @@ def test_crashes_are_reverted_and_the_next_experiment_runs(research, source, kin
     proj = research
     base = proj.head()
     _, res, line = proj.experiment(source, "exact", "A broken idea")
-    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.options.Exit)
+    assert res.returncode == 10  # CRASH: its own exit status (pytest_ditar.loop.run.options.Exit)
     assert line.startswith("DITAR VERDICT: CRASH") and kind in line, line
     assert proj.head() == base
     _, _, line = proj.experiment(ALTERS, "exact", "Next idea")

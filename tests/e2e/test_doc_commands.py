@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pytest_ditar.loop.tryout import EXIT as TRY_EXIT
+from pytest_ditar.loop.run.tryout import EXIT as TRY_EXIT
 
 from candidates import REDUNDANT, STOCK
 from conftest import REPO, make_project, research_project

@@ -6,7 +6,7 @@ worker log name the candidate's own file, line and exception, said once however 
 
 import pytest
 
-from pytest_ditar.loop.options import Exit
+from pytest_ditar.loop.run.options import Exit
 
 from candidates import ALTERS, GEN_CALL, STOCK, _patch
 
@@ -116,7 +116,7 @@ def test_candidate_frames_name_the_candidates_own_lines_relative_to_the_project(
 
 
 def test_tests_log_writes_an_error_that_many_items_hit_once(tmp_path):
-    from pytest_ditar.loop.testlog import TestLog
+    from pytest_ditar.loop.run.testlog import TestLog
 
     log, crash = TestLog(), "CRASH: candidate raised: NameError: x (mutable/pipeline.py:3 in generate)"
     firsts = [log.add(f"q[{i}]", "setup", "failed", crash, tmp_path) for i in range(12)]

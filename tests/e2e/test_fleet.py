@@ -23,7 +23,7 @@ import sys
 import threading
 from pathlib import Path
 
-from pytest_ditar.loop import backup
+from pytest_ditar.loop.integrity import backup
 from pytest_ditar.store import fleetlog
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths

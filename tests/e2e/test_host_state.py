@@ -32,7 +32,7 @@ def test_a_gated_runs_summary_holds_each_rounds_host_state(research):
     nxt = next(ln for ln in out.splitlines() if ln.startswith("ditar: next: "))
     assert f"`dit-ar profile --commit {sha[:7]} --against champion`" in nxt, nxt
     # an undecided objective lane (its budget or its last look) says what the lane can resolve
-    # (loop.reach, from the baseline's A/A); a decided one does not
+    # (loop.perf.reach, from the baseline's A/A); a decided one does not
     assert ("undecided: lane latency_b1 resolves wins of about 1+" in nxt) == (m["undecided"] is not None), nxt
 
 
@@ -40,7 +40,7 @@ def test_status_says_the_smallest_win_each_lane_resolves_from_the_baselines_aa(r
     from pytest_ditar.config.project import load_config
     from pytest_ditar.config.suite import load_suite
     from pytest_ditar.core.reach import Reach
-    from pytest_ditar.loop.reach import lane_reach
+    from pytest_ditar.loop.perf.reach import lane_reach
 
     proj = research
     res = proj.ditar("status", "--json")

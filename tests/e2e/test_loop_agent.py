@@ -6,7 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from pytest_ditar.loop.tryout import EXIT
+from pytest_ditar.loop.run.tryout import EXIT
 
 from candidates import ALTERS, COMMENT_ONLY, NAN, RAISES, REDUNDANT, STOCK
 from conftest import GENERATE, REPO, busy_while_marked, make_project, research_project

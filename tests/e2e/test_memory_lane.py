@@ -1,4 +1,4 @@
-"""A lane of another kind through the seam (loop.lanekinds, issue 40): peak memory per call at one
+"""A lane of another kind through the seam (loop.perf.lanekinds, issue 40): peak memory per call at one
 batch size (`kind: memory`), on the tiny suite, end to end: the baseline keeps its peaks, a gated
 run measures the candidate's beside the champion's worker, a regression is a DISCARD named on the
 verdict line, an honest win is KEPT with the lane OK, and the terminal table, summary.json and the

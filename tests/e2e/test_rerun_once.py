@@ -5,7 +5,7 @@ candidate code runs (re-running until noise favours a change is the shortcut the
 not judged because of the host never counts. Through `dit-ar experiment`, as the agent runs it."""
 import pytest
 
-from pytest_ditar.loop.options import Exit
+from pytest_ditar.loop.run.options import Exit
 
 from candidates import ALTERS, REDUNDANT, STOCK
 from conftest import GENERATE, host_visible_dir, research_project, shared_perf

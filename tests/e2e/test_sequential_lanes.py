@@ -66,11 +66,11 @@ def test_the_twin_is_timed_in_the_same_randomized_rounds(pytester, model_cache):
 
 
 def test_a_keep_must_beat_the_twin_as_well_as_the_champion():
-    """loop.lanes.judge: a 3% win over the champion is FASTER; the same rounds with a twin that ran
+    """loop.perf.lanes.judge: a 3% win over the champion is FASTER; the same rounds with a twin that ran
     as fast as the candidate (the champion alone was slowed: a one-sided burst) are not."""
     from pytest_ditar.config.project import PerfConfig
     from pytest_ditar.core import sequential as seq
-    from pytest_ditar.loop.lanes import judge, plan_for
+    from pytest_ditar.loop.perf.lanes import judge, plan_for
     from pytest_ditar.runtime.lanes import LaneMeasurement
 
     rng = np.random.default_rng(3)

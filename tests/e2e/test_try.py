@@ -6,7 +6,7 @@ It ends `DITAR TRY: <outcome> ...` with an exit status by outcome and a next ste
 the outcome, and notes the try where `dit-ar status` shows it to a later session."""
 import re
 
-from pytest_ditar.loop.tryout import EXIT
+from pytest_ditar.loop.run.tryout import EXIT
 
 from candidates import REDUNDANT, STOCK
 from conftest import research_project

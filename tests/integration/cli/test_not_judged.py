@@ -5,7 +5,7 @@ machine, says the host, gives the baseline's medians in ms, shows no interval wh
 and its page is readable by others (0644)."""
 import stat
 
-from pytest_ditar.loop.nextstep import NOT_JUDGED_RULE
+from pytest_ditar.loop.judge.nextstep import NOT_JUDGED_RULE
 from pytest_ditar.store.ledger import Ledger
 
 UNSTABLE = ("lane latency_b1 unstable: champion drift against the anchor: kept at 0.500x the anchor's time, now 0.553x "
@@ -21,7 +21,7 @@ def test_status_and_the_report_count_an_unjudged_run_as_not_judged(research):
                           "description": "Lower guidance", "lane": "latency_b1", "reason": "quality 6/6 failed",
                           "judged": 1})
     out = research.ditar("status").stdout
-    # explained in the words of the experiment's next: line (loop.nextstep), the rule said once
+    # explained in the words of the experiment's next: line (loop.judge.nextstep), the rule said once
     assert f"experiments  KEEP 0  DISCARD 1  CRASH 0  not judged 1 ({NOT_JUDGED_RULE})\n" in out, out
     # status --all counts it as not judged too, never as a DISCARD
     rows = {ln.split()[0]: ln.split() for ln in research.ditar("status", "--all").stdout.splitlines()[1:]}

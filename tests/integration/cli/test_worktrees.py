@@ -3,7 +3,7 @@ import json
 
 import torch  # noqa: F401 - preloaded: pytester drops modules first imported inside a test, and torch cannot be re-imported
 
-from pytest_ditar.loop.worktrees import bound_device, bound_gpu
+from pytest_ditar.loop.integrity.worktrees import bound_device, bound_gpu
 
 
 def test_init_with_gpu_makes_worktrees_and_status_all_lists_them(project):

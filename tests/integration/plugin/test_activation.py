@@ -40,7 +40,8 @@ def test_a_projects_own_tests_start_no_ditar_session(with_own_tests):
     assert res.ret == pytest.ExitCode.OK, res.stdout.str()
     res.assert_outcomes(passed=1)
     assert not probe["gate"]
-    started = [m for m in probe["modules"] if m.startswith(("pytest_ditar.loop.gate", "pytest_ditar.loop.session",
+    started = [m for m in probe["modules"] if m.startswith(("pytest_ditar.loop.judge.gate",
+                                                            "pytest_ditar.loop.run.session",
                                                             "pytest_ditar.runtime", "numpy", "torch"))]
     assert not started, started  # no session, no zygote (runtime.zygote), no worker, not even numpy
     assert not [line for line in res.stdout.lines if line.startswith(("ditar", "DITAR"))], res.stdout.str()

@@ -4,7 +4,7 @@ their order, no warning filter of ours applies, the exit status is pytest's own;
 and `perf` are registered in a ditar run only, so a project's own `perf` marker stays its own."""
 import pytest
 
-from pytest_ditar.loop.options import Exit
+from pytest_ditar.loop.run.options import Exit
 
 ORDERED = """
 import warnings

@@ -167,7 +167,7 @@ def _sccs(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _unit(module: str) -> str:
-    """pytest_ditar.loop.gate -> loop; pytest_ditar.interface -> interface."""
+    """pytest_ditar.loop.judge.gate -> loop; pytest_ditar.interface -> interface."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 

@@ -76,7 +76,7 @@ def test_the_count_sees_planted_imports(tmp_path: Path) -> None:
         "\n"
         "    class C:\n"
         "        def g(self):\n"
-        "            import pytest_ditar.loop.gate  # start-up: the gate\n"  # 13: commented on its line
+        "            import pytest_ditar.loop.judge.gate  # start-up: the gate\n"  # 13: commented on its line
         "\n"
         "    async def h():\n"
         "        from pytest_ditar.cli import (\n"                        # 16: a comment inside the statement

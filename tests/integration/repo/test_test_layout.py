@@ -30,9 +30,9 @@ TEST_FUNCTION_FLOOR = 438
 # entry once a test imports its module; a new module gets a test that imports it, or a line here.
 INDIRECT = {
     # doctor's host probe: the baseline's code A/A and the champion beside it, through `dit-ar doctor`
-    "pytest_ditar.loop.hostprobe": "tests/integration/cli/test_host_noise.py::"
+    "pytest_ditar.loop.perf.hostprobe": "tests/integration/cli/test_host_noise.py::"
                                    "test_doctor_times_the_kept_champion_beside_the_baseline_code",
-    # a memory lane's rounds, in a gated run's workers (loop.lanekinds)
+    # a memory lane's rounds, in a gated run's workers (loop.perf.lanekinds)
     "pytest_ditar.runtime.peaks": "tests/e2e/test_memory_lane.py::"
                                   "test_a_memory_lane_keeps_its_peaks_discards_a_heavier_win_and_keeps_an_honest_one",
     # the console script's subcommands, run as a user runs them (Project.ditar in tests/conftest.py)
@@ -47,8 +47,8 @@ INDIRECT = {
     "pytest_ditar.cli.fetchstate": "tests/e2e/test_ci.py::"
                                    "test_fresh_clone_fetches_the_state_and_guards_for_github_actions",
     "pytest_ditar.cli.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
-    "pytest_ditar.loop.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
-    "pytest_ditar.loop.launch": "tests/e2e/test_fleet_launch.py::"
+    "pytest_ditar.loop.share.fleet": "tests/e2e/test_fleet.py::test_two_hosts_share_one_champion_through_a_remote",
+    "pytest_ditar.loop.run.launch": "tests/e2e/test_fleet_launch.py::"
                                 "test_two_experiments_run_as_submitit_jobs_and_record_their_verdicts",
     "pytest_ditar.cli.init": "tests/integration/cli/test_worktrees.py::"
                              "test_init_with_gpu_makes_worktrees_and_status_all_lists_them",
@@ -63,18 +63,19 @@ INDIRECT = {
     "pytest_ditar.hardware.stack": "tests/integration/cli/test_doctor_nvml.py::"
                                    "test_doctor_reports_nvml_it_cannot_import",  # doctor's stack rows
     # the gated run: `dit-ar experiment` is `pytest --ditar-gate` through the plugin
-    "pytest_ditar.loop.baseline": "tests/e2e/test_option_baseline.py::"
+    "pytest_ditar.loop.judge.baseline": "tests/e2e/test_option_baseline.py::"
                                   "test_baseline_stores_verified_snapshot",
-    "pytest_ditar.loop.gate": "tests/integration/loop/test_loop_verdicts.py::"
+    "pytest_ditar.loop.judge.gate": "tests/integration/loop/test_loop_verdicts.py::"
                               "test_faster_exact_candidate_is_kept_and_becomes_champion",  # its AST: unit/loop
-    "pytest_ditar.loop.phases": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
-    "pytest_ditar.loop.profile": "tests/e2e/test_profile.py::test_profile_of_a_stored_commit_into_a_folder",
-    "pytest_ditar.loop.record": "tests/integration/loop/test_loop_verdicts.py::"
+    "pytest_ditar.loop.run.phases": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
+    "pytest_ditar.loop.perf.profile": "tests/e2e/test_profile.py::test_profile_of_a_stored_commit_into_a_folder",
+    "pytest_ditar.loop.judge.record": "tests/integration/loop/test_loop_verdicts.py::"
                                 "test_output_changing_exact_candidate_is_discarded_with_patch",
-    "pytest_ditar.loop.session": "tests/integration/loop/test_loop_verdicts.py::test_unchanged_candidate_is_not_kept",
-    "pytest_ditar.loop.startup": "tests/e2e/test_workers.py::"
+    "pytest_ditar.loop.run.session": "tests/integration/loop/test_loop_verdicts.py::"
+                                     "test_unchanged_candidate_is_not_kept",
+    "pytest_ditar.loop.perf.startup": "tests/e2e/test_workers.py::"
                                  "test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run",
-    "pytest_ditar.loop.verify": "tests/e2e/test_firewall.py::"
+    "pytest_ditar.loop.run.verify": "tests/e2e/test_firewall.py::"
                                 "test_verify_catches_an_edited_manifest_through_the_ledger_anchor",
     # the plugin: loaded by pytest (entry point pytest11), in every run of a project
     "pytest_ditar.plugin.activation": "tests/integration/plugin/test_activation.py::"
@@ -94,9 +95,9 @@ INDIRECT = {
     # the zygote's own process, kept warm and adopted by the next gated run
     "pytest_ditar.runtime.zygote_serve": "tests/e2e/test_warm_zygote.py::"
                                          "test_the_next_run_forks_from_the_zygote_the_baseline_kept_and_a_stale_one_is_not_used",
-    "pytest_ditar.loop.warmstart": "tests/e2e/test_warm_zygote.py::"
+    "pytest_ditar.loop.run.warmstart": "tests/e2e/test_warm_zygote.py::"
                                    "test_a_zygote_the_agent_starts_by_hand_and_names_in_the_state_is_never_used",
-    "pytest_ditar.loop.tags": "tests/e2e/test_warm_zygote.py::"
+    "pytest_ditar.loop.integrity.tags": "tests/e2e/test_warm_zygote.py::"
                               "test_the_next_run_forks_from_the_zygote_the_baseline_kept_and_a_stale_one_is_not_used",
     # example candidates (data for `dit-ar demo`): run as a candidate's mutable/pipeline.py
     "pytest_ditar.demo.candidates.cfg_split": "tests/e2e/test_multigpu.py::"

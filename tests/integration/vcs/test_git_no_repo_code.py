@@ -213,7 +213,7 @@ def test_only_vcs_hardened_starts_a_process():
 
 
 def test_pins_name_the_file_and_key_and_leave_remotes_and_upstreams_alone(two_commit_repo):
-    from pytest_ditar.loop import gitpins
+    from pytest_ditar.loop.integrity import gitpins
 
     root, _, _ = two_commit_repo
     (root / ".git/hooks").mkdir(exist_ok=True)
@@ -240,7 +240,7 @@ def test_pins_name_the_file_and_key_and_leave_remotes_and_upstreams_alone(two_co
 
 
 def test_an_index_flag_cannot_hide_an_edit_of_the_candidates_own_files(two_commit_repo):
-    from pytest_ditar.loop.guards import hidden_refusal
+    from pytest_ditar.loop.integrity.guards import hidden_refusal
 
     root, _, _ = two_commit_repo
     (root / "mutable").mkdir()

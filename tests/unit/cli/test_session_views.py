@@ -16,7 +16,7 @@ from pytest_ditar.config.project import SemanticConfig, load_config
 from pytest_ditar.config.semantic import OWNER, availability, class_refusal
 from pytest_ditar.config.suite import load_suite
 from pytest_ditar.core.errors import ConfigError
-from pytest_ditar.loop.bound import (
+from pytest_ditar.loop.perf.bound import (
     SessionBound,
     bound_refusal,
     parse_deadline,

@@ -1,6 +1,6 @@
 """The quality firewall's rules as plain functions: invalid-output reasons (core.quality), the
 zero-regression rule (core.regression), the semantic keys' config errors (config.project,
-config.semantic) and the fresh-seed holdout draw (loop.holdout). Through `dit-ar experiment` and
+config.semantic) and the fresh-seed holdout draw (loop.run.holdout). Through `dit-ar experiment` and
 `dit-ar verify`: tests/e2e/test_firewall.py."""
 import dataclasses
 import json
@@ -107,7 +107,7 @@ def test_a_missing_evaluator_path_is_a_one_line_config_error_naming_the_key(tmp_
 
 
 def test_holdout_draws_fresh_seeds_never_in_the_corpus():
-    from pytest_ditar.loop.holdout import draw
+    from pytest_ditar.loop.run.holdout import draw
 
     corpus = tuple(CorpusItem(f"c{i}", i, i) for i in range(50))
 

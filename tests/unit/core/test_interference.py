@@ -1,4 +1,4 @@
-"""Interference from the untimed side (core.interference, applied by loop.lanes.judge): a worker
+"""Interference from the untimed side (core.interference, applied by loop.perf.lanes.judge): a worker
 whose device work outlives its timed call, seen in the idle probe and in the numbers."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core import interference, sequential as seq
 from pytest_ditar.core.laneoutcome import LaneEvidence, Statistic, compose
 from pytest_ditar.core.meantime import TAIL_CALLS
-from pytest_ditar.loop.lanes import judge, plan_for
+from pytest_ditar.loop.perf.lanes import judge, plan_for
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
 

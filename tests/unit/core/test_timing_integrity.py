@@ -115,7 +115,7 @@ def test_a_lane_not_faster_by_its_median_names_its_total_time():
     shown slower, or not shown within tolerance, is named; the verdict stays NOT_FASTER."""
     from pytest_ditar.config.project import PerfConfig
     from pytest_ditar.core.laneoutcome import LaneEvidence, Statistic, compose
-    from pytest_ditar.loop.lanechecks import total
+    from pytest_ditar.loop.perf.lanechecks import total
 
     rng = np.random.default_rng(3)
     champ = list(0.050 * (1 + 0.05 * rng.standard_normal(60)))
@@ -151,7 +151,7 @@ def _anchored(champ_s: float, anchor_s: float, cand_s: float, kept: float, *, ro
     from pytest_ditar.config.project import PerfConfig
     from pytest_ditar.core import sequential as seq
     from pytest_ditar.core.meantime import TAIL_CALLS
-    from pytest_ditar.loop.lanes import judge, plan_for
+    from pytest_ditar.loop.perf.lanes import judge, plan_for
     from pytest_ditar.runtime.lanes import LaneMeasurement
 
     rng = np.random.default_rng(seed)

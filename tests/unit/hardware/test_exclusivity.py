@@ -8,7 +8,7 @@ import pytest
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core.vocabulary import SHARED_DEVICE
 from pytest_ditar.hardware import exclusivity
-from pytest_ditar.loop.lanes import judge
+from pytest_ditar.loop.perf.lanes import judge
 from pytest_ditar.runtime import proctree
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
@@ -99,7 +99,7 @@ def test_the_workers_of_a_kept_zygote_are_ours_though_not_the_judges_descendants
         lister = lambda _i: [(child, 2 << 30)]  # noqa: E731 - NVML's answer: the child holds the GPU
         foreign = exclusivity.check("cuda:0", lister=lister, allowed=exclusivity.own_pids())
         assert not foreign.ok and child in {o.pid for o in foreign.offenders}
-        # what a lane's watch is given (loop.lanes): the judge's tree and the zygote's
+        # what a lane's watch is given (loop.perf.lanes): the judge's tree and the zygote's
         ours = exclusivity.check("cuda:0", lister=lister, allowed=proctree.descendants([os.getpid(), zygote]))
         assert ours.ok, ours.message()
     finally:

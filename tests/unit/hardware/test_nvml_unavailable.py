@@ -11,7 +11,7 @@ import pytest
 from pytest_ditar.config.project import PerfConfig
 from pytest_ditar.core.decision import QualityOutcome, decide
 from pytest_ditar.hardware import exclusivity
-from pytest_ditar.loop.lanes import judge
+from pytest_ditar.loop.perf.lanes import judge
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
 

@@ -1,10 +1,10 @@
-"""loop.ci's files: junit testsuite properties added to the file pytest wrote; loop.remote's tag
+"""loop.judge.ci's files: junit testsuite properties added to the file pytest wrote; loop.share.remote's tag
 choice and the refusal a clone without the state gets."""
 import pytest
 
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.loop.ci import add_junit_properties
-from pytest_ditar.loop.remote import missing_state, pick_tag
+from pytest_ditar.loop.judge.ci import add_junit_properties
+from pytest_ditar.loop.share.remote import missing_state, pick_tag
 
 JUNIT = ('<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="0" failures="0" '
          'skipped="0" tests="1"><testcase classname="t" name="test_x" time="0.1" /></testsuite></testsuites>')
@@ -41,7 +41,7 @@ def test_a_clone_without_the_state_is_told_the_command(tmp_path):
 def test_a_report_only_run_writes_no_document_and_says_so(tmp_path):
     from types import SimpleNamespace
 
-    from pytest_ditar.loop.ci import publish
+    from pytest_ditar.loop.judge.ci import publish
 
     gate = SimpleNamespace(opts=SimpleNamespace(guard=None), gated=False, refusal=None)
     env = {"GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_ACTIONS": "true"}

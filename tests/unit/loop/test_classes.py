@@ -1,4 +1,4 @@
-"""A run's two classes (loop.classes): the claim is validated once, by read_claim, and travels on as
+"""A run's two classes (loop.run.classes): the claim is validated once, by read_claim, and travels on as
 a Claim; the judged class is derived from that Claim and cannot take the option's string, so no
 later step validates the claim again. Nothing here runs git or starts a worker."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pytest_ditar.core import decision
-from pytest_ditar.loop import classes
-from pytest_ditar.loop.classes import Claim, judged_class_of, read_claim
-from pytest_ditar.loop.preflight import ExperimentMeta
+from pytest_ditar.loop.judge.preflight import ExperimentMeta
+from pytest_ditar.loop.run import classes
+from pytest_ditar.loop.run.classes import Claim, judged_class_of, read_claim
 
 PKG = Path(__file__).resolve().parents[3] / "pytest_ditar"
 

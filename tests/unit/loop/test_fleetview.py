@@ -1,5 +1,5 @@
-"""loop.fleetview.show: a fleet's ratios written as every verdict line writes them (issue 50)."""
-from pytest_ditar.loop import fleetview
+"""loop.share.fleetview.show: a fleet's ratios written as every verdict line writes them (issue 50)."""
+from pytest_ditar.loop.share import fleetview
 
 
 def test_ratios_have_three_decimals(monkeypatch, capsys):

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ditar.loop import preflight
-from pytest_ditar.loop.preflight import REFUSAL_CHAIN, Preflight, Refusal, ReportOnly, walk
+from pytest_ditar.loop.judge import preflight
+from pytest_ditar.loop.judge.preflight import REFUSAL_CHAIN, Preflight, Refusal, ReportOnly, walk
 
 PKG = Path(__file__).resolve().parents[3] / "pytest_ditar"
 GATE_TYPES = {"Gate", "RunFacts"}  # annotations that name the gate (record's read-only view of it)

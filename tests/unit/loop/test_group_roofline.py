@@ -1,12 +1,12 @@
-"""The roofline of a lane of N ranks: N devices' worth of FLOP/s (loop.champion.with_flops).
+"""The roofline of a lane of N ranks: N devices' worth of FLOP/s (loop.run.champion.with_flops).
 
 A split that divides one pipeline's work (the baseline's count) over two ranks legitimately runs
 faster than one device could compute it; only beyond both devices is the timer not measuring the
 work, a CRASH."""
 from types import SimpleNamespace
 
-from pytest_ditar.loop.champion import with_flops
-from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.run.champion import with_flops
+from pytest_ditar.loop.run.results import RunResults
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult
 
 HOST = 1e10  # the host's measured FLOP/s (one worker's thread), stored at the baseline

@@ -1,11 +1,11 @@
-"""loop.hermetic: which pytest arguments and environment variables a gated run takes (issue 39)."""
+"""loop.integrity.hermetic: which pytest arguments and environment variables a gated run takes (issue 39)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
 
-from pytest_ditar.loop import hermetic
+from pytest_ditar.loop.integrity import hermetic
 
 ROOT = Path("/p")
 SUITES = ROOT / "suites"

@@ -1,4 +1,4 @@
-"""loop.judgetree: the candidate's tree against the baseline's outside the mutable paths, from git's
+"""loop.integrity.judgetree: the candidate's tree against the baseline's outside the mutable paths, from git's
 objects; the working tree's files pytest and Python would read; the judge's own ini (issue 49)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_ditar.loop import judgetree
+from pytest_ditar.loop.integrity import judgetree
 
 
 def _git(root: Path, *args: str) -> str:

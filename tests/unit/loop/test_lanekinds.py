@@ -1,7 +1,7 @@
-"""The memory lane's judge (loop.lanekinds): its candidate's peaks against the champion's, measured
+"""The memory lane's judge (loop.perf.lanekinds): its candidate's peaks against the champion's, measured
 beside each other; a regression must clear the tolerance, 16 MiB and every call of the champion's."""
 from pytest_ditar.config.project import PerfConfig
-from pytest_ditar.loop import lanekinds
+from pytest_ditar.loop.perf import lanekinds
 from pytest_ditar.runtime.lanes import LaneMeasurement
 
 

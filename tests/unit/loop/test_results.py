@@ -1,4 +1,4 @@
-"""loop.results.RunResults: the one owner of what a run produced (issue 51). Added only through its
+"""loop.run.results.RunResults: the one owner of what a run produced (issue 51). Added only through its
 methods, read through views that cannot be written, frozen for the decision, and merged from shards
 (an xdist worker's, the quality phase's record) in corpus order whichever shard came first."""
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.outputs import ItemOutput
 from pytest_ditar.core.quality import ContractResult, Metrics
-from pytest_ditar.loop.results import RunResults
+from pytest_ditar.loop.run.results import RunResults
 from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult
 from pytest_ditar.store import shards
 
 CORPUS = [CorpusItem(f"i{n}", label=n, seed=100 + n) for n in range(4)]
-SESSION = Path(__file__).resolve().parents[3] / "pytest_ditar/loop/session.py"
+SESSION = Path(__file__).resolve().parents[3] / "pytest_ditar/loop/run/session.py"
 
 
 def _result(item_id: str, failures: tuple[str, ...] = ()) -> ContractResult:

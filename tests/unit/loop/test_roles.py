@@ -1,4 +1,4 @@
-"""loop.roles: every role's code written from git objects, regular files only (issue 38)."""
+"""loop.integrity.roles: every role's code written from git objects, regular files only (issue 38)."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.loop import roles
+from pytest_ditar.loop.integrity import roles
 
 
 def _git(root: Path, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""loop.stamps: the model's files and the Python environment as the baseline stamped them, and the
+"""loop.integrity.stamps: the model's files and the Python environment as the baseline stamped them, and the
 judge's own bytecode (issue 24). Through `dit-ar`: tests/adversarial/test_planted_by_hand.py."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest_ditar
-from pytest_ditar.loop import stamps
+from pytest_ditar.loop.integrity import stamps
 
 
 def _model(tmp_path: Path) -> Path:
@@ -138,12 +138,12 @@ def test_rewrite_caches_are_dropped_but_venvs_are_not_walked(tmp_path):
 
 
 def test_the_import_closure_names_an_edited_module_and_planted_bytecode(tmp_path, monkeypatch):
-    """loop.stamps.closure_stamp: every module file the judge loaded, by stat and content; a rewrite
+    """loop.integrity.stamps.closure_stamp: every module file the judge loaded, by stat and content; a rewrite
     of the same bytes moves only the stat, and bytecode that is its source's own is no change."""
     import importlib.util
     import marshal
 
-    from pytest_ditar.loop.stamps import closure_changes, closure_stamp
+    from pytest_ditar.loop.integrity.stamps import closure_changes, closure_stamp
 
     mod = tmp_path / "site-packages" / "judged_dep.py"
     mod.parent.mkdir()

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from pytest_ditar.core.cumulative import chained
-from pytest_ditar.loop.table import run_table
+from pytest_ditar.loop.run.table import run_table
 from pytest_ditar.report.data import Experiment, cumulative_best
 from pytest_ditar.report.html import build_report
 from pytest_ditar.report.images import diff_heatmap

@@ -27,7 +27,7 @@ def test_a_throttled_round_is_void_and_an_idle_reason_is_not():
 
 def test_the_lanes_verdict_names_the_throttled_rounds():
     from pytest_ditar.config.project import PerfConfig
-    from pytest_ditar.loop.lanes import judge
+    from pytest_ditar.loop.perf.lanes import judge
 
     states = [{"load1": 0.5}] * 12
     states[2] = {"reasons": ["hw_power_brake_slowdown"], "slowed": ["hw_power_brake_slowdown"]}

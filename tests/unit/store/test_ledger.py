@@ -264,9 +264,9 @@ def test_concurrent_appends(tmp_path):
 
 
 def test_kept_commits_last_and_champion(tmp_path):
-    """The champion is the last KEEP of the ledger, whatever its lane (loop.champion's one answer)."""
+    """The champion is the last KEEP of the ledger, whatever its lane (loop.run.champion's one answer)."""
     from pytest_ditar.core.decision import kept_rows
-    from pytest_ditar.loop.champion import kept_commit
+    from pytest_ditar.loop.run.champion import kept_commit
 
     led = Ledger(tmp_path)
     assert kept_commit(led) is None
