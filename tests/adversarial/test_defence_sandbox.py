@@ -81,13 +81,16 @@ def test_sandbox_off_before_the_baseline_runs_unsandboxed_and_every_verdict_and_
 
 
 def test_turning_the_sandbox_off_after_the_baseline_is_the_candidates_config_change(research):
-    """Off is the owner's choice before the baseline: a commit that turns it off later is a
-    change of a fixed path (the config the baseline pins), judged before any candidate code runs."""
+    """Off is the owner's choice before the baseline: a commit that turns it off later changes a
+    file outside the mutable paths, so the judge refuses its tree before pytest starts (issue 49:
+    loop.integrity.judgetree): no candidate code runs, nothing is recorded, the fix is named."""
     proj = research
     cfg = json.loads((proj.root / "config/autoresearch.json").read_text())
     cfg["sandbox"] = "off"
     proj.write("config/autoresearch.json", json.dumps(cfg, indent=1))
-    base, before = proj.head(), proj.ledger()
+    before = proj.ledger()
     j = experiment(proj, COMMENT_ONLY, "turn the sandbox off with the candidate")
-    assert_verdict(j, ("DISCARD",), KEYS["fixed"])
-    assert proj.head() == base and len(proj.ledger()) == len(before) + 1
+    assert_refused(proj, j, ("judge_tree",), before)
+    assert j.last.startswith("DITAR REFUSED: judge_tree: config/autoresearch.json modified in HEAD"), j.show()
+    assert "-- config/autoresearch.json" in j.last, j.show()  # the fix, named
+    assert not list((proj.root / ".autoresearch/t/runs").glob("*/workers")), "candidate code ran"

@@ -297,10 +297,11 @@ def test_planted_violations_are_caught(tmp_path: Path) -> None:
     (tmp_path / "importlinter.toml").write_text(_config_text())
 
     l_pytest = _plant(pkg / "core" / "decision.py", "import pytest  # planted")
-    l_torch = _plant(pkg / "loop" / "gate.py", "import torch  # planted")
+    l_torch = _plant(pkg / "loop" / "judge" / "gate.py", "import torch  # planted")
     l_git = _plant(pkg / "report" / "html.py", "import git  # planted")
-    l_up = _plant(pkg / "store" / "ledger.py", "from pytest_ditar.loop import session  # planted")
-    l_run = _plant(pkg / "loop" / "record.py", "import subprocess\nsubprocess.run(['git', 'status'])  # planted")
+    l_up = _plant(pkg / "store" / "ledger.py", "from pytest_ditar.loop.run import session  # planted")
+    l_run = _plant(pkg / "loop" / "judge" / "record.py",
+                   "import subprocess\nsubprocess.run(['git', 'status'])  # planted")
     l_cyc = _plant(pkg / "config" / "project.py", "import pytest_ditar.runtime.lanes  # planted")
     l_state = _plant(pkg / "runtime" / "lanes.py", "from pytest_ditar.store import ledger  # planted")
     l_core = _plant(pkg / "core" / "stats.py", "from pytest_ditar.interface import Request  # planted")
@@ -311,9 +312,9 @@ def test_planted_violations_are_caught(tmp_path: Path) -> None:
     # Line numbers prove the copy (not the installed package) was analysed.
     for expected in (
         f"{PKG}.core.decision -> pytest (l.{l_pytest})",
-        f"{PKG}.loop.gate -> torch (l.{l_torch})",
+        f"{PKG}.loop.judge.gate -> torch (l.{l_torch})",
         f"{PKG}.report.html -> git (l.{l_git})",
-        f"{PKG}.store.ledger -> {PKG}.loop.session (l.{l_up})",
+        f"{PKG}.store.ledger -> {PKG}.loop.run.session (l.{l_up})",
         f"{PKG}.config.project -> {PKG}.runtime.lanes (l.{l_cyc})",
         f"{PKG}.runtime.lanes -> {PKG}.store.ledger (l.{l_state})",  # the ignored import stays narrow
         f"{PKG}.core.stats -> {PKG}.interface (l.{l_core})",  # core imports nothing of the package
@@ -325,7 +326,7 @@ def test_planted_violations_are_caught(tmp_path: Path) -> None:
         assert status[cid] == "BROKEN", (cid, status, out)
 
     runners = git_runners(pkg)
-    assert any(r.startswith(f"{PKG}/loop/record.py:{l_run + 1}:") for r in runners), runners
+    assert any(r.startswith(f"{PKG}/loop/judge/record.py:{l_run + 1}:") for r in runners), runners
     assert any("store <-> " in c or "<-> store" in c for c in subpackage_cycles(pkg)), subpackage_cycles(pkg)
     assert any(f"{PKG}.config.project" in c for c in module_cycles(pkg)), module_cycles(pkg)
 

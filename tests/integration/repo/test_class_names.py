@@ -1,5 +1,5 @@
 """`cls` once meant two classes (issue 51): the commit's claim and the cumulative class judged. They
-are `claimed_class` and `judged_class` now (loop/classes.py), and no function parameter in the
+are `claimed_class` and `judged_class` now (loop/run/classes.py), and no function parameter in the
 package is named `cls` but a class method's first argument (a `@classmethod`, or `__new__`,
 `__init_subclass__` and `__class_getitem__`, which Python makes class methods). The check also runs
 on planted code, so a check that stopped seeing anything fails here."""

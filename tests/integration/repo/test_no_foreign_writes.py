@@ -42,7 +42,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("plugin/keys.py", "config.stash[...]"): "pytest's Stash: its documented use",
     ("plugin/xdist.py", "node.workerinput[...]"): "xdist's workerinput: what the controller hands a worker",
     ("plugin/xdist.py", "self.config.workeroutput[...]"): "xdist's workeroutput: what a worker hands back",
-    ("loop/lanes.py", "benchmark.extra_info.update(...)"): "pytest-benchmark's fixture: its documented extra_info",
+    ("loop/perf/lanes.py", "benchmark.extra_info.update(...)"): "pytest-benchmark's fixture: its documented extra_info",
     ("runtime/lanes.py", "benchmark.extra_info[...]"): "pytest-benchmark's fixture: its documented extra_info",
     ("runtime/peaks.py", "m.seeds.append(...)"): "the LaneMeasurement this function makes, filled as it measures",
     ("runtime/peaks.py", "m.orders.append(...)"): "the LaneMeasurement this function makes, filled as it measures",

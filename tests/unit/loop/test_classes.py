@@ -70,7 +70,7 @@ def _calls(name: str) -> list[str]:
 
 def test_one_function_validates_a_claim_and_each_kind_of_run_calls_it_once():
     # core validates the ledger's classes as it reads them (cumulative_class); a claim only read_claim does
-    assert _calls("validate_class") == ["core/decision.py:cumulative_class", "loop/classes.py:read_claim"]
+    assert _calls("validate_class") == ["core/decision.py:cumulative_class", "loop/run/classes.py:read_claim"]
     # a gated run reads its claim in the refusal chain (the option, else the trailer), a report-only run
     # from the option alone: never both in one run, and the gate judges a gated run by the chain's Claim
-    assert _calls("read_claim") == ["loop/gate.py:_report_mode", "loop/preflight.py:read_meta"]
+    assert _calls("read_claim") == ["loop/judge/gate.py:_report_mode", "loop/judge/preflight.py:read_meta"]

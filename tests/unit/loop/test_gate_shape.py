@@ -21,7 +21,7 @@ MUTATORS = {"append", "extend", "insert", "update", "add", "pop", "remove", "cle
 def gate_containers() -> set[str]:
     """The Gate's attributes that are lists, sets or dicts (its __init__ says so): a mutating call
     on one of them is a write; `gate.ledger.append(row)` is the ledger's file, not the gate."""
-    tree = ast.parse((PKG / "loop/gate.py").read_text())
+    tree = ast.parse((PKG / "loop/judge/gate.py").read_text())
     init = next(f for c in tree.body if isinstance(c, ast.ClassDef) and c.name == "Gate"
                 for f in c.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
     out = set()
