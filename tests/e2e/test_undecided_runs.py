@@ -93,7 +93,7 @@ def test_a_bug_in_our_own_record_is_an_internal_crash_recorded_bare(plugged, loa
     too, so the bare record (plain ledger fields) takes over."""
     proj = plugged
     base = proj.head()
-    load_plugin("from pytest_ditar.loop import record\n"
+    load_plugin("from pytest_ditar.loop.judge import record\n"
                 "def _broken(gate, d):\n"
                 "    raise TypeError('injected bug in the summary')\n"
                 "record._summary = _broken\n")
