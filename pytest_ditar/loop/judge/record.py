@@ -45,7 +45,7 @@ VERDICT_JSON = "verdict.json"  # in the run directory: the outcome as one docume
 INTERNAL_LOG = "internal.log"  # in the run directory: the traceback behind an "internal:" CRASH
 
 
-class Claim(Protocol):
+class ClaimedMeta(Protocol):
     """What the record reads of the commit's claim (loop.judge.preflight.ExperimentMeta)."""
 
     @property
@@ -80,7 +80,7 @@ class RunFacts(Protocol):
     @property
     def branch(self) -> str | None: ...
     @property
-    def meta(self) -> Claim | None: ...
+    def meta(self) -> ClaimedMeta | None: ...
     @property
     def guards(self) -> list[GuardResult]: ...
     @property
