@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from candidates import REDUNDANT, STOCK
-from conftest import REPO, Project, make_project
+from conftest import ANY_LOAD, REPO, Project, make_project
 
 WINS, AAS = 5, 3
 HOG_LIFE_S = 900  # the hog ends itself after this long, even if nobody kills it
@@ -102,7 +102,7 @@ def _template(pytester: pytest.Pytester, root: Path) -> Path:
     # the product's settings, the baseline's noise bound aside: it is taken whatever the box's load
     # (tests/integration/cli/test_host_noise.py is about that bound)
     proj = make_project(pytester, mutable_source=REDUNDANT, root=root,
-                        config={"perf": {**_product_perf(), "max_baseline_win": 100.0}})
+                        config={"perf": {**_product_perf(), **ANY_LOAD}})
     assert proj.config()["perf"]["twin"] is True
     assert proj.ditar("init", "--tag", "t").returncode == 0
     res = proj.ditar("baseline")

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from candidates import ALTERS, COMMENT_ONLY, RAISES, REDUNDANT, STOCK
-from conftest import REPO, make_project
+from conftest import ANY_LOAD, REPO, make_project
 from unit.report.test_cli_report import HEIGHT, WIDTH
 
 GREEN_LINE = np.array([0x2A, 0x9D, 0x8F])  # the running-best step line in progress.png
@@ -58,7 +58,7 @@ def session_with_history(pytester, model_cache):
     # CI box from calling a real 2x speedup "too noisy to decide".
     perf = json.loads((REPO / "config/autoresearch.json").read_text())["perf"]
     proj = make_project(pytester, mutable_source=REDUNDANT,  # the baseline taken whatever the box's load
-                        config={"perf": {**perf, "max_cv": 1.0, "drift_tolerance": 3.0, "max_baseline_win": 100.0}})
+                        config={"perf": {**perf, "max_cv": 1.0, "drift_tolerance": 3.0, **ANY_LOAD}})
     assert proj.ditar("init", "--tag", "t").returncode == 0
     res = proj.ditar("baseline")
     assert res.returncode == 0, res.stderr
