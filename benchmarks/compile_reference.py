@@ -30,6 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 COMPILED = ROOT / "pytest_ditar/demo/candidates/compiled_stock.py"
 TAG = "ladder"  # the ladder's tag (benchmarks/ladder.py)
+# A mode's wall against reduce-overhead's (the first mode): max-autotune also benchmarks GEMM choices per shape
+MODE_COST = {"reduce-overhead": 1.0, "default": 0.9, "max-autotune": 2.5, "max-autotune-no-cudagraphs": 2.5}
 
 
 def compiled_dir(ws: Path, mode: str) -> Path:
@@ -82,8 +84,11 @@ def measured_ceiling_tflops(n: int = 8192, iters: int = 20) -> float | None:
         return None
 
 
-def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes: list[str] | None = None) -> dict:
-    """Time the workspace's champion against each compile mode, lane by lane; write and return the rows."""
+def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes: list[str] | None = None,
+        deadline: float | None = None) -> dict:
+    """Time the workspace's champion against each compile mode, lane by lane; write and return the rows.
+    `deadline` (time.monotonic()): a mode after the first is skipped where the first mode's wall, times
+    MODE_COST for the longer autotuning compiles, would end past it (listed under "skipped")."""
     from pytest_ditar.core import stats
     from pytest_ditar.loop.run.session import open_session
     from pytest_ditar.runtime.calls import new_stream
@@ -105,7 +110,15 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
         t0 = time.perf_counter()
         champ.built(sess.cfg.build_timeout_s)
         champ_build = time.perf_counter() - t0
+        first_wall = None
         for mode in modes:
+            t_mode = time.monotonic()
+            if deadline is not None and first_wall is not None \
+                    and t_mode + first_wall * MODE_COST.get(mode, 1.0) > deadline:
+                print(f"[compile] {mode}: skipped, about {first_wall * MODE_COST.get(mode, 1.0):.0f} s would end past "
+                      f"the deadline ({deadline - t_mode:.0f} s left)", flush=True)
+                report.setdefault("skipped", []).append(mode)
+                continue
             ref = sess.worker(compiled_dir(ws, mode), f"compiled-{mode}")
             t0 = time.perf_counter()
             ref.built(max(sess.cfg.build_timeout_s, timeout))
@@ -135,6 +148,7 @@ def run(ws: Path, modes: list[str], out: Path, rounds: int | None = None, lanes:
                 out.mkdir(parents=True, exist_ok=True)
                 (out / "compile_reference.json").write_text(json.dumps(report, indent=1, default=str))
             ref.close()
+            first_wall = first_wall if first_wall is not None else time.monotonic() - t_mode
     finally:
         sess.close()
     print_table(report)

@@ -58,6 +58,7 @@ SDPA_BACKENDS = None  # e.g. ["CUDNN_ATTENTION", "FLASH_ATTENTION"]: preferred a
 FUSED_QKV = False  # one GEMM for q, k, v instead of three
 BATCHED_COND = False  # the 28 per-block conditioning MLPs and adaLN projections as batched GEMMs
 CUDA_GRAPHS = False  # replay the whole transformer forward as one CUDA graph per batch shape
+GRAPH_LOOP = False  # with CUDA_GRAPHS: the whole denoising loop (transformer, guidance, solver) as one graph
 REGIONAL_COMPILE = None  # a torch.compile mode (e.g. "default") for the repeated DiT block: compiled once, 28 uses
 VAE_COMPILE = None  # a torch.compile mode for the VAE decoder, run channels-last (its convolutions in NHWC)
 FP16_ACCUMULATE = False  # cuBLAS half-precision GEMMs accumulate in fp16 (numerical)
@@ -123,6 +124,7 @@ class LeanDiT:
         if FP16_ACCUMULATE:
             torch.backends.cuda.matmul.allow_fp16_accumulation = True  # this worker's process only
         self._graphs: dict = {}
+        self._loop_graphs: dict = {}
         self.spec = spec
         self.device = torch.device(spec.device)
         self.vae = pipe.vae
@@ -311,6 +313,62 @@ class LeanDiT:
         graph.replay()
         return out.clone()
 
+    def _denoise(self, x, class_emb, plan, bsz: int, guidance: float, forward, t_dev=None):
+        """The DPM-Solver++ (2M) loop from noise `x`; `forward` runs the transformer. `t_dev` (the
+        timesteps already on the device) keeps the loop free of host-to-device copies, so a CUDA graph
+        can capture it whole."""
+        dev = x.device
+        cfg = guidance > 1
+        n_in = class_emb.shape[1]
+        prev_x0 = None
+        for i, (t, sigma_s, alpha_s, order, c_sample, c_d0, inv_r0, c_d1) in enumerate(plan):
+            inp = torch.cat([x, x], dim=0) if cfg else x
+            t_vec = (t_dev[i][None] if t_dev is not None else t[None].to(dev)).expand(n_in).contiguous()
+            if REDUNDANT_PASS:
+                forward(inp, t_vec, class_emb)
+            out = forward(inp, t_vec, class_emb)
+            eps = out[:, :self.in_ch]
+            if cfg:
+                cond_eps, uncond_eps = torch.split(eps, bsz, dim=0)
+                eps = uncond_eps + guidance * (cond_eps - uncond_eps)
+            if not self.learned_sigma and not cfg:
+                eps = out
+            # DPM-Solver++ (2M, midpoint): convert_model_output then first/second order update
+            x0 = (x - sigma_s * eps) / alpha_s
+            x32 = x.to(torch.float32)
+            if order == 1:
+                nx = c_sample * x32 - c_d0 * x0
+            else:
+                d1 = inv_r0 * (x0 - prev_x0)
+                nx = c_sample * x32 - c_d0 * x0 - c_d1 * d1
+            x = nx.to(x0.dtype)
+            prev_x0 = x0
+        return x
+
+    def _replay_loop(self, x, class_emb, plan, bsz: int, guidance: float):
+        """The whole loop replayed from one CUDA graph per (shape, steps, guidance): the solver's
+        coefficients are host scalars, so the capture holds them as the kernels' arguments, and one
+        launch replaces every step's dozen small kernels and their host overhead."""
+        key = (tuple(x.shape), tuple(class_emb.shape), x.dtype, len(plan), guidance)
+        g = self._loop_graphs.get(key)
+        if g is None:
+            t_dev = torch.stack([p[0] for p in plan]).to(x.device)
+            static = [x.clone(), class_emb.clone()]
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # compile and allocate outside the capture
+                self._denoise(*static, plan, bsz, guidance, self._transformer, t_dev)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self._denoise(*static, plan, bsz, guidance, self._transformer, t_dev)
+            g = self._loop_graphs[key] = (graph, static, out, t_dev)
+        graph, static, out, _ = g
+        static[0].copy_(x)
+        static[1].copy_(class_emb)
+        graph.replay()
+        return out.clone()
+
     def _backends(self):
         import contextlib
 
@@ -358,31 +416,12 @@ class LeanDiT:
         if cfg:
             labels = torch.cat([labels, torch.tensor([1000] * bsz, device=dev)], 0)
         class_emb = torch.stack([F.embedding(labels, b["table"]) for b in self.blocks])  # step-independent
-        n_in = labels.shape[0]
 
-        prev_x0 = None
-        for t, sigma_s, alpha_s, order, c_sample, c_d0, inv_r0, c_d1 in self._schedule(request.steps):
-            inp = torch.cat([x, x], dim=0) if cfg else x
-            t_vec = t[None].to(dev).expand(n_in).contiguous()
-            if REDUNDANT_PASS:
-                self._forward(inp, t_vec, class_emb)
-            out = self._forward(inp, t_vec, class_emb)
-            eps = out[:, :self.in_ch]
-            if cfg:
-                cond_eps, uncond_eps = torch.split(eps, bsz, dim=0)
-                eps = uncond_eps + guidance * (cond_eps - uncond_eps)
-            if not self.learned_sigma and not cfg:
-                eps = out
-            # DPM-Solver++ (2M, midpoint): convert_model_output then first/second order update
-            x0 = (x - sigma_s * eps) / alpha_s
-            x32 = x.to(torch.float32)
-            if order == 1:
-                nx = c_sample * x32 - c_d0 * x0
-            else:
-                d1 = inv_r0 * (x0 - prev_x0)
-                nx = c_sample * x32 - c_d0 * x0 - c_d1 * d1
-            x = nx.to(x0.dtype)
-            prev_x0 = x0
+        plan = self._schedule(request.steps)
+        if CUDA_GRAPHS and GRAPH_LOOP and x.is_cuda:
+            x = self._replay_loop(x, class_emb, plan, bsz, guidance)
+        else:
+            x = self._denoise(x, class_emb, plan, bsz, guidance, self._forward)
 
         latents = 1 / self.vae.config.scaling_factor * x
         z = latents.contiguous(memory_format=torch.channels_last) if VAE_COMPILE else latents

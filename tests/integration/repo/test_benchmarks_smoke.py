@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = ["perf_lanes.py", "multi_gpu.py", "ladder.py", "worker_overhead.py", "report_speed.py", "fixed_cost.py",
-           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py"]
+           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py", "gpu_evidence.py"]
 
 # One interpreter for all of them: torch and diffusers are imported once.
 HELP_ALL = r"""
@@ -83,3 +83,33 @@ def test_chained_vs_outside_plans_three_exact_wins() -> None:
     assert "LEAN = True" in steps[2][2] and "# thrown away" not in steps[2][2]
     assert cvo.not_judged("DITAR VERDICT: DISCARD lane=latency_b1 unstable")
     assert not cvo.not_judged("DITAR VERDICT: KEEP")
+
+
+def test_gpu_evidence_states_each_figure_of_issue_52() -> None:
+    """The one-call GPU script's table: each Done-when figure from the call's results, met or not."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import gpu_evidence as ge
+
+    rows = [{"rung": "exact_stack", "class": "exact", "verdict": "KEEP", "judged": True, "lanes": {}, "wall_s": 9},
+            {"rung": "regional_compile", "class": "exact", "verdict": "KEEP", "judged": True, "lanes": {}, "wall_s": 9},
+            {"rung": "vae_compile", "class": "exact", "verdict": "DISCARD", "judged": True, "lanes": {}, "wall_s": 9},
+            {"rung": "sdpa", "class": "exact", "verdict": "DISCARD", "judged": False, "lanes": {}, "wall_s": 9}]
+    assert ge.judged_after_compiled_keep(rows) == (1, 2)  # the host's UNSTABLE is no judgment
+    figures = (("latency_b1", 1.6, 0.2), ("throughput_b8", 1.2, 0.5))
+    cmp = [{"mode": "reduce-overhead", "lane": lane, "rounds": 10, "champion_median_s": 0.1,
+            "compiled_median_s": x / 10, "speedup": x, "ci95": [x - 0.1, x + 0.1], "compiled_compile_s": 50.0,
+            "champion_tflops": 400.0, "measured_ceiling_share": share} for lane, x, share in figures]
+    ev = {"suite": "dit-xl-2-256", "budget_s": 530, "wall_s": 500, "gpu": {"card": "NVIDIA H100"},
+          "aa_noise": {"latency_b1": {"ci_half_width": 0.1, "paired": 0.05, "median_ms": 950.0}},
+          "steps": [{"step": "ladder", "wall_s": 300}], "ladder": {"rows": rows},
+          "judged_after_compiled_keep": ge.judged_after_compiled_keep(rows), "compile": {"rows": cmp},
+          "profile": {"lane": "latency_b1", "device_attribution": {"named_share": 0.93}}}
+    met = {c["what"].split(" (")[0]: c["met"] for c in ge.criteria(ev)}
+    assert met == {"runs after a compiled KEEP judged": False, "champion vs reduce-overhead, latency_b1": True,
+                   "champion vs reduce-overhead, throughput_b8": False,
+                   "b8 share of the measured dense fp16 ceiling": False,
+                   "profile: device time in named phases": True}
+    ev["criteria"] = ge.criteria(ev)
+    text = ge.table(ev)
+    assert "NVIDIA H100" in text and "CI half-width 10.00%" in text and "1 of 2" in text
+    assert len(text) < 12000
