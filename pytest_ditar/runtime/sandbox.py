@@ -107,6 +107,9 @@ class Spec:
     unix_sockets: bool = False
     # every folder of the host's it shows through an overlay of its own (shield_plan): where the kernel allows
     shield: bool = False
+    # the CUDA device ordinal whose driver and primary context the sandboxed process brings up before
+    # socket(AF_UNIX) is refused (the driver's init opens one: runtime.seccomp.refuse_unix_sockets); -1: none
+    cuda_first: int = -1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -119,7 +122,7 @@ class Spec:
                    binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
                    private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")),
                    reads=tuple(d.get("reads", ())), unix_sockets=bool(d.get("unix_sockets", False)),
-                   shield=bool(d.get("shield", False)))
+                   shield=bool(d.get("shield", False)), cuda_first=int(d.get("cuda_first", -1)))
 
 
 def device_nodes(device: str) -> tuple[str, ...]:
@@ -128,6 +131,14 @@ def device_nodes(device: str) -> tuple[str, ...]:
     if not str(device).startswith("cuda"):
         return ()
     return tuple(sorted(glob.glob("/dev/nvidia*")))
+
+
+def cuda_ordinal(device: str) -> int:
+    """The CUDA device ordinal of a lane's `device` ("cuda" 0, "cuda:1" 1), -1 off CUDA."""
+    dev = str(device)
+    if not dev.startswith("cuda"):
+        return -1
+    return int(dev.split(":", 1)[1]) if ":" in dev and dev.split(":", 1)[1].isdigit() else 0
 
 
 def _shown(path: str) -> list[str]:
@@ -318,12 +329,31 @@ def _sandboxed_child(libc: ctypes.CDLL, spec: Spec, keep_fds: Sequence[int]) -> 
     _close_fds_but({0, 1, 2, *keep_fds})
     fds = _renumber(list(keep_fds))
     _drop_capabilities(libc)
-    if seccomp.install(libc, spec.unix_sockets) is not None:
+    if seccomp.install(libc, spec.unix_sockets or spec.cuda_first >= 0) is not None:
         os._exit(121)  # never run candidate code without the filter (the selftest said why first)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
     os.environ.update(spec.env)
+    if spec.cuda_first >= 0 and not spec.unix_sockets:
+        cuda_up(spec.cuda_first)
+        if seccomp.refuse_unix_sockets(libc) is not None:
+            os._exit(121)
     tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
     return fds
+
+def cuda_up(ordinal: int) -> int:
+    """Bring up the CUDA driver and device `ordinal`'s primary context (the one torch uses later)
+    through the driver's own library; returns CUresult (0: up). Failing is the candidate's to meet:
+    torch then reports CUDA as unavailable, as it would anyway."""
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return -1
+    rc = cuda.cuInit(0)
+    if rc == 0:
+        dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+        rc = cuda.cuDeviceGet(ctypes.byref(dev), ordinal) or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    return int(rc)
+
 
 def _renumber(fds: list[int]) -> list[int]:
     """Move `fds` to 3, 4, ... in their order, parked above them all first so none is overwritten."""

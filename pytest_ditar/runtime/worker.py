@@ -228,7 +228,7 @@ class CandidateWorker:
                             devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay,
                             masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
                             reads=(str(self.spec.model_dir), *self.reads), unix_sockets=self.unix_sockets,
-                            shield=avail.shield)
+                            shield=avail.shield, cuda_first=sandbox.cuda_ordinal(self.spec.device))
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None

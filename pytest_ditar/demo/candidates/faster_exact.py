@@ -357,11 +357,11 @@ class LeanDiT:
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # compile and allocate outside the capture
-                self._denoise(*static, plan, bsz, guidance, self._transformer, t_dev)
+                self._denoise(static[0], static[1], plan, bsz, guidance, self._transformer, t_dev)
             torch.cuda.current_stream().wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                out = self._denoise(*static, plan, bsz, guidance, self._transformer, t_dev)
+                out = self._denoise(static[0], static[1], plan, bsz, guidance, self._transformer, t_dev)
             g = self._loop_graphs[key] = (graph, static, out, t_dev)
         graph, static, out, _ = g
         static[0].copy_(x)

@@ -413,6 +413,26 @@ def test_no_unix_socket_and_no_fifo_of_the_hosts_reaches_a_worker(tmp_path):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_a_cuda_worker_meets_no_unix_socket_once_its_driver_is_up(tmp_path):
+    """A CUDA worker's sandbox allows socket(AF_UNIX) only while it brings the driver up (cuInit
+    opens one: CUDA_ERROR_OPERATING_SYSTEM without it, H100 and H200, driver 580), then refuses it on
+    every thread before it returns to run anything else. Here no driver loads; the refusal holds."""
+    a = sandbox.availability()
+    assert sandbox.cuda_ordinal("cuda:1") == 1 and sandbox.cuda_ordinal("cuda") == 0
+    assert sandbox.cuda_ordinal("cpu") == -1
+    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), cuda_first=0)
+
+    def probe() -> dict:
+        try:
+            socket.socket(socket.AF_UNIX)
+            return {"unix": "made"}
+        except OSError as exc:
+            return {"unix": exc.strerror}
+
+    assert _inside(spec, probe, str(tmp_path)) == {"unix": "Operation not permitted"}
+    assert sandbox.Spec.from_dict(json.loads(spec.to_json())).cuda_first == 0
+
+
 @linux_only
 def test_a_read_under_a_writable_folder_is_that_folders_and_the_sandbox_starts(tmp_path):
     """A folder the worker reads (a test's model folder) inside its writable scratch: the scratch's
