@@ -1,7 +1,7 @@
 """Whether CUDA initializes inside a worker's sandbox, and which of the sandbox's walls stops it
 where it does not: each variant enters a sandbox built as a CUDA worker's (runtime.sandbox.Spec with
 the /dev/nvidia* nodes, the host's folders shielded, an empty $HOME, /run masked, socket(AF_UNIX)
-refused) less one wall, then loads the driver (cuInit) and asks torch.
+refused until the driver is up) or less one wall, then loads the driver (cuInit) and asks torch.
 
     python benchmarks/sandbox_cuda.py            # on a GPU machine: one JSON line per variant
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-VARIANTS = ("worker", "unix_sockets", "no_shield", "no_mask", "no_home", "bare")
+VARIANTS = ("cuda_first", "worker", "unix_sockets", "no_shield", "no_mask", "no_home", "bare")
 
 
 def inside() -> dict:
@@ -41,6 +41,13 @@ def inside() -> dict:
         out["torch_devices"] = torch.cuda.device_count()
     except Exception as exc:  # noqa: BLE001 - the diagnosis
         out["torch_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    import socket
+
+    try:
+        socket.socket(socket.AF_UNIX).close()
+        out["unix_socket"] = "made"
+    except OSError as exc:
+        out["unix_socket"] = exc.strerror
     with open("/proc/self/maps") as fh:
         out["libcuda_path"] = sorted({ln.split()[-1] for ln in fh if "libcuda" in ln})
     return out
@@ -59,7 +66,8 @@ def enter(variant: str) -> None:
         return
     spec = sandbox.Spec(bwrap=bwrap, devices=sandbox.device_nodes("cuda"), reads=hostview.needed_reads(),
                         unix_sockets=variant in ("unix_sockets", "bare"),
-                        shield=variant not in ("no_shield", "bare"), cwd=str(ROOT))
+                        shield=variant not in ("no_shield", "bare"), cwd=str(ROOT),
+                        cuda_first=0 if variant == "cuda_first" else -1)  # "cuda_first": what a CUDA worker gets
     try:
         sandbox.enter(spec)
     except Exception as exc:  # noqa: BLE001 - the diagnosis
