@@ -39,6 +39,12 @@ RUNGS = [
     # ladder from a fresh baseline reaches the compile rungs inside one device call.
     ("exact_stack", "exact", "Lean loop, fused QKV, batched conditioning GEMMs, the transformer as a CUDA graph",
      {"LEAN": True, "FUSED_QKV": True, "BATCHED_COND": True, "CUDA_GRAPHS": True}, "KEEP"),
+    # Issue 52: the two above as one commit, so that one device call holds the climb, two runs after a
+    # compiled KEEP, the profile and the comparison with torch.compile (benchmarks/gpu_evidence.py)
+    ("exact_compiled", "exact", "Lean loop, fused QKV, batched conditioning GEMMs, the transformer as a CUDA graph "
+     "with its repeated block compiled (inductor)",
+     {"LEAN": True, "FUSED_QKV": True, "BATCHED_COND": True, "CUDA_GRAPHS": True, "REGIONAL_COMPILE": "default"},
+     "KEEP"),
     ("fused_qkv", "exact", "Fuse the q, k, v projections into one GEMM", {"FUSED_QKV": True}, "KEEP or not faster"),
     ("batched_cond", "exact", "Per-block conditioning MLPs and adaLN projections as batched GEMMs",
      {"BATCHED_COND": True}, "KEEP or not faster"),
@@ -80,7 +86,8 @@ RUNGS = [
      "DISCARD: class gate (no evaluators)"),
 ]
 BY_NAME = {r[0]: r for r in RUNGS}
-COMPOUND = {"exact_stack"}  # several rungs in one commit: --write-patches keeps the one-at-a-time path
+# several rungs in one commit: --write-patches keeps the one-at-a-time path
+COMPOUND = {"exact_stack", "exact_compiled"}
 DEFAULTS = {"LEAN": True, "SDPA_BACKENDS": None, "FUSED_QKV": False, "BATCHED_COND": False, "CUDA_GRAPHS": False,
             "GRAPH_LOOP": False, "REGIONAL_COMPILE": None, "VAE_COMPILE": None, "FP16_ACCUMULATE": False, "DTYPE": None,
             "STEPS_SCALE": 1.0, "INT8_WEIGHTS": False, "REDUNDANT_PASS": False, "GUIDANCE_SCALE": 1.0,
