@@ -39,7 +39,7 @@ import numpy as np
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.vocabulary import ENV_CPU_THREADS, WIRE_MAX_MESSAGE
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import boxdir, logs, proctree, sandbox, zygote
+from pytest_ditar.runtime import boxdir, logs, proctree, sandbox_check, sandbox_mounts, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.harness import frame_text
 
@@ -131,7 +131,7 @@ class CandidateWorker:
         self.compile_writes: Path | None = None
         self.masks = tuple(masks)  # host paths its sandbox hides (the repository's git, mutable paths, state)
         # host paths it reads as a user's worker would (the project, beside its model), bound back
-        # where they lie under a temporary folder its sandbox makes its own (runtime.sandbox.PRIVATE_TEMP)
+        # where they lie under a temporary folder its sandbox makes its own (runtime.hostview.PRIVATE_TEMP)
         self.reads = tuple(reads)
         self._own_scratch: Path | None = None  # a scratch directory made for a worker given no cwd
         self.buffer_dir: Path | None = None  # the shared-memory buffer's own folder (bound into the sandbox)
@@ -154,7 +154,7 @@ class CandidateWorker:
         self.buffer_file: Any = None
         self.view: mmap.mmap | None = None
         self.strays: list[tuple[int, str]] = []  # (pid, command line) it started outside its process group
-        self._box: sandbox.Spec | None = None
+        self._box: sandbox_mounts.Spec | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, fingerprint: bool = False) -> "CandidateWorker":
@@ -202,12 +202,12 @@ class CandidateWorker:
             return str(self.candidate_dir)
         return f"{boxdir.CODE}/{self.candidate_dir.name}"
 
-    def _sandbox_spec(self) -> sandbox.Spec:
+    def _sandbox_spec(self) -> sandbox_mounts.Spec:
         """This worker's sandbox (runtime.sandbox); raises SandboxUnavailable where none can be made.
         Makes its scratch directory (when it was given no cwd) and its buffer's folder."""
-        avail = sandbox.availability()
+        avail = sandbox_check.availability()
         if avail.problem:
-            raise sandbox.SandboxUnavailable(avail.problem)
+            raise sandbox_check.SandboxUnavailable(avail.problem)
         if self.cwd is None:
             self._own_scratch = self.cwd = boxdir.new("work")
         self.buffer_dir = boxdir.new("io")
@@ -221,14 +221,15 @@ class CandidateWorker:
         if self.compile_cache is not None:
             (self.compile_cache / "triton").mkdir(parents=True, exist_ok=True)  # bound, so it must exist
             private.append(str(self.compile_cache.resolve()))
-            self.compile_writes = Path(sandbox.kept_folder("w", str(boxdir.new("cache"))))
+            self.compile_writes = Path(sandbox_mounts.kept_folder("w", str(boxdir.new("cache"))))
             kept.append(str(self.compile_writes.resolve()))
-        return sandbox.Spec(bwrap=str(avail.bwrap), writable=tuple(str(Path(p).resolve()) for p in self.writable),
-                            private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
-                            devices=sandbox.device_nodes(self.spec.device), overlay=avail.overlay,
-                            masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
-                            reads=(str(self.spec.model_dir), *self.reads), unix_sockets=self.unix_sockets,
-                            shield=avail.shield)
+        return sandbox_mounts.Spec(
+            bwrap=str(avail.bwrap), writable=tuple(str(Path(p).resolve()) for p in self.writable),
+            private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
+            devices=sandbox_mounts.device_nodes(self.spec.device), overlay=avail.overlay,
+            masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
+            reads=(str(self.spec.model_dir), *self.reads), unix_sockets=self.unix_sockets,
+            shield=avail.shield)
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None

@@ -33,7 +33,7 @@ import numpy as np
 from pytest_ditar.core.vocabulary import WIRE_MAX_MESSAGE
 from pytest_ditar.hardware.fingerprint import collect, object_dtypes
 from pytest_ditar.interface import Candidate, PipelineSpec, Request
-from pytest_ditar.runtime import sandbox
+from pytest_ditar.runtime import sandbox, sandbox_mounts
 from pytest_ditar.runtime.harness import (
     build_candidate,
     candidate_frames,
@@ -58,7 +58,7 @@ class RequestMessage(TypedDict):
 
 class SpawnMessage(TypedDict, total=False):
     """The zygote's `spawn` request (runtime.zygote): the worker's environment, folder, log, sandbox
-    (a sandbox.Spec as JSON) and, for a group, its ranks."""
+    (a sandbox_mounts.Spec as JSON) and, for a group, its ranks."""
 
     op: str
     env: dict[str, str]
@@ -564,7 +564,7 @@ def _fork_worker(zygote_sock: socket.socket, fds: list[int], req: SpawnMessage,
         os.close(null)
         if req.get("sandbox"):
             # this fork stays outside as the keeper; its child runs the worker in the sandbox
-            fds = sandbox.enter(sandbox.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=fds)
+            fds = sandbox.enter(sandbox_mounts.Spec.from_dict(json.loads(req["sandbox"])), req.get("cwd"), keep_fds=fds)
             contain_orphans()
         ranks = int(req.get("ranks") or 0)
         if ranks:
