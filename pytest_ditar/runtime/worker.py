@@ -144,7 +144,7 @@ class CandidateWorker:
         self.build_s: float | None = None
         self.slowest_s = 0.0  # its slowest call so far (judge's clock): another worker's hang bound
         # the build reply's own account: its thread's CPU seconds, the device opening and how much of
-        # it fell inside the build (runtime.worker_main.op_build); informational, the judge times the wait
+        # it fell inside the build (runtime.worker_device op_build); informational, the judge times the wait
         self.build_detail: dict[str, float] = {}
         self.error: CandidateError | None = None  # a failed worker stays failed
         self.paused = False
