@@ -69,7 +69,8 @@ def startup(spec, cand: Path, logs: Path, n: int, zygote: bool, sandboxed: bool)
 
 def round_trip(spec, cand: Path, logs: Path, request, rounds: int, warmup: int) -> dict:
     from pytest_ditar.core import stats
-    from pytest_ditar.runtime.worker import CandidateWorker, only_running
+    from pytest_ditar.runtime.worker import CandidateWorker
+    from pytest_ditar.runtime.worker_process import only_running
 
     boxed = CandidateWorker("boxed", cand, spec, log_path=logs / "rt-boxed.log", sandboxed=True).start()
     plain = CandidateWorker("plain", cand, spec, log_path=logs / "rt-plain.log", sandboxed=False).start()

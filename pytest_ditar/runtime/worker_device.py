@@ -89,7 +89,7 @@ class DeviceOps(WireServer):
         with contextlib.suppress(OSError):
             os.unlink(buffer)
         self.device = device
-        # The judge's share (runtime.worker.worker_threads): pools that spin-wait against other
+        # The judge's share (runtime.worker_process.worker_threads): pools that spin-wait against other
         # workers' turn CPU timing noise into outliers and a GPU run's parallel builds into a crawl.
         torch.set_num_threads(cpu_threads)
         if group:  # a rank of a group (runtime.group): the process group exists before build()
