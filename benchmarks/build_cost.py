@@ -89,7 +89,7 @@ def run_child(args: argparse.Namespace) -> int:
     imports_s = time.perf_counter() - t0
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = args.dtype_cuda if device == "cuda" else args.dtype_cpu
-    if args.threads:  # what a worker gets from the judge (runtime.worker.worker_threads)
+    if args.threads:  # what a worker gets from the judge (runtime.worker_process.worker_threads)
         torch.set_num_threads(args.threads)
     print("ready", flush=True)
     sys.stdin.readline()  # the parent's go: every child's build starts together
@@ -139,7 +139,7 @@ def main() -> int:
     ap.add_argument("--child-timeout-s", type=float, default=180.0)
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads per build (0: torch's default, every core; a worker gets "
-                         "runtime.worker.worker_threads)")
+                         "runtime.worker_process.worker_threads)")
     ap.add_argument("--out", default="build_cost")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)

@@ -17,7 +17,7 @@ gate's re-run rule, tests/conftest.py not_judged). It then reads the chained fig
 each commit's mutable/ written from `git show` into a folder of its own, both imported in this
 one plain process under different module names (runtime.harness.build_candidate names a module
 by its folder), built with the suite's PipelineSpec (runtime.harness.make_spec) on CPU, one torch
-thread (what the lanes pin a CPU worker to: runtime.worker.worker_threads), WARMUP calls each,
+thread (what the lanes pin a CPU worker to: runtime.worker_process.worker_threads), WARMUP calls each,
 then CALLS alternating calls each (the order inside a pair alternates too) on the objective
 lane's request. It prints a table and writes chained_vs_outside.json:
 
@@ -119,7 +119,7 @@ def outside(ws: Path, base_commit: str, champ_commit: str, lane_name: str, calls
     from pytest_ditar.runtime.harness import build_candidate, make_spec
     from pytest_ditar.runtime.models import resolve_model_dir
 
-    torch.set_num_threads(1)  # a CPU lane's worker: runtime.worker.worker_threads -> 1
+    torch.set_num_threads(1)  # a CPU lane's worker: runtime.worker_process.worker_threads -> 1
     cfg = load_config(ws / "config/autoresearch.json")
     suite = load_suite(cfg.suite_dir)
     spec = make_spec(suite, resolve_model_dir(suite), "cpu")

@@ -63,7 +63,7 @@ graph_power() {
 if [ "$PART" = part1 ]; then
   # The workers' sandbox (issue 24) on this host: where none can be made, the loop runs with "sandbox": "off"
   # and says so, so that the verdicts below still come back.
-  WHY=$($PY -c "from pytest_ditar.runtime import sandbox; print(sandbox.check() or '')" 2>&1)
+  WHY=$($PY -c "from pytest_ditar.runtime import sandbox_check; print(sandbox_check.check() or '')" 2>&1)
   SANDBOX=${SANDBOX:-$([ -z "$WHY" ] && echo on || echo off)}
   echo "sandbox: $SANDBOX${WHY:+ ($WHY)}" | tee -a "$R/steps.log"
   # In the order of what matters most (the loop's KEEP, the attack's verdict), the A/A noise last, with the

@@ -365,10 +365,10 @@ def lanes_mode(args) -> dict:
     src = base_source(args.base)
     logs = Path(args.logs or tempfile.mkdtemp(prefix="ditar-power-"))
     logs.mkdir(parents=True, exist_ok=True)
-    from pytest_ditar.runtime import sandbox
+    from pytest_ditar.runtime import sandbox_check
 
-    boxed = sandbox.check() is None  # as a gated run's workers, where this host can make the sandbox
-    print(f"[power] workers {'in the sandbox' if boxed else 'unsandboxed: ' + str(sandbox.check())}", flush=True)
+    boxed = sandbox_check.check() is None  # as a gated run's workers, where this host can make the sandbox
+    print(f"[power] workers {'in the sandbox' if boxed else 'unsandboxed: ' + str(sandbox_check.check())}", flush=True)
 
     def worker(name: str, source: str) -> CandidateWorker:
         w = CandidateWorker(name, write_candidate(source, f"power-{name}-"), spec, log_path=logs / f"{name}.log",

@@ -1,5 +1,5 @@
 """Whether CUDA initializes inside a worker's sandbox, and which of the sandbox's walls stops it
-where it does not: each variant enters a sandbox built as a CUDA worker's (runtime.sandbox.Spec with
+where it does not: each variant enters a sandbox built as a CUDA worker's (runtime.sandbox_mounts.Spec with
 the /dev/nvidia* nodes, the host's folders shielded, an empty $HOME, /run masked, socket(AF_UNIX)
 refused until the driver is up) or less one wall, then loads the driver (cuInit) and asks torch.
 
@@ -54,17 +54,17 @@ def inside() -> dict:
 
 
 def enter(variant: str) -> None:
-    from pytest_ditar.runtime import hostview, sandbox
+    from pytest_ditar.runtime import hostview, sandbox, sandbox_check, sandbox_mounts
 
     if variant in ("no_mask", "bare"):
-        sandbox.masked = lambda: []  # type: ignore[assignment]
+        sandbox_mounts.masked = lambda: []  # type: ignore[assignment]
     if variant in ("no_home", "bare"):
-        sandbox.homes = lambda: ()  # type: ignore[assignment]
-    bwrap, why = sandbox.find_bwrap()
+        sandbox_mounts.homes = lambda: ()  # type: ignore[assignment]
+    bwrap, why = sandbox_check.find_bwrap()
     if bwrap is None:
         print(json.dumps({"variant": variant, "error": why}))
         return
-    spec = sandbox.Spec(bwrap=bwrap, devices=sandbox.device_nodes("cuda"), reads=hostview.needed_reads(),
+    spec = sandbox_mounts.Spec(bwrap=bwrap, devices=sandbox_mounts.device_nodes("cuda"), reads=hostview.needed_reads(),
                         unix_sockets=variant in ("unix_sockets", "bare"),
                         shield=variant not in ("no_shield", "bare"), cwd=str(ROOT),
                         cuda_first=0 if variant == "cuda_first" else -1)  # "cuda_first": what a CUDA worker gets

@@ -69,7 +69,8 @@ def startup(spec, cand: Path, logs: Path, n: int, zygote: bool, sandboxed: bool)
 
 def round_trip(spec, cand: Path, logs: Path, request, rounds: int, warmup: int) -> dict:
     from pytest_ditar.core import stats
-    from pytest_ditar.runtime.worker import CandidateWorker, only_running
+    from pytest_ditar.runtime.worker import CandidateWorker
+    from pytest_ditar.runtime.worker_process import only_running
 
     boxed = CandidateWorker("boxed", cand, spec, log_path=logs / "rt-boxed.log", sandboxed=True).start()
     plain = CandidateWorker("plain", cand, spec, log_path=logs / "rt-plain.log", sandboxed=False).start()
@@ -117,13 +118,13 @@ def main() -> int:
 
     from pytest_ditar.config.suite import load_suite
     from pytest_ditar.interface import Request
-    from pytest_ditar.runtime import sandbox
+    from pytest_ditar.runtime import sandbox_check
     from pytest_ditar.runtime.calls import lane_request
     from pytest_ditar.runtime.harness import make_spec, pick_device
     from pytest_ditar.runtime.models import resolve_model_dir
 
-    if sandbox.check():
-        print(sandbox.check())
+    if sandbox_check.check():
+        print(sandbox_check.check())
         return 1
     suite = load_suite(ROOT / "suites" / args.suite)
     device = pick_device(args.device)
@@ -137,7 +138,7 @@ def main() -> int:
     else:
         (cand / "pipeline.py").write_text((ROOT / "mutable" / "pipeline.py").read_text())
         request = lane_request(suite, suite.lane("latency_b1"))
-    a = sandbox.availability()
+    a = sandbox_check.availability()
     result = {"suite": args.suite, "device": device, "bwrap": a.version, "overlay": a.overlay, "startup": {}}
     # the zygote's own start (its imports) is paid once, before the first worker: not a worker's cost
     startup(spec, cand, tmp, 1, zygote=True, sandboxed=False)

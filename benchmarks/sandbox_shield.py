@@ -39,11 +39,11 @@ def build(spec):
 
 
 def startup(spec, cand: Path, logs: Path, n: int, shield: bool) -> list[float]:
-    from pytest_ditar.runtime import sandbox
+    from pytest_ditar.runtime import sandbox_check
     from pytest_ditar.runtime.clock import judge_clock
     from pytest_ditar.runtime.worker import CandidateWorker
 
-    sandbox._CHECKED[0] = dataclasses.replace(sandbox._CHECKED[0], shield=shield)
+    sandbox_check._CHECKED[0] = dataclasses.replace(sandbox_check._CHECKED[0], shield=shield)
     out = []
     for i in range(n):
         w = CandidateWorker(f"s{i}", cand, spec, log_path=logs / f"{shield}-{i}.log", sandboxed=True)
@@ -99,14 +99,14 @@ def main() -> int:
     args = ap.parse_args()
 
     from pytest_ditar.config.suite import load_suite
-    from pytest_ditar.runtime import hostview, sandbox
+    from pytest_ditar.runtime import hostview, sandbox_check
     from pytest_ditar.runtime.harness import make_spec, pick_device
     from pytest_ditar.runtime.models import resolve_model_dir
 
-    if sandbox.check():
-        print(sandbox.check())
+    if sandbox_check.check():
+        print(sandbox_check.check())
         return 1
-    a = sandbox.availability()
+    a = sandbox_check.availability()
     suite = load_suite(ROOT / "suites" / args.suite)
     device = pick_device(args.device)
     spec = make_spec(suite, resolve_model_dir(suite), device)

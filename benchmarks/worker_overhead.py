@@ -50,7 +50,8 @@ from pytest_ditar.core import stats  # noqa: E402
 from pytest_ditar.runtime.calls import lane_request  # noqa: E402
 from pytest_ditar.runtime.clock import judge_clock  # noqa: E402
 from pytest_ditar.runtime.harness import make_spec, no_gc, pick_device  # noqa: E402
-from pytest_ditar.runtime.worker import CandidateWorker, only_running  # noqa: E402
+from pytest_ditar.runtime.worker import CandidateWorker  # noqa: E402
+from pytest_ditar.runtime.worker_process import only_running  # noqa: E402
 
 TARGETS = {"latency_b1": 0.01, "throughput_b8": 0.005}  # the issue's, for dit-xl-2-256 on an H200
 # The ladder's exact champion (docs/benchmarks.md, run 3): every exact rung kept, CUDA graphs last.

@@ -19,7 +19,7 @@ from pytest_ditar.hardware.stack import stack_rows
 from pytest_ditar.hardware.topology import collect, doctor_rows
 from pytest_ditar.loop.integrity import roles
 from pytest_ditar.loop.integrity.tags import resolve_tag
-from pytest_ditar.runtime import sandbox
+from pytest_ditar.runtime import sandbox_check
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import load_snapshot
@@ -165,7 +165,7 @@ def sandbox_row(cfg) -> tuple[str, str, str]:
     if not cfg.sandboxed:
         return ("sandbox", WARN, 'off ("sandbox": "off" in the config): workers run unsandboxed and every verdict '
                                  "line and ledger row says sandbox=off")
-    a = sandbox.availability()
+    a = sandbox_check.availability()
     if a.problem:
         return ("sandbox", FAIL, a.problem + " (a gated run is refused)")
     cache = "an overlay of the champion's" if a.overlay else "an empty tmpfs (this bwrap or kernel mounts no overlay)"

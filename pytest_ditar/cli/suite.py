@@ -16,7 +16,7 @@ from pytest_ditar.config.semantic import OWNER, availability
 from pytest_ditar.core.errors import ConfigError
 from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS
 from pytest_ditar.runtime.models import model_location
-from pytest_ditar.runtime.worker import BUILDS_AT_ONCE, worker_threads
+from pytest_ditar.runtime.worker_process import BUILDS_AT_ONCE, worker_threads
 
 
 class Suite(Command):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pytest_ditar.runtime import proctree
 
-BOX = "/run/ditar"  # /run is a tmpfs of each sandbox's own (runtime.sandbox.masked)
+BOX = "/run/ditar"  # /run is a tmpfs of each sandbox's own (runtime.hostview.masked)
 CODE = f"{BOX}/code"  # the parent of the role's package, read-only
 WORK = f"{BOX}/work"  # its scratch: working directory, TMPDIR
 IO = f"{BOX}/io"  # its shared-memory buffer's folder

@@ -15,7 +15,8 @@ from pytest_ditar.core.audit import audit_batch
 from pytest_ditar.core.requests import RequestStream
 from pytest_ditar.interface import Request
 from pytest_ditar.runtime.clock import judge_clock
-from pytest_ditar.runtime.worker import CandidateWorker, Outputs, only_running
+from pytest_ditar.runtime.worker import CandidateWorker, Outputs
+from pytest_ditar.runtime.worker_process import only_running
 
 # An audit sees the candidate's and the champion's outputs (None without a champion) of one
 # request and returns (index in the batch, what is wrong) for the first bad image, or None.

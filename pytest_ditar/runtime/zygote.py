@@ -118,7 +118,7 @@ class Zygote:
     def spawn(self, fds: Sequence[int], log_path: Path, cwd: Path | None, env: dict[str, str],
               sandbox: str | None = None, ranks: int = 0) -> ZygoteChild:
         """Fork a worker serving the socket fds[0], with `env` as its environment, inside the sandbox
-        `sandbox` (a runtime.sandbox.Spec as JSON) where given (the first call waits for the
+        `sandbox` (a runtime.sandbox_mounts.Spec as JSON) where given (the first call waits for the
         zygote's imports); `ranks` > 0: a group's launcher (runtime.group), fds its ranks'
         sockets, then their logs."""
         reply = self._ask({"op": "spawn", "log": str(log_path), "cwd": str(cwd) if cwd else None, "env": env,

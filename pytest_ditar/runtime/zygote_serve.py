@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
         return 4  # the name is taken: the judge sees the zygote gone and spawns its workers itself
     imports_s = import_libraries()
     # The libraries' objects move to the collector's permanent generation: a worker's gc.collect()
-    # (before every lane, runtime.worker_main op_steady) then walks only what the worker made
+    # (before every lane, runtime.worker_device op_steady) then walks only what the worker made
     # itself (0.3-0.8 s less per worker and lane on a 2-core CPU), and never dirties these shared pages.
     gc.collect()
     gc.freeze()

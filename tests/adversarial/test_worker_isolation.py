@@ -160,7 +160,7 @@ def _pids(counter: Path, n: int, wait_s: float = 10.0) -> list[int]:
 @linux_only
 @pytest.mark.parametrize("evade", [False, True], ids=["orphaned-to-its-worker", "orphaned-past-it"])
 def test_a_detached_process_of_the_candidate_is_stopped_while_the_other_side_is_timed(tmp_path, evade):
-    from pytest_ditar.runtime.worker import background_processes, only_running
+    from pytest_ditar.runtime.worker_process import background_processes, only_running
 
     counter = tmp_path / "count"
     cand = _worker(tmp_path, "candidate", detaching(TRIVIAL, counter, evade=evade)).start()
@@ -201,7 +201,7 @@ def test_a_killed_worker_takes_its_detached_processes_with_it(tmp_path):
 def test_a_workers_own_children_run_and_stop_with_it(tmp_path):
     """A child in another session stays part of the worker's computation: it runs while the worker
     is timed and stops when the worker is paused."""
-    from pytest_ditar.runtime.worker import only_running
+    from pytest_ditar.runtime.worker_process import only_running
 
     counter, script = tmp_path / "count", tmp_path / "count.py"
     script.write_text("import itertools, os\nfor n in itertools.count():\n"

@@ -20,7 +20,7 @@ from pytest_ditar.loop.run.classes import Claim, read_claim
 from pytest_ditar.loop.run.options import RunOptions
 from pytest_ditar.loop.run.session import DitarSession
 from pytest_ditar.loop.run.verify import state_refusal
-from pytest_ditar.runtime import sandbox
+from pytest_ditar.runtime import sandbox_check
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.vcs import queries
@@ -209,7 +209,7 @@ class Preflight:
         return Refusal("config_pin", why) if why else None
 
     def _check_sandbox(self) -> Stop | None:  # fail closed: no gated run without the workers' sandbox
-        why = sandbox.check() if self.sess.cfg.sandboxed else None  # none where the project owner turned it off
+        why = sandbox_check.check() if self.sess.cfg.sandboxed else None  # none where the project owner turned it off
         return Refusal("sandbox", why) if why else None
 
     def _check_meta(self) -> Stop | None:

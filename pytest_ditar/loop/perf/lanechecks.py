@@ -24,7 +24,8 @@ from pytest_ditar.core.laneoutcome import (
     TotalCheck,
 )
 from pytest_ditar.core.vocabulary import SIDE_CANDIDATE
-from pytest_ditar.runtime.lanes import LaneMeasurement, Sequential
+from pytest_ditar.runtime.lanes import LaneMeasurement
+from pytest_ditar.runtime.lanesetup import Sequential
 
 
 def _trimmed_mean(xs: Sequence[float], cut: float = 0.1) -> float:
@@ -35,7 +36,7 @@ def _trimmed_mean(xs: Sequence[float], cut: float = 0.1) -> float:
 
 def host_ratio(now: Sequence[float], stored: Sequence[float]) -> float:
     """How much slower the host is now than when the champion's samples were stored (the judge's
-    fixed workload, runtime.lanes.host_speed), in [1, 2]; 1 when either has under 3 probes.
+    fixed workload, runtime.lanesetup.host_speed), in [1, 2]; 1 when either has under 3 probes.
 
     A trimmed mean, not a median: a probe is short and lands in a burst of a bursty host's load or
     between two, so the median flips from one mode to the other while the mean follows the share of

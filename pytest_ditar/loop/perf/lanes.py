@@ -40,7 +40,8 @@ from pytest_ditar.loop.run.session import DitarSession
 from pytest_ditar.runtime import proctree, zygote
 from pytest_ditar.runtime.calls import new_stream, output_audit
 from pytest_ditar.runtime.group import rank_device
-from pytest_ditar.runtime.lanes import Benchmark, LaneMeasurement, LaneResult, Sequential, measure_lane
+from pytest_ditar.runtime.lanes import LaneMeasurement, LaneResult, measure_lane
+from pytest_ditar.runtime.lanesetup import Benchmark, Sequential
 from pytest_ditar.runtime.worker import CandidateWorker
 from pytest_ditar.store.records import LaneRecord
 from pytest_ditar.vcs import queries

@@ -27,7 +27,8 @@ from pytest_ditar.runtime.group import GroupWorker
 from pytest_ditar.runtime.harness import make_spec, pick_device, require_pipeline
 from pytest_ditar.runtime.models import resolve_model_dir
 from pytest_ditar.runtime.semantic import SessionScores
-from pytest_ditar.runtime.worker import CandidateWorker, worker_threads
+from pytest_ditar.runtime.worker import CandidateWorker
+from pytest_ditar.runtime.worker_process import worker_threads
 from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import Snapshot, load_snapshot
 from pytest_ditar.vcs import queries
@@ -275,7 +276,7 @@ class DitarSession:
 
 
 def threads_for(device: str) -> int:
-    """Each worker's torch intra-op threads on `device` (runtime.worker.worker_threads)."""
+    """Each worker's torch intra-op threads on `device` (runtime.worker_process.worker_threads)."""
     try:
         return worker_threads(device, len(os.sched_getaffinity(0)), os.environ.get(ENV_CPU_THREADS))
     except ValueError as exc:

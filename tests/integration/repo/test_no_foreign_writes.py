@@ -23,7 +23,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("plugin/artifacts.py", "opt.benchmark_quiet"): "pytest's option namespace: a guard's tables off",
     ("plugin/console.py", "bar.n"): "tqdm's bar: its documented position",
     ("runtime/lanes.py", "benchmark.group"): "pytest-benchmark's fixture: its documented group",
-    ("runtime/worker_main.py", "err.where"): "the candidate's exception, annotated before it crosses the wire",
+    ("runtime/worker_protocol.py", "err.where"): "the candidate's exception, annotated before it crosses the wire",
     ("runtime/group.py", "r.conn"): "the group's own ranks (_Rank, defined there): their connection",
     ("runtime/group.py", "r.buffer_file"): "the group's own ranks: their shared-memory buffer",
     ("runtime/group.py", "r.buffer_path"): "the group's own ranks: their shared-memory buffer",

@@ -92,6 +92,10 @@ INDIRECT = {
                                      "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.runtime.worker_main": "tests/e2e/test_workers.py::"
                                         "test_paused_worker_runs_nothing_until_resumed",
+    "pytest_ditar.runtime.worker_protocol": "tests/e2e/test_workers.py::"
+                                            "test_paused_worker_runs_nothing_until_resumed",
+    "pytest_ditar.runtime.worker_device": "tests/e2e/test_workers.py::"
+                                          "test_candidate_code_runs_in_a_worker_in_every_path_of_a_gated_run",
     # the zygote's own process, kept warm and adopted by the next gated run
     "pytest_ditar.runtime.zygote_serve": "tests/e2e/test_warm_zygote.py::"
                                          "test_the_next_run_forks_from_the_zygote_the_baseline_kept_and_a_stale_one_is_not_used",

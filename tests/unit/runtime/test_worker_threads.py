@@ -2,7 +2,7 @@
 builds four workers at once and four full pools spin against each other."""
 import pytest
 
-from pytest_ditar.runtime.worker import BUILDS_AT_ONCE, worker_threads
+from pytest_ditar.runtime.worker_process import BUILDS_AT_ONCE, worker_threads
 
 
 def test_one_thread_on_cpu_and_a_share_of_the_cores_on_a_gpu():
