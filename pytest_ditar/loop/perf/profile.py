@@ -28,6 +28,7 @@ from typing import Any
 from pytest_ditar.core.attribution import Attribution, Span, attribute
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.kernels import KernelTable, diff, headline, kernel_table
+from pytest_ditar.core.launches import IDLE, LEAVES, DeviceAttribution, Launch, attribute_launches, sum_checks
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.interface import Request
 from pytest_ditar.loop.run import champion
@@ -132,7 +133,21 @@ def _one(worker: CandidateWorker, request: Request, calls: tuple[Request, int, R
         raise CandidateError("exception", f"the worker's profile data holds no usable spans: {exc}") from None
     with open(trace_src, "rb") as src, atomic_file(trace, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
-    return summarize(data, att, table, trace=trace.name)
+    return summarize(data, att, table, trace=trace.name, dev=by_launch(data))
+
+
+def by_launch(data: dict[str, Any]) -> DeviceAttribution | None:
+    """The device time per phase by kernel launch (core.launches), where the worker read the
+    launches from its trace (CUDA); None on a CPU or where the trace held no call."""
+    if "launches" not in data:
+        return None
+    try:
+        names = [str(n) for n in data.get("launch_names", [])]
+        spans = [Span.from_row(r) for r in data.get("trace_spans", [])]
+        return attribute_launches(spans, (Launch.from_row(r, names) for r in data["launches"]))
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        data["launch_error"] = f"the trace's launches are not usable: {exc}"[:300]
+        return None
 
 
 def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -147,12 +162,40 @@ def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     phases = diff(by_phase(ref), by_phase(new), ref["call_wall_ms"], new["call_wall_ms"])
     fams = diff(ref["kernels"]["families"], new["kernels"]["families"], ref["call_wall_ms"], new["call_wall_ms"])
     return {"ref": ref["candidate"]["ref"], "commit": ref["candidate"]["commit"], "phases": phases.to_dict(),
-            "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref}
+            "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref,
+            "device_phases": device_deltas(ref, new)}
 
 
-def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace: str = TRACE) -> dict[str, Any]:
+def device_deltas(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
+    """`--against` on a GPU: device ms per leaf phase by launch (core.launches) and the device's
+    idle time (the profiled wall less busy), so the deltas add up to the profiled walls'
+    difference; their sum against each measured total's difference (device busy, the profiled
+    walls, the unprofiled walls where both sides have one). None where a side has no launches."""
+    a, b = ref.get("device_attribution"), new.get("device_attribution")
+    if not a or not b:
+        return None
+
+    def rows(s: dict[str, Any], d: dict[str, Any]) -> dict[str, float]:
+        out = {k: float(d["phases"].get(k, 0.0)) for k in LEAVES}
+        out[IDLE] = max(0.0, s["call_wall_ms"] - float(d["busy_ms"]))
+        return out
+
+    ra, rb = rows(ref, a), rows(new, b)
+    d = diff(ra, rb, ref["call_wall_ms"], new["call_wall_ms"])
+    totals = {"device busy": (float(a["busy_ms"]), float(b["busy_ms"])),
+              "profiled call walls": (ref["call_wall_ms"], new["call_wall_ms"])}
+    if ref.get("unprofiled_wall_ms") and new.get("unprofiled_wall_ms"):
+        totals["unprofiled walls"] = (ref["unprofiled_wall_ms"], new["unprofiled_wall_ms"])
+    checks = [{"name": c.name, "ref_ms": c.ref_ms, "ms": c.ms, "delta_ms": c.delta_ms, "summed_ms": c.summed_ms,
+               "gap": c.gap} for c in sum_checks(ra, rb, totals)]
+    return {**d.to_dict(), "checks": checks}
+
+
+def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace: str = TRACE,
+              dev: DeviceAttribution | None = None) -> dict[str, Any]:
     """What summary.json holds (`SUMMARY_KIND`) of one side: the worker's data file, its
-    attribution and its kernel table (the candidate, lane and request are added by the caller)."""
+    attribution, its kernel table and (CUDA) its device time by launch (the candidate, lane and
+    request are added by the caller)."""
     wall_s = att.wall_ms / 1e3
     flops = float(data.get("flops") or 0.0)
     return {
@@ -169,6 +212,9 @@ def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace:
         "top_ops": data.get("top_ops", []), "flops": flops,
         "achieved_flops_per_s": flops / wall_s if flops and wall_s > 0 else None,
         "marks": data.get("marks", {}), "events": data.get("events"), "trace": trace,
+        # CUDA: every kernel's device time by the phase its launch lay in (core.launches)
+        "device_attribution": dev.to_dict() if dev is not None else None,
+        "launch_notes": list(data.get("launch_notes", [])), "launch_error": data.get("launch_error"),
     }
 
 
