@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = ["perf_lanes.py", "multi_gpu.py", "ladder.py", "worker_overhead.py", "report_speed.py", "fixed_cost.py",
-           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py"]
+           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py", "profile_graphs.py"]
 
 # One interpreter for all of them: torch and diffusers are imported once.
 HELP_ALL = r"""
@@ -83,3 +83,9 @@ def test_chained_vs_outside_plans_three_exact_wins() -> None:
     assert "LEAN = True" in steps[2][2] and "# thrown away" not in steps[2][2]
     assert cvo.not_judged("DITAR VERDICT: DISCARD lane=latency_b1 unstable")
     assert not cvo.not_judged("DITAR VERDICT: KEEP")
+
+
+def test_profile_graphs_needs_cuda_and_says_so_on_a_cpu() -> None:
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks/profile_graphs.py"), "--suite", "tiny"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert res.returncode == 0 and "needs CUDA" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
