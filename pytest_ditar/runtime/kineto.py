@@ -14,7 +14,8 @@ libkineto/include/MetadataFieldCatalog.h and CuptiActivity.h):
 - the device's records ("kernel", "gpu_memcpy", "gpu_memset"), each linked by its "correlation" to
   its launch. A graph's replayed kernels all carry their cudaGraphLaunch's correlation (CUPTI).
 
-Kept: the kernels launched inside the call's range, and those with no launch found whose device
+Kept: the kernels launched inside the call's range (by the launch's host time, not the kernel's
+own timestamps, which CUPTI can misstamp), and those with no launch found whose device
 time starts inside it (their launch time None: core.launches counts them unattributed). A launch
 on another thread than the call's gets FLAG_FOREIGN (no range of the call applies); where no
 runtime call at all lies on the call's thread (a trace whose thread ids differ), every launch is
@@ -61,6 +62,30 @@ def _corr(e: Mapping[str, Any]) -> int | None:
         return None
 
 
+def _ranges(evs: list[dict[str, Any]], pid: object, tid: object) -> list[list[Any]]:
+    """[label, start, end] of every "ditar::*" range on the call's thread."""
+    out = []
+    for e in evs:
+        name = e.get("name")
+        if (e.get("cat") in HOST_RANGE_CATS and isinstance(name, str) and name.startswith(PREFIX)
+                and e.get("pid") == pid and e.get("tid") == tid):
+            ts, dur = _num(e.get("ts")), _num(e.get("dur")) or 0.0
+            if ts is not None:
+                out.append([name[len(PREFIX):], ts, ts + dur])
+    return out
+
+
+def _runtime(evs: list[dict[str, Any]]) -> dict[int, tuple[float, object, str]]:
+    """correlation -> (host ts, thread, name) of every runtime and driver call."""
+    out: dict[int, tuple[float, object, str]] = {}
+    for e in evs:
+        if e.get("cat") in LAUNCH_CATS:
+            c, ts = _corr(e), _num(e.get("ts"))
+            if c is not None and ts is not None:
+                out[c] = (ts, e.get("tid"), str(e.get("name", "")))
+    return out
+
+
 def launches(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """{"spans": [[label, start, end]], "names": [kernel name], "launches": [[name index, launch
     ts or None, device us, flags]], "notes": [...]} of the trace's one "ditar::call" range; empty
@@ -73,24 +98,14 @@ def launches(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     pid, tid = call.get("pid"), call.get("tid")
     lo = float(call["ts"])
     hi = lo + (_num(call.get("dur")) or 0.0)
-    for e in evs:
-        name = e.get("name")
-        if (e.get("cat") in HOST_RANGE_CATS and isinstance(name, str) and name.startswith(PREFIX)
-                and e.get("pid") == pid and e.get("tid") == tid):
-            ts, dur = _num(e.get("ts")), _num(e.get("dur")) or 0.0
-            if ts is not None:
-                out["spans"].append([name[len(PREFIX):], ts, ts + dur])
-    runtime: dict[int, tuple[float, object, str]] = {}
-    for e in evs:
-        if e.get("cat") in LAUNCH_CATS:
-            c, ts = _corr(e), _num(e.get("ts"))
-            if c is not None and ts is not None:
-                runtime[c] = (ts, e.get("tid"), str(e.get("name", "")))
+    out["spans"] = _ranges(evs, pid, tid)
+    runtime = _runtime(evs)
     same_thread = any(t == tid for _, t, _ in runtime.values())
     if runtime and not same_thread:
         out["notes"].append("no runtime call on the call's thread id in the trace: every launch taken as the "
                             "call thread's")
     index: dict[str, int] = {}
+    clipped = 0
     for e in evs:
         if e.get("cat") not in DEVICE_CATS:
             continue
@@ -109,8 +124,12 @@ def launches(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 continue
             flags = (FLAG_GRAPH if lname.startswith(GRAPH_LAUNCHES) else 0) | \
                 (FLAG_FOREIGN if same_thread and ltid != tid else 0)
+        if dur > hi - lo:  # a record whose clock went wrong (CUPTI can misstamp a session's first kernels)
+            dur, clipped = hi - lo, clipped + 1
         name = str(e.get("name", ""))
         i = index.setdefault(name, len(index))
         out["launches"].append([i, at, round(dur, 3), flags])
     out["names"] = list(index)
+    if clipped:
+        out["notes"].append(f"{clipped} kernel record(s) longer than the call itself, clipped to it")
     return out

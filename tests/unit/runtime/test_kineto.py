@@ -78,6 +78,15 @@ def test_a_trace_whose_thread_ids_differ_takes_every_launch_as_the_call_threads(
     assert got["notes"] and all(r[3] & FLAG_FOREIGN == 0 for r in got["launches"])
 
 
+def test_a_kernel_record_longer_than_the_call_is_clipped_and_said():
+    ev = _trace() + [_x("cuda_runtime", "cudaLaunchKernel", 1300.0, 2.0, correlation=90),
+                     _x("kernel", "misstamped", 1e9, 5e12, pid=0, tid=7, correlation=90)]
+    got = kineto.launches(ev)
+    row = next(r for r in got["launches"] if got["names"][r[0]] == "misstamped")
+    assert row[1:] == [1300.0, 900.0, 0] and got["notes"] == ["1 kernel record(s) longer than the call itself, "
+                                                              "clipped to it"]
+
+
 def test_no_call_range_gives_nothing():
     assert kineto.launches([e for e in _trace() if e.get("name") != "ditar::call"])["launches"] == []
 
