@@ -75,7 +75,7 @@ def main() -> int:
     card = "cpu" if args.cpu_rehearsal else torch.cuda.get_device_name()
     from pytest_ditar.cli.profile import device_delta_lines, named_lines
     from pytest_ditar.config.suite import load_suite
-    from pytest_ditar.loop.perf.profile import device_deltas
+    from pytest_ditar.core.launches import device_deltas
     from pytest_ditar.runtime.calls import fresh_request, new_stream
     from pytest_ditar.runtime.harness import make_spec
     from pytest_ditar.runtime.models import resolve_model_dir
@@ -97,20 +97,24 @@ def main() -> int:
         dev = s.get("device_attribution") or {}
         print(f"== {name} ({card}): call wall {s['call_wall_ms']:.2f} ms under the "
               f"profiler, {s.get('unprofiled_wall_ms') or float('nan'):.2f} ms unprofiled")
-        for line in named_lines(s, not args.cpu_rehearsal):
+        for line in named_lines(s.get("device_attribution"), not args.cpu_rehearsal, s.get("launch_notes") or [],
+                                s.get("launch_error")):
             print(line)
         for key, ms in sorted((dev.get("phases") or {}).items(), key=lambda kv: -kv[1])[:12]:
             star = "*" if (dev.get("inferred") or {}).get(key) else ""
             print(f"  {key:<24} {ms:>9.3f} ms{star}")
         if dev.get("top_inferred"):
             print("largest kernels placed by position (inferred):")
-            for n, c, ms in dev["top_inferred"][:5]:
-                print(f"  {n[:70]:<70} {c:>6} {ms:>9.3f} ms")
+            for k in dev["top_inferred"][:5]:
+                print(f"  {k['name'][:70]:<70} {k['kernels']:>6} {k['ms']:>9.3f} ms")
         doc["sides"][name] = {k: s.get(k) for k in ("call_wall_ms", "unprofiled_wall_ms", "device_ms",
                                                     "device_attribution", "launch_notes", "launch_error", "marks",
                                                     "flags")}
-    if "stock" in sides:
-        d = device_deltas(sides["stock"], sides["champion"])
+    ref, new = sides.get("stock"), sides["champion"]
+    if ref and ref.get("device_attribution") and new.get("device_attribution"):
+        d = device_deltas(ref["device_attribution"], new["device_attribution"],
+                          (ref["call_wall_ms"], new["call_wall_ms"]),
+                          (ref.get("unprofiled_wall_ms"), new.get("unprofiled_wall_ms")))
         doc["against_stock"] = d
         print("== champion against stock, the same request:")
         for line in device_delta_lines(d, 12):

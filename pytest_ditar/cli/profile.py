@@ -11,7 +11,7 @@ from pytest_ditar.cli.command import Command, open_session
 from pytest_ditar.core.attribution import BYPASSED, UNMARKED_WHY
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.kernels import REST, REST_LABEL
-from pytest_ditar.core.launches import EXTRA_ROWS, IDLE
+from pytest_ditar.core.launches import EXTRA_ROWS, IDLE, ROWS, DeviceDeltas, DeviceDict
 from pytest_ditar.hardware.roofline import fmt_flops
 from pytest_ditar.loop.perf.profile import logs_of, profile
 
@@ -87,7 +87,7 @@ def against_lines(a: dict[str, Any], n: int = 6) -> list[str]:
     return out + device_delta_lines(a.get("device_phases"), n)
 
 
-def device_delta_lines(d: dict[str, Any] | None, n: int = 8) -> list[str]:
+def device_delta_lines(d: DeviceDeltas | None, n: int = 8) -> list[str]:
     """`--against` on a GPU: device ms per phase by launch, and their sum against each measured
     total's difference (loop.perf.profile.device_deltas)."""
     if not d:
@@ -158,31 +158,31 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     return lines
 
 
-def _rows(s: dict[str, Any], dev: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The phase rows, with core.launches's own rows (the inferred transformer kernels, the
-    unattributed ones) where the device time is by launch and they hold any."""
-    rows = list(s["phases"])
-    if dev:
-        level = {r["key"]: r["level"] for r in rows}
-        for key, label, parent in EXTRA_ROWS:
-            if dev["phases"].get(key):
-                extra = {"key": key, "label": label, "parent": parent, "host_ms": None, "share": None,
-                         "per_step_ms": None, "level": level[parent] + 1 if parent else 0}
-                at = max((i for i, r in enumerate(rows) if r["parent"] == parent), default=len(rows) - 1) \
-                    if parent else len(rows) - 1
-                rows.insert(at + 1, extra)
-    return rows
+def _add_launch_rows(rows: list[dict[str, object]], dev: DeviceDict) -> None:
+    """core.launches's own rows (the inferred transformer kernels, the unattributed ones), where
+    they hold any device time: after their parent's last child, or last."""
+    for key, label, parent in EXTRA_ROWS:
+        if dev["phases"].get(key):
+            level, p = 0, parent
+            while p is not None:
+                level, p = level + 1, next(q for k, _, q in ROWS if k == p)
+            at = max((i for i, r in enumerate(rows) if parent and r.get("parent") == parent), default=len(rows) - 1)
+            rows.insert(at + 1, {"key": key, "label": label, "parent": parent, "level": level, "host_ms": None,
+                                 "share": None, "per_step_ms": None})
 
 
 def _phase_table(s: dict[str, Any], cuda: bool) -> list[str]:
     """The phases, indented by depth, then the call's wall; device columns on CUDA: each kernel's
     device time in the phase its launch lay in (core.launches), else the operators' figures."""
     dev = s.get("device_attribution") if cuda else None
+    rows = list(s["phases"])
+    if dev:
+        _add_launch_rows(rows, dev)
     head = f"{'phase':<50} {'ms':>9} {'% call':>7} {'ms/step':>8}"
     head += f" {'device ms':>11} {'% wall':>7}" if cuda else ""
     lines = [head, "-" * len(head)]
     wall = s["call_wall_ms"]
-    for r in _rows(s, dev):
+    for r in rows:
         label = "  " * r["level"] + r["label"]
         if r["key"] == "denoise":
             label += f" ({s['steps_seen']})"
@@ -205,27 +205,26 @@ def _phase_table(s: dict[str, Any], cuda: bool) -> list[str]:
         busy = float(dev["busy_ms"]) if dev else s["device_ms"]
         total += f" {busy:>10.2f}  {100 * busy / wall if wall else 0:>6.1f}%"
     lines += [total, "* placed between the marked ranges around it, not marked itself"]
-    return lines + named_lines(s, cuda)
+    return lines + named_lines(dev, cuda, s.get("launch_notes") or [], s.get("launch_error"))
 
 
-def named_lines(s: dict[str, Any], cuda: bool, n: int = 5) -> list[str]:
+def named_lines(dev: DeviceDict | None, cuda: bool, notes: list[str], error: str | None, n: int = 5) -> list[str]:
     """How much of the device's time the phases name (core.launches), and the largest kernels
     they do not; on a CPU, that there are no kernels to attribute."""
     if not cuda:
         return ["device time by launch: none on a CPU (no kernels; the times above are the host's)"]
-    dev = s.get("device_attribution")
     if not dev:
-        why = s.get("launch_error") or "the worker's data holds no launches"
+        why = error or "the worker's data holds no launches"
         return [f"device time by launch: not available ({why}); the device column is the operators' own"]
-    share = dev.get("named_share")
+    share = dev["named_share"]
     head = f"{100 * share:.1f}%" if share is not None else "no kernel ran"
     lines = [f"device time in named phases: {head} ({dev['kernels']} kernels, {dev['in_graphs']} in CUDA graphs, "
              f"{dev['triton']} Triton; unattributed {dev['unattributed_ms']:.2f} ms; `*`: placed by where its launch "
              f"lies, {sum(dev['inferred'].values()):.2f} ms)"]
-    lines += [f"note: {x}" for x in [*dev.get("notes", []), *s.get("launch_notes", [])]]
-    if dev.get("top_unnamed"):
+    lines += [f"note: {x}" for x in [*dev["notes"], *notes]]
+    if dev["top_unnamed"]:
         lines.append("largest kernels in no named phase (gaps, bypassed, unattributed):")
-        lines += [f"  {name[:60]:<60} {c:>6} {ms:>9.3f} ms" for name, c, ms in dev["top_unnamed"][:n]]
+        lines += [f"  {k['name'][:60]:<60} {k['kernels']:>6} {k['ms']:>9.3f} ms" for k in dev["top_unnamed"][:n]]
     return lines
 
 

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from pytest_ditar.core.attribution import BYPASSED, CALL, GAPS, PHASES, SPAN_PHASE, Span
-from pytest_ditar.core.kernels import ATTENTION, family
+from pytest_ditar.core.kernels import ATTENTION, diff, family
 
 GRAPH = "graph"  # the range around a CUDA graph's replay (runtime.profiler)
 TF_INFERRED = "transformer_inferred"
@@ -60,12 +60,44 @@ class Launch:
     flags: int = 0
 
     @classmethod
-    def from_row(cls, row: Sequence[Any], names: Sequence[str]) -> Launch:
-        """From the wire form [name index, launch ts or None, device us, flags]."""
+    def from_row(cls, row: Sequence[object], names: Sequence[str]) -> Launch:
+        """From the wire form [name index, launch ts or None, device us, flags]; ValueError or
+        IndexError for anything else."""
         if len(row) != 4:
-            raise ValueError(f"launch {row!r}: expected [name, at, device_us, flags]")
-        at = None if row[1] is None else float(row[1])
-        return cls(str(names[int(row[0])]), at, max(0.0, float(row[2])), int(row[3]))
+            raise ValueError(f"launch {row!r}: expected [name index, at, device_us, flags]")
+        return cls(names[int(_number(row[0]))], None if row[1] is None else _number(row[1]),
+                   max(0.0, _number(row[2])), int(_number(row[3])))
+
+
+def _number(x: object) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise ValueError(f"{x!r} is not a number")
+    return float(x)
+
+
+class KernelCount(TypedDict):
+    name: str
+    kernels: int
+    ms: float
+
+
+class DeviceDict(TypedDict):
+    """DeviceAttribution as summary.json holds it."""
+
+    busy_ms: float
+    phases: dict[str, float]
+    inferred: dict[str, float]
+    kernels: int
+    in_graphs: int
+    graph_ms: float
+    triton: int
+    triton_ms: float
+    unattributed_ms: float
+    named_ms: float
+    named_share: float | None
+    top_unnamed: list[KernelCount]
+    top_inferred: list[KernelCount]
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -92,13 +124,15 @@ class DeviceAttribution:
         """ms per leaf row: they partition busy."""
         return {k: self.phases.get(k, 0.0) for k in LEAVES}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"busy_ms": self.busy_ms, "phases": dict(self.phases), "inferred": dict(self.inferred),
-                "kernels": self.kernels, "in_graphs": self.in_graphs, "graph_ms": self.graph_ms,
-                "triton": self.triton, "triton_ms": self.triton_ms, "unattributed_ms": self.unattributed_ms,
-                "named_ms": self.named_ms, "named_share": self.named_share,
-                "top_unnamed": [list(r) for r in self.top_unnamed],
-                "top_inferred": [list(r) for r in self.top_inferred], "notes": list(self.notes)}
+    def to_dict(self) -> DeviceDict:
+        def top(rows: tuple[tuple[str, int, float], ...]) -> list[KernelCount]:
+            return [KernelCount(name=n, kernels=c, ms=ms) for n, c, ms in rows]
+
+        return DeviceDict(busy_ms=self.busy_ms, phases=dict(self.phases), inferred=dict(self.inferred),
+                          kernels=self.kernels, in_graphs=self.in_graphs, graph_ms=self.graph_ms, triton=self.triton,
+                          triton_ms=self.triton_ms, unattributed_ms=self.unattributed_ms, named_ms=self.named_ms,
+                          named_share=self.named_share, top_unnamed=top(self.top_unnamed),
+                          top_inferred=top(self.top_inferred), notes=list(self.notes))
 
 
 # The device column's rows: PHASES, the inferred transformer row after the transformer's own, and
@@ -266,3 +300,53 @@ def sum_checks(ref: Mapping[str, float], new: Mapping[str, float], totals: Mappi
     busy_only = sum(new.get(k, 0.0) - ref.get(k, 0.0) for k in keys if k != IDLE)
     return [SumCheck(name, float(a), float(b), busy_only if name == "device busy" else with_idle)
             for name, (a, b) in totals.items()]
+
+
+class CheckDict(TypedDict):
+    name: str
+    ref_ms: float
+    ms: float
+    delta_ms: float
+    summed_ms: float
+    gap: float | None
+
+
+class DeltaRow(TypedDict):
+    key: str
+    ref_ms: float
+    ms: float
+    delta_ms: float
+    rel: float | None
+
+
+class DeviceDeltas(TypedDict):
+    """`--against`'s device rows (summary.json's `against.device_phases`)."""
+
+    ref_wall_ms: float
+    wall_ms: float
+    summed_ms: float
+    rows: list[DeltaRow]  # largest change first
+    checks: list[CheckDict]
+
+
+def device_deltas(ref: DeviceDict, new: DeviceDict, walls: tuple[float, float],
+                  unprofiled: tuple[float | None, float | None]) -> DeviceDeltas:
+    """Two calls' device ms per leaf row, with the device's idle time (the profiled wall less busy)
+    as one more row so the deltas add up to the difference of the profiled `walls` (ref, new);
+    their sum against each measured total's difference: device busy (the rows without idle), the
+    profiled walls and, where both sides have one, the `unprofiled` walls."""
+    def rows(d: DeviceDict, wall: float) -> dict[str, float]:
+        out = {k: float(d["phases"].get(k, 0.0)) for k in LEAVES}
+        out[IDLE] = max(0.0, wall - float(d["busy_ms"]))
+        return out
+
+    ra, rb = rows(ref, walls[0]), rows(new, walls[1])
+    d = diff(ra, rb, walls[0], walls[1])
+    totals = {"device busy": (float(ref["busy_ms"]), float(new["busy_ms"])), "profiled call walls": walls}
+    if unprofiled[0] and unprofiled[1]:
+        totals["unprofiled walls"] = (unprofiled[0], unprofiled[1])
+    return DeviceDeltas(
+        ref_wall_ms=d.ref_wall_ms, wall_ms=d.wall_ms, summed_ms=d.summed_ms,
+        rows=[DeltaRow(key=r.key, ref_ms=r.ref_ms, ms=r.ms, delta_ms=r.delta_ms, rel=r.rel) for r in d.rows],
+        checks=[CheckDict(name=c.name, ref_ms=c.ref_ms, ms=c.ms, delta_ms=c.delta_ms, summed_ms=c.summed_ms,
+                          gap=c.gap) for c in sum_checks(ra, rb, totals)])

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from pytest_ditar.core.launches import FLAG_FOREIGN, FLAG_GRAPH
 
@@ -38,12 +38,19 @@ DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")  # and their _v10000/_ptsz variants
 
 
-def read(path: str | Path) -> dict[str, Any]:
+class TraceLaunches(TypedDict):
+    spans: list[list[str | float]]  # [label, start, end]
+    names: list[str]
+    launches: list[list[int | float | None]]  # [name index, launch ts or None, device us, flags]
+    notes: list[str]
+
+
+def read(path: str | Path) -> TraceLaunches:
     """The trace at `path` as launches(): see there."""
     with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+        doc: object = json.load(f)
     events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
-    return launches(events)
+    return launches(events if isinstance(events, list) else [])
 
 
 def _num(v: object) -> float | None:
@@ -53,18 +60,18 @@ def _num(v: object) -> float | None:
         return None
 
 
-def _corr(e: Mapping[str, Any]) -> int | None:
+def _corr(e: Mapping[str, object]) -> int | None:
     args = e.get("args")
     c = args.get("correlation") if isinstance(args, dict) else None
     try:
-        return int(c) if c is not None else None
+        return int(c) if isinstance(c, (int, float, str)) else None
     except (TypeError, ValueError):
         return None
 
 
-def _ranges(evs: list[dict[str, Any]], pid: object, tid: object) -> list[list[Any]]:
+def _ranges(evs: list[dict[str, object]], pid: object, tid: object) -> list[list[str | float]]:
     """[label, start, end] of every "ditar::*" range on the call's thread."""
-    out = []
+    out: list[list[str | float]] = []
     for e in evs:
         name = e.get("name")
         if (e.get("cat") in HOST_RANGE_CATS and isinstance(name, str) and name.startswith(PREFIX)
@@ -75,7 +82,7 @@ def _ranges(evs: list[dict[str, Any]], pid: object, tid: object) -> list[list[An
     return out
 
 
-def _runtime(evs: list[dict[str, Any]]) -> dict[int, tuple[float, object, str]]:
+def _runtime(evs: list[dict[str, object]]) -> dict[int, tuple[float, object, str]]:
     """correlation -> (host ts, thread, name) of every runtime and driver call."""
     out: dict[int, tuple[float, object, str]] = {}
     for e in evs:
@@ -86,17 +93,17 @@ def _runtime(evs: list[dict[str, Any]]) -> dict[int, tuple[float, object, str]]:
     return out
 
 
-def launches(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def launches(events: Iterable[object]) -> TraceLaunches:
     """{"spans": [[label, start, end]], "names": [kernel name], "launches": [[name index, launch
     ts or None, device us, flags]], "notes": [...]} of the trace's one "ditar::call" range; empty
     lists where there is none."""
-    evs = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    evs: list[dict[str, object]] = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
     call = next((e for e in evs if e.get("name") == CALL and e.get("cat") in HOST_RANGE_CATS), None)
-    out: dict[str, Any] = {"spans": [], "names": [], "launches": [], "notes": []}
-    if call is None or _num(call.get("ts")) is None:
+    out = TraceLaunches(spans=[], names=[], launches=[], notes=[])
+    lo = _num(call.get("ts")) if call is not None else None
+    if call is None or lo is None:
         return out
     pid, tid = call.get("pid"), call.get("tid")
-    lo = float(call["ts"])
     hi = lo + (_num(call.get("dur")) or 0.0)
     out["spans"] = _ranges(evs, pid, tid)
     runtime = _runtime(evs)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Union
 from pytest_ditar.core.attribution import CALL, OP, SPAN_PHASE, module_label
 from pytest_ditar.core.launches import GRAPH
 from pytest_ditar.interface import Candidate, Request
+from pytest_ditar.runtime import kineto
 
 if TYPE_CHECKING:  # the worker imports torch when it profiles; the judge never does
     import torch
@@ -182,13 +183,13 @@ class _Marker:
                 setattr(sched, name, _ranged(old, PREFIX + label, self.record_function))
 
 
-    def graphs(self, cls: object) -> None:
+    def graphs(self, graph_class: object) -> None:
         """Every CUDA graph's replay in a GRAPH range, whoever replays it (the candidate's own
         graphs, Inductor's cudagraph trees): its kernels share one launch (core.launches)."""
-        old = getattr(cls, "replay", None)
-        if isinstance(cls, type) and callable(old):
-            self.marks.add_wrapped(GRAPH, cls, "replay", old, "replay" in vars(cls))
-            setattr(cls, "replay", _ranged(old, PREFIX + GRAPH, self.record_function))
+        old = getattr(graph_class, "replay", None)
+        if isinstance(graph_class, type) and callable(old):
+            self.marks.add_wrapped(GRAPH, graph_class, "replay", old, "replay" in vars(graph_class))
+            setattr(graph_class, "replay", _ranged(old, PREFIX + GRAPH, self.record_function))
 
 
 def _ranged(fn: Callable[..., object], name: str,
@@ -253,8 +254,6 @@ def profile_call(candidate: Candidate, request: Request, warm: Request, warmup: 
 def _launches(trace: Path) -> dict[str, object]:
     """The call's kernels by launch, from the trace just written (runtime.kineto); a trace it
     cannot read leaves the device column to the operators' figures, and says why."""
-    from pytest_ditar.runtime import kineto
-
     try:
         got = kineto.read(trace)
     except (OSError, ValueError, KeyError, TypeError) as exc:

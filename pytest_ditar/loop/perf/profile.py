@@ -10,7 +10,10 @@ under the state directory, as a gated run does for its champion).
 
 `--against REF` (a commit, `champion`, `baseline`) profiles REF's candidate on the same request
 right after, and adds the difference per leaf phase and per kernel family (core.kernels.diff: each
-set partitions a call's wall, so its deltas add up to the difference of the two walls).
+set partitions a call's wall, so its deltas add up to the difference of the two walls); on a GPU
+also per phase of the device time by launch (core.launches) with the device's idle time, and the
+sum of those deltas against the differences of device busy, of the profiled and of the
+unprofiled walls (core.launches.device_deltas).
 
 Files: `<state>/<tag>/profiles/<stamp>-<sha7>/` (store.paths) or `--out DIR`: `trace.json`
 (chrome://tracing, ui.perfetto.dev), `trace-ref.json` with `--against`, and `summary.json`
@@ -21,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +32,7 @@ from typing import Any
 from pytest_ditar.core.attribution import Attribution, Span, attribute
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.kernels import KernelTable, diff, headline, kernel_table
-from pytest_ditar.core.launches import IDLE, LEAVES, DeviceAttribution, Launch, attribute_launches, sum_checks
+from pytest_ditar.core.launches import DeviceAttribution, Launch, attribute_launches, device_deltas
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.interface import Request
 from pytest_ditar.loop.run import champion
@@ -136,23 +140,26 @@ def _one(worker: CandidateWorker, request: Request, calls: tuple[Request, int, R
     return summarize(data, att, table, trace=trace.name, dev=by_launch(data))
 
 
-def by_launch(data: dict[str, Any]) -> DeviceAttribution | None:
+def by_launch(data: Mapping[str, object]) -> tuple[DeviceAttribution | None, str | None]:
     """The device time per phase by kernel launch (core.launches), where the worker read the
-    launches from its trace (CUDA); None on a CPU or where the trace held no call."""
+    launches from its trace (CUDA), and why not where it did not: (None, None) on a CPU."""
     if "launches" not in data:
-        return None
+        err = data.get("launch_error")
+        return None, str(err) if err else None
+    names, spans, rows = data.get("launch_names"), data.get("trace_spans"), data.get("launches")
+    if not (isinstance(names, list) and isinstance(spans, list) and isinstance(rows, list)):
+        return None, "the trace's launches are not lists"
     try:
-        names = [str(n) for n in data.get("launch_names", [])]
-        spans = [Span.from_row(r) for r in data.get("trace_spans", [])]
-        return attribute_launches(spans, (Launch.from_row(r, names) for r in data["launches"]))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        data["launch_error"] = f"the trace's launches are not usable: {exc}"[:300]
-        return None
+        return attribute_launches([Span.from_row(r) for r in spans],
+                                  (Launch.from_row(r, [str(n) for n in names]) for r in rows)), None
+    except (TypeError, ValueError, IndexError) as exc:
+        return None, f"the trace's launches are not usable: {exc}"[:300]
 
 
 def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """`--against`: per leaf phase (they partition the wall) and per kernel family (REST included),
-    the candidate's call against the reference's (core.kernels.diff), and the top lines in one."""
+    the candidate's call against the reference's (core.kernels.diff), and the top lines in one; on a
+    GPU also per phase of the device time by launch (core.launches.device_deltas)."""
     parents = {p["parent"] for p in new["phases"]}
 
     def by_phase(s: dict[str, Any]) -> dict[str, float]:
@@ -161,38 +168,15 @@ def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     labels = {p["key"]: p["label"].rstrip(" *") for p in new["phases"]}
     phases = diff(by_phase(ref), by_phase(new), ref["call_wall_ms"], new["call_wall_ms"])
     fams = diff(ref["kernels"]["families"], new["kernels"]["families"], ref["call_wall_ms"], new["call_wall_ms"])
+    a, b = ref.get("device_attribution"), new.get("device_attribution")  # on a GPU: device time by launch
+    dev = device_deltas(a, b, (ref["call_wall_ms"], new["call_wall_ms"]),
+                        (ref.get("unprofiled_wall_ms"), new.get("unprofiled_wall_ms"))) if a and b else None
     return {"ref": ref["candidate"]["ref"], "commit": ref["candidate"]["commit"], "phases": phases.to_dict(),
-            "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref,
-            "device_phases": device_deltas(ref, new)}
-
-
-def device_deltas(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any] | None:
-    """`--against` on a GPU: device ms per leaf phase by launch (core.launches) and the device's
-    idle time (the profiled wall less busy), so the deltas add up to the profiled walls'
-    difference; their sum against each measured total's difference (device busy, the profiled
-    walls, the unprofiled walls where both sides have one). None where a side has no launches."""
-    a, b = ref.get("device_attribution"), new.get("device_attribution")
-    if not a or not b:
-        return None
-
-    def rows(s: dict[str, Any], d: dict[str, Any]) -> dict[str, float]:
-        out = {k: float(d["phases"].get(k, 0.0)) for k in LEAVES}
-        out[IDLE] = max(0.0, s["call_wall_ms"] - float(d["busy_ms"]))
-        return out
-
-    ra, rb = rows(ref, a), rows(new, b)
-    d = diff(ra, rb, ref["call_wall_ms"], new["call_wall_ms"])
-    totals = {"device busy": (float(a["busy_ms"]), float(b["busy_ms"])),
-              "profiled call walls": (ref["call_wall_ms"], new["call_wall_ms"])}
-    if ref.get("unprofiled_wall_ms") and new.get("unprofiled_wall_ms"):
-        totals["unprofiled walls"] = (ref["unprofiled_wall_ms"], new["unprofiled_wall_ms"])
-    checks = [{"name": c.name, "ref_ms": c.ref_ms, "ms": c.ms, "delta_ms": c.delta_ms, "summed_ms": c.summed_ms,
-               "gap": c.gap} for c in sum_checks(ra, rb, totals)]
-    return {**d.to_dict(), "checks": checks}
+            "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref, "device_phases": dev}
 
 
 def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace: str = TRACE,
-              dev: DeviceAttribution | None = None) -> dict[str, Any]:
+              dev: tuple[DeviceAttribution | None, str | None] = (None, None)) -> dict[str, Any]:
     """What summary.json holds (`SUMMARY_KIND`) of one side: the worker's data file, its
     attribution, its kernel table and (CUDA) its device time by launch (the candidate, lane and
     request are added by the caller)."""
@@ -213,8 +197,8 @@ def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace:
         "achieved_flops_per_s": flops / wall_s if flops and wall_s > 0 else None,
         "marks": data.get("marks", {}), "events": data.get("events"), "trace": trace,
         # CUDA: every kernel's device time by the phase its launch lay in (core.launches)
-        "device_attribution": dev.to_dict() if dev is not None else None,
-        "launch_notes": list(data.get("launch_notes", [])), "launch_error": data.get("launch_error"),
+        "device_attribution": dev[0].to_dict() if dev[0] is not None else None,
+        "launch_notes": list(data.get("launch_notes", [])), "launch_error": dev[1],
     }
 
 

@@ -65,7 +65,7 @@ def _side(graphs: bool, wall_ms: float, unprofiled_ms: float) -> dict:
     table = kernel_table([(lc.name, 1, lc.device_us / 1e3) for lc in launches], wall_ms)
     data = {"spans": [], "unprofiled_s": unprofiled_ms / 1e3, "device": "cuda:0", "threads": 1}
     marks = {"transformer": 1, "attention": 28, "mlp": 28, "scheduler.step": 1, "vae": 1}
-    s = summarize(data, attribute(spans, marks=marks), table, dev=dev)
+    s = summarize(data, attribute(spans, marks=marks), table, dev=(dev, None))
     return s | {"candidate": {"source": "commit", "commit": "b" * 40, "dirty": False, "ref": "baseline"},
                 "lane": "latency_b1", "batch": 1, "steps": 10, "warmup": 1}
 
