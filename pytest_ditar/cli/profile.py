@@ -89,7 +89,7 @@ def against_lines(a: dict[str, Any], n: int = 6) -> list[str]:
 
 def device_delta_lines(d: DeviceDeltas | None, n: int = 8) -> list[str]:
     """`--against` on a GPU: device ms per phase by launch, and their sum against each measured
-    total's difference (loop.perf.profile.device_deltas)."""
+    total's difference (core.launches.device_deltas)."""
     if not d:
         return []
     out = [f"  by phase, device time by launch (the device's idle time a row too; deltas add up to "
@@ -204,7 +204,8 @@ def _phase_table(s: dict[str, Any], cuda: bool) -> list[str]:
     if cuda:  # by launch: the rows' own sum (kernels launched in the call); else every kernel run in it
         busy = float(dev["busy_ms"]) if dev else s["device_ms"]
         total += f" {busy:>10.2f}  {100 * busy / wall if wall else 0:>6.1f}%"
-    lines += [total, "* placed between the marked ranges around it, not marked itself"]
+    lines += [total, "* placed between the marked ranges around it, not marked itself" +
+              ("; a device figure with *: kernels placed by where their launch lies (core.launches)" if dev else "")]
     return lines + named_lines(dev, cuda, s.get("launch_notes") or [], s.get("launch_error"))
 
 
