@@ -11,6 +11,7 @@ from pytest_ditar.cli.command import Command, open_session
 from pytest_ditar.core.attribution import BYPASSED, UNMARKED_WHY
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.kernels import REST, REST_LABEL
+from pytest_ditar.core.launches import EXTRA_ROWS, IDLE, ROWS, DeviceDeltas, DeviceDict
 from pytest_ditar.hardware.roofline import fmt_flops
 from pytest_ditar.loop.perf.profile import logs_of, profile
 
@@ -83,6 +84,25 @@ def against_lines(a: dict[str, Any], n: int = 6) -> list[str]:
             key = rest if r["key"] == REST else r["key"]
             out.append(f"    {key:<24} {r['ref_ms']:>9.2f} -> {r['ms']:>9.2f} ms  {r['delta_ms']:>+9.2f} ms  "
                        f"{rel:>7}")
+    return out + device_delta_lines(a.get("device_phases"), n)
+
+
+def device_delta_lines(d: DeviceDeltas | None, n: int = 8) -> list[str]:
+    """`--against` on a GPU: device ms per phase by launch, and their sum against each measured
+    total's difference (core.launches.device_deltas)."""
+    if not d:
+        return []
+    out = [f"  by phase, device time by launch (the device's idle time a row too; deltas add up to "
+           f"{d['summed_ms']:+.2f} ms):"]
+    for r in [r for r in d["rows"] if r["ref_ms"] or r["ms"]][:n]:
+        rel = f"{100 * r['rel']:+.1f}%" if r["rel"] is not None else "new"
+        key = "device idle" if r["key"] == IDLE else r["key"]
+        out.append(f"    {key:<24} {r['ref_ms']:>9.2f} -> {r['ms']:>9.2f} ms  {r['delta_ms']:>+9.2f} ms  {rel:>7}")
+    for c in d.get("checks", []):
+        gap = f"{100 * c['gap']:.1f}%" if c["gap"] is not None else "n/a (no difference)"
+        what = "the phases' deltas without idle" if c["name"] == "device busy" else "the deltas"
+        out.append(f"  sum check: {what} {c['summed_ms']:+.2f} ms against the difference of the "
+                   f"{c['name']} {c['ref_ms']:.2f} -> {c['ms']:.2f} ms ({c['delta_ms']:+.2f} ms): gap {gap}")
     return out
 
 
@@ -111,7 +131,8 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     lines.append(f"coverage: the phases hold {100 * s['coverage']:.1f}% of the call's wall; host gaps "
                  f"{gaps['host_ms']:.2f} ms ({100 * gaps['share']:.1f}%)")
     if cuda:
-        lines += _device_busy(s["device_ms"], s.get("device_linked_ms") or 0.0, wall)
+        lines += _device_busy(s["device_ms"], s.get("device_linked_ms") or 0.0, wall,
+                              bool(s.get("device_attribution")))
     lines += [f"note: {n}" for n in s.get("notes", [])]
     un = s.get("unprofiled_wall_ms")
     lines.append(f"call wall {wall:.2f} ms under the profiler" + (
@@ -137,40 +158,86 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
     return lines
 
 
+def _add_launch_rows(rows: list[dict[str, object]], dev: DeviceDict) -> None:
+    """core.launches's own rows (the inferred transformer kernels, the unattributed ones), where
+    they hold any device time: after their parent's last child, or last."""
+    for key, label, parent in EXTRA_ROWS:
+        if dev["phases"].get(key):
+            level, p = 0, parent
+            while p is not None:
+                level, p = level + 1, next(q for k, _, q in ROWS if k == p)
+            at = max((i for i, r in enumerate(rows) if parent and r.get("parent") == parent), default=len(rows) - 1)
+            rows.insert(at + 1, {"key": key, "label": label, "parent": parent, "level": level, "host_ms": None,
+                                 "share": None, "per_step_ms": None})
+
+
 def _phase_table(s: dict[str, Any], cuda: bool) -> list[str]:
-    """The phases, indented by depth, then the call's wall; device columns on CUDA."""
+    """The phases, indented by depth, then the call's wall; device columns on CUDA: each kernel's
+    device time in the phase its launch lay in (core.launches), else the operators' figures."""
+    dev = s.get("device_attribution") if cuda else None
+    rows = list(s["phases"])
+    if dev:
+        _add_launch_rows(rows, dev)
     head = f"{'phase':<50} {'ms':>9} {'% call':>7} {'ms/step':>8}"
-    head += f" {'device ms':>10} {'% wall':>7}" if cuda else ""
+    head += f" {'device ms':>11} {'% wall':>7}" if cuda else ""
     lines = [head, "-" * len(head)]
     wall = s["call_wall_ms"]
-    for r in s["phases"]:
+    for r in rows:
         label = "  " * r["level"] + r["label"]
         if r["key"] == "denoise":
             label += f" ({s['steps_seen']})"
+        d_ms = float(dev["phases"].get(r["key"], 0.0)) if dev else float(r.get("device_ms") or 0.0)
+        star = "*" if dev and dev["inferred"].get(r["key"]) else " "
+        d_col = f" {d_ms:>10.2f}{star} {100 * d_ms / wall if wall else 0:>6.1f}%" if cuda else ""
         if r.get("unmarked"):  # no mark fired: a 0.00 here would be read as a measurement
-            lines.append(f"{label:<50} {UNMARKED_WHY.get(r['unmarked'], r['unmarked'])}")
+            why = UNMARKED_WHY.get(r["unmarked"], r["unmarked"])
+            lines.append(f"{label:<50} {why}" if not (dev and d_ms) else
+                         f"{label:<50} {'-':>9} {'-':>7} {'':>8}{d_col}  (unmarked: by launch only)")
             continue
-        if r["key"] == BYPASSED and not r["host_ms"]:
+        if r["key"] == BYPASSED and not r["host_ms"] and not (dev and d_ms):
             continue
-        row = f"{label:<50} {r['host_ms']:>9.2f} {100 * r['share']:>6.1f}% {_ms(r['per_step_ms']):>8}"
-        if cuda:
-            dev = r["device_ms"] or 0.0
-            row += f" {dev:>10.2f} {100 * dev / wall if wall else 0:>6.1f}%"
-        lines.append(row)
+        if r["host_ms"] is None:  # a row of the device column only
+            lines.append(f"{label:<50} {'-':>9} {'-':>7} {'':>8}{d_col}")
+            continue
+        lines.append(f"{label:<50} {r['host_ms']:>9.2f} {100 * r['share']:>6.1f}% {_ms(r['per_step_ms']):>8}{d_col}")
     total = f"{'call (wall)':<50} {wall:>9.2f} {100.0:>6.1f}% {'':>8}"
-    if cuda:
-        total += f" {s['device_ms']:>10.2f} {100 * s['device_ms'] / wall if wall else 0:>6.1f}%"
-    return lines + [total, "* placed between the marked ranges around it, not marked itself"]
+    if cuda:  # by launch: the rows' own sum (kernels launched in the call); else every kernel run in it
+        busy = float(dev["busy_ms"]) if dev else s["device_ms"]
+        total += f" {busy:>10.2f}  {100 * busy / wall if wall else 0:>6.1f}%"
+    lines += [total, "* placed between the marked ranges around it, not marked itself" +
+              ("; a device figure with *: kernels placed by where their launch lies (core.launches)" if dev else "")]
+    return lines + named_lines(dev, cuda, s.get("launch_notes") or [], s.get("launch_error"))
 
 
-def _device_busy(device_ms: float, linked_ms: float, wall: float) -> list[str]:
+def named_lines(dev: DeviceDict | None, cuda: bool, notes: list[str], error: str | None, n: int = 5) -> list[str]:
+    """How much of the device's time the phases name (core.launches), and the largest kernels
+    they do not; on a CPU, that there are no kernels to attribute."""
+    if not cuda:
+        return ["device time by launch: none on a CPU (no kernels; the times above are the host's)"]
+    if not dev:
+        why = error or "the worker's data holds no launches"
+        return [f"device time by launch: not available ({why}); the device column is the operators' own"]
+    share = dev["named_share"]
+    head = f"{100 * share:.1f}%" if share is not None else "no kernel ran"
+    lines = [f"device time in named phases: {head} ({dev['kernels']} kernels, {dev['in_graphs']} in CUDA graphs, "
+             f"{dev['triton']} Triton; unattributed {dev['unattributed_ms']:.2f} ms; `*`: placed by where its launch "
+             f"lies, {sum(dev['inferred'].values()):.2f} ms)"]
+    lines += [f"note: {x}" for x in [*dev["notes"], *notes]]
+    if dev["top_unnamed"]:
+        lines.append("largest kernels in no named phase (gaps, bypassed, unattributed):")
+        lines += [f"  {k['name'][:60]:<60} {k['kernels']:>6} {k['ms']:>9.3f} ms" for k in dev["top_unnamed"][:n]]
+    return lines
+
+
+def _device_busy(device_ms: float, linked_ms: float, wall: float, by_launch: bool = False) -> list[str]:
     """How busy the device was over the call, and the share of it no host operator launched."""
     lines = [f"device busy {100 * device_ms / wall if wall else 0:.1f}% of the call's wall: every kernel "
              "the device ran, graph-replayed and compiled ones included (low: launch- or host-bound)"]
     unlinked = device_ms - linked_ms
     if unlinked > 0.005 * device_ms:  # kernels no host operator claims: a graph's replay, mostly
-        lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): in the "
-                     "device column only where their launch lies inside a phase")
+        where = ("the device column places them by their launch" if by_launch else
+                 "in the device column only where their launch lies inside a phase")
+        lines.append(f"of it {unlinked:.2f} ms in kernels no host operator launched (CUDA graph replays): {where}")
     return lines
 
 

@@ -5,9 +5,14 @@ Marks (labels of core.attribution): a forward pre/post hook pair on every module
 candidate holds whose class (or a base class) is listed in `MODULE_LABELS` (attention,
 feed-forward, adaLN, norms, the timestep/class embedding, blocks, patch embed) and on the model
 itself ("transformer"); the VAE's `decoder` and `post_quant_conv` ("vae"; nothing inside it);
-the scheduler's `step`, `scale_model_input` and `set_timesteps`, wrapped on the instance. Each
+the scheduler's `step`, `scale_model_input` and `set_timesteps`, wrapped on the instance;
+`torch.cuda.CUDAGraph.replay`, wrapped on the class ("graph": whoever replays a graph). Each
 mark is a `record_function` range, so it also shows in the Chrome trace. All of it is removed
 after the call.
+
+On CUDA, profile.json also holds every kernel of the call with its launch's time (runtime.kineto,
+from the trace's correlation ids), so the judge attributes the device's own records to the
+phases by launch (core.launches), graph-replayed and Triton kernels included.
 
 The worker runs this (worker_main.op_profile) and writes two files into the folder the judge
 named (its scratch): the Chrome trace and `profile.json` (the spans, the top operators, the
@@ -24,7 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Union
 
 from pytest_ditar.core.attribution import CALL, OP, SPAN_PHASE, module_label
+from pytest_ditar.core.launches import GRAPH
 from pytest_ditar.interface import Candidate, Request
+from pytest_ditar.runtime import kineto
 
 if TYPE_CHECKING:  # the worker imports torch when it profiles; the judge never does
     import torch
@@ -70,6 +77,9 @@ class Marks:
         for obj, name, old, had in reversed(self.wrapped):
             if had:
                 setattr(obj, name, old)
+            elif isinstance(obj, type):  # a class's method (CUDAGraph.replay): its mappingproxy is read-only
+                if name in vars(obj):
+                    delattr(obj, name)
             else:
                 obj.__dict__.pop(name, None)
         self.handles, self.wrapped = [], []
@@ -124,6 +134,7 @@ def install(candidate: object) -> Marks:
         marker.model(root)
     for sched in schedulers:
         marker.scheduler(sched)
+    marker.graphs(getattr(getattr(torch, "cuda", None), "CUDAGraph", None))
     return marker.marks
 
 
@@ -170,6 +181,15 @@ class _Marker:
             if callable(old):
                 self.marks.add_wrapped(label, sched, name, old, name in vars(sched))
                 setattr(sched, name, _ranged(old, PREFIX + label, self.record_function))
+
+
+    def graphs(self, graph_class: object) -> None:
+        """Every CUDA graph's replay in a GRAPH range, whoever replays it (the candidate's own
+        graphs, Inductor's cudagraph trees): its kernels share one launch (core.launches)."""
+        old = getattr(graph_class, "replay", None)
+        if isinstance(graph_class, type) and callable(old):
+            self.marks.add_wrapped(GRAPH, graph_class, "replay", old, "replay" in vars(graph_class))
+            setattr(graph_class, "replay", _ranged(old, PREFIX + GRAPH, self.record_function))
 
 
 def _ranged(fn: Callable[..., object], name: str,
@@ -225,8 +245,21 @@ def profile_call(candidate: Candidate, request: Request, warm: Request, warmup: 
             "kernels": kernels_of(events, cuda) if cuda else host_ops(prof),
             "marks": marks.counts, "wall_s": wall_s, "unprofiled_s": unprofiled_s, "events": len(events),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "device": device}
+    if cuda:
+        data.update(_launches(out_dir / TRACE))
     (out_dir / DATA).write_text(json.dumps(data))
     return {"trace": TRACE, "data": DATA, "wall_s": wall_s, "post_s": time.perf_counter() - t_post}
+
+
+def _launches(trace: Path) -> dict[str, object]:
+    """The call's kernels by launch, from the trace just written (runtime.kineto); a trace it
+    cannot read leaves the device column to the operators' figures, and says why."""
+    try:
+        got = kineto.read(trace)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {"launch_error": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"trace_spans": got["spans"], "launch_names": got["names"], "launches": got["launches"],
+            "launch_notes": got["notes"]}
 
 
 def _on_host(e: Event) -> bool:

@@ -34,6 +34,8 @@ def test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing(
                   "host gaps", "call (wall)", "top 10 operators by self CPU time", "FLOP/s achieved"):
         assert label in out, (label, out[-3000:])
     assert "ditar: profile: no lane timed, nothing recorded, git untouched\nditar: next: the largest phase above" in out
+    # on a CPU no kernel ran: said, and no share of device time printed (issue 52)
+    assert "device time by launch: none on a CPU (no kernels" in out and "device time in named phases" not in out
     d = proj.root / _out_dir(out)
     assert d.parent == proj.root / ".autoresearch/t/profiles" and d.name.endswith("-" + base[:7])
 
@@ -57,6 +59,8 @@ def test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing(
     assert len(summary["top_ops"]) == 10 and all(not o["name"].startswith("ditar::") for o in summary["top_ops"])
     assert summary["flops"] > 0 and summary["achieved_flops_per_s"] > 0
     assert summary["candidate"] == {**summary["candidate"], "source": "working tree", "commit": base, "dirty": True}
+    # every CUDA graph's replay was wrapped while the marks were on (torch.cuda.CUDAGraph.replay, once)
+    assert summary["marks"]["graph"] == 1 and summary["device_attribution"] is None
 
     assert proj.ledger() == rows and proj.head() == base and proj.git("show-ref") == ref
     assert proj.git("status", "--porcelain") == "M mutable/pipeline.py"
@@ -136,3 +140,4 @@ def test_profile_against_the_champion_gives_deltas_that_add_up_to_the_calls_diff
     assert top["key"] == "vae" and top["delta_ms"] > 0.5 * SLOW_VAE_S * 1e3, a["phases"]["rows"][:3]
     assert a["headline"].startswith("slower by ") and "VAE decode +" in a["headline"]
     assert f"against champion ({base[:7]}), the same request" in out and "by kernel family (deltas add up" in out
+    assert a["device_phases"] is None and "sum check" not in out  # no kernels on a CPU: no device deltas

@@ -10,7 +10,10 @@ under the state directory, as a gated run does for its champion).
 
 `--against REF` (a commit, `champion`, `baseline`) profiles REF's candidate on the same request
 right after, and adds the difference per leaf phase and per kernel family (core.kernels.diff: each
-set partitions a call's wall, so its deltas add up to the difference of the two walls).
+set partitions a call's wall, so its deltas add up to the difference of the two walls); on a GPU
+also per phase of the device time by launch (core.launches) with the device's idle time, and the
+sum of those deltas against the differences of device busy, of the profiled and of the
+unprofiled walls (core.launches.device_deltas).
 
 Files: `<state>/<tag>/profiles/<stamp>-<sha7>/` (store.paths) or `--out DIR`: `trace.json`
 (chrome://tracing, ui.perfetto.dev), `trace-ref.json` with `--against`, and `summary.json`
@@ -21,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ from typing import Any
 from pytest_ditar.core.attribution import Attribution, Span, attribute
 from pytest_ditar.core.errors import CandidateError, DitarError
 from pytest_ditar.core.kernels import KernelTable, diff, headline, kernel_table
+from pytest_ditar.core.launches import DeviceAttribution, Launch, attribute_launches, device_deltas
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 from pytest_ditar.interface import Request
 from pytest_ditar.loop.run import champion
@@ -132,12 +137,29 @@ def _one(worker: CandidateWorker, request: Request, calls: tuple[Request, int, R
         raise CandidateError("exception", f"the worker's profile data holds no usable spans: {exc}") from None
     with open(trace_src, "rb") as src, atomic_file(trace, "wb") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
-    return summarize(data, att, table, trace=trace.name)
+    return summarize(data, att, table, trace=trace.name, dev=by_launch(data))
+
+
+def by_launch(data: Mapping[str, object]) -> tuple[DeviceAttribution | None, str | None]:
+    """The device time per phase by kernel launch (core.launches), where the worker read the
+    launches from its trace (CUDA), and why not where it did not: (None, None) on a CPU."""
+    if "launches" not in data:
+        err = data.get("launch_error")
+        return None, str(err) if err else None
+    names, spans, rows = data.get("launch_names"), data.get("trace_spans"), data.get("launches")
+    if not (isinstance(names, list) and isinstance(spans, list) and isinstance(rows, list)):
+        return None, "the trace's launches are not lists"
+    try:
+        return attribute_launches([Span.from_row(r) for r in spans],
+                                  (Launch.from_row(r, [str(n) for n in names]) for r in rows)), None
+    except (TypeError, ValueError, IndexError) as exc:
+        return None, f"the trace's launches are not usable: {exc}"[:300]
 
 
 def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     """`--against`: per leaf phase (they partition the wall) and per kernel family (REST included),
-    the candidate's call against the reference's (core.kernels.diff), and the top lines in one."""
+    the candidate's call against the reference's (core.kernels.diff), and the top lines in one; on a
+    GPU also per phase of the device time by launch (core.launches.device_deltas)."""
     parents = {p["parent"] for p in new["phases"]}
 
     def by_phase(s: dict[str, Any]) -> dict[str, float]:
@@ -146,13 +168,18 @@ def compare(ref: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     labels = {p["key"]: p["label"].rstrip(" *") for p in new["phases"]}
     phases = diff(by_phase(ref), by_phase(new), ref["call_wall_ms"], new["call_wall_ms"])
     fams = diff(ref["kernels"]["families"], new["kernels"]["families"], ref["call_wall_ms"], new["call_wall_ms"])
+    a, b = ref.get("device_attribution"), new.get("device_attribution")  # on a GPU: device time by launch
+    dev = device_deltas(a, b, (ref["call_wall_ms"], new["call_wall_ms"]),
+                        (ref.get("unprofiled_wall_ms"), new.get("unprofiled_wall_ms"))) if a and b else None
     return {"ref": ref["candidate"]["ref"], "commit": ref["candidate"]["commit"], "phases": phases.to_dict(),
-            "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref}
+            "families": fams.to_dict(), "headline": headline(phases, labels), "summary": ref, "device_phases": dev}
 
 
-def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace: str = TRACE) -> dict[str, Any]:
+def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace: str = TRACE,
+              dev: tuple[DeviceAttribution | None, str | None] = (None, None)) -> dict[str, Any]:
     """What summary.json holds (`SUMMARY_KIND`) of one side: the worker's data file, its
-    attribution and its kernel table (the candidate, lane and request are added by the caller)."""
+    attribution, its kernel table and (CUDA) its device time by launch (the candidate, lane and
+    request are added by the caller)."""
     wall_s = att.wall_ms / 1e3
     flops = float(data.get("flops") or 0.0)
     return {
@@ -169,6 +196,9 @@ def summarize(data: dict[str, Any], att: Attribution, table: KernelTable, trace:
         "top_ops": data.get("top_ops", []), "flops": flops,
         "achieved_flops_per_s": flops / wall_s if flops and wall_s > 0 else None,
         "marks": data.get("marks", {}), "events": data.get("events"), "trace": trace,
+        # CUDA: every kernel's device time by the phase its launch lay in (core.launches)
+        "device_attribution": dev[0].to_dict() if dev[0] is not None else None,
+        "launch_notes": list(data.get("launch_notes", [])), "launch_error": dev[1],
     }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS = ["perf_lanes.py", "multi_gpu.py", "ladder.py", "worker_overhead.py", "report_speed.py", "fixed_cost.py",
-           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py", "gpu_evidence.py"]
+           "profile_rungs.py", "compile_reference.py", "chained_vs_outside.py", "gpu_evidence.py", "profile_graphs.py"]
 
 # One interpreter for all of them: torch and diffusers are imported once.
 HELP_ALL = r"""
@@ -113,3 +113,9 @@ def test_gpu_evidence_states_each_figure_of_issue_52() -> None:
     text = ge.table(ev)
     assert "NVIDIA H100" in text and "CI half-width 10.00%" in text and "1 of 2" in text
     assert len(text) < 12000
+
+
+def test_profile_graphs_needs_cuda_and_says_so_on_a_cpu() -> None:
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks/profile_graphs.py"), "--suite", "tiny"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert res.returncode == 0 and "needs CUDA" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]

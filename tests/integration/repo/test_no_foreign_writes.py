@@ -50,6 +50,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("runtime/profiler.py", "setattr(obj, ...)"): "the candidate's scheduler: a method install() wrapped, put back",
     ("runtime/profiler.py", "obj.__dict__.pop(...)"): "the candidate's scheduler: a wrapper install() added, removed",
     ("runtime/profiler.py", "setattr(sched, ...)"): "the candidate's scheduler: a method wrapped in a profiler range",
+    ("runtime/profiler.py", "setattr(graph_class, ...)"): "torch.cuda.CUDAGraph.replay wrapped in a profiler range",
+    ("runtime/profiler.py", "delattr(obj, ...)"): "torch.cuda.CUDAGraph: the replay wrapper install() added, removed",
     ("core/attribution.py", "stack[-1].children.append(...)"): "the module's own _Node tree, built in this function",
 }
 

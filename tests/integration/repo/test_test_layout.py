@@ -68,7 +68,6 @@ INDIRECT = {
     "pytest_ditar.loop.judge.gate": "tests/integration/loop/test_loop_verdicts.py::"
                               "test_faster_exact_candidate_is_kept_and_becomes_champion",  # its AST: unit/loop
     "pytest_ditar.loop.run.phases": "tests/e2e/test_xdist.py::test_sharded_decision_equals_serial_decision",
-    "pytest_ditar.loop.perf.profile": "tests/e2e/test_profile.py::test_profile_of_a_stored_commit_into_a_folder",
     "pytest_ditar.loop.judge.record": "tests/integration/loop/test_loop_verdicts.py::"
                                 "test_output_changing_exact_candidate_is_discarded_with_patch",
     "pytest_ditar.loop.run.session": "tests/integration/loop/test_loop_verdicts.py::"
@@ -88,8 +87,6 @@ INDIRECT = {
                                      "test_baseline_stores_verified_snapshot",  # the root conftest.py implements one
     "pytest_ditar.plugin.keys": "tests/integration/plugin/test_plugin_hygiene.py::test_exit_status_is_pytests_own",
     # the worker process and what starts it
-    "pytest_ditar.runtime.profiler": "tests/e2e/test_profile.py::"
-                                     "test_profile_prints_the_phases_writes_trace_and_summary_and_records_nothing",
     "pytest_ditar.runtime.worker_main": "tests/e2e/test_workers.py::"
                                         "test_paused_worker_runs_nothing_until_resumed",
     "pytest_ditar.runtime.worker_protocol": "tests/e2e/test_workers.py::"
