@@ -81,10 +81,11 @@ def profile(ws: Path, raw: Path, lane: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if res.returncode == 0 and path.is_file() else None
 
 
-def compile_reference(ws: Path, raw: Path, modes: str, deadline: float) -> dict[str, Any]:
+def compile_reference(ws: Path, out: Path, modes: str, deadline: float) -> dict[str, Any]:
+    """Rows written into `out` as each is timed: a call stopped at its limit keeps those it timed."""
     import compile_reference as cr
 
-    return cr.run(ws, modes.split(","), raw / "compile", deadline=deadline)
+    return cr.run(ws, modes.split(","), out, deadline=deadline)
 
 
 def aa_noise(ws: Path) -> dict[str, Any]:
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     ev["profile"] = steps.run("profile", profile, ws, raw, PROFILE_LANE)
     save(ev, steps, ws, raw, out)
     deadline = time.monotonic() + steps.left(args.budget_s)
-    ev["compile"] = steps.run("compile reference", compile_reference, ws, raw, args.modes, deadline)
+    ev["compile"] = steps.run("compile reference", compile_reference, ws, out, args.modes, deadline)
     print("\n" + save(ev, steps, ws, raw, out), flush=True)
     return 0
 
@@ -286,7 +287,6 @@ def save(ev: dict[str, Any], steps: Steps, ws: Path, raw: Path, out: Path) -> st
     (out / "summary.txt").write_text(text + "\n")
     (out / "evidence.json").write_text(json.dumps(ev, indent=1, default=str))
     for name, src in (("ladder.json", raw / "ladder/ladder.json"),
-                      ("compile_reference.json", raw / "compile/compile_reference.json"),
                       ("profile.json", raw / f"profile-{PROFILE_LANE}/summary.json")):
         if src.is_file():
             shutil.copy(src, out / name)
