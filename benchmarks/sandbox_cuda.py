@@ -41,6 +41,13 @@ def inside() -> dict:
         out["torch_devices"] = torch.cuda.device_count()
     except Exception as exc:  # noqa: BLE001 - the diagnosis
         out["torch_error"] = f"{type(exc).__name__}: {exc}"[:500]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        out["nvml_devices"] = pynvml.nvmlDeviceGetCount()
+    except Exception as exc:  # noqa: BLE001 - the diagnosis
+        out["nvml_error"] = f"{type(exc).__name__}: {exc}"[:200]
     import socket
 
     try:

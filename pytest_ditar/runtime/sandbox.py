@@ -156,6 +156,8 @@ def cuda_up(ordinal: int) -> int:
     if rc == 0:
         dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
         rc = cuda.cuDeviceGet(ctypes.byref(dev), ordinal) or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
+    with contextlib.suppress(OSError, AttributeError):  # NVML too (the worker's fingerprint reads it)
+        ctypes.CDLL("libnvidia-ml.so.1").nvmlInit_v2()
     return int(rc)
 
 
