@@ -168,6 +168,8 @@ def main() -> int:
     ap.add_argument("--compile-reference", metavar="MODES", default=None,
                     help="after the rungs, time the champion beside torch.compile of the stock pipeline in these "
                          "comma-separated modes (reduce-overhead, max-autotune), side by side in this call")
+    ap.add_argument("--accept-noise", action="store_true",
+                    help="store the baseline whatever its A/A noise (dit-ar baseline --accept-noise)")
     ap.add_argument("--profile-lanes", metavar="LANES", default=None,
                     help="after the rungs, profile the champion through `dit-ar profile` on these comma-separated "
                          "lanes (the evidence for the next rung: where a call's time goes), into OUT/profile-LANE")
@@ -185,7 +187,7 @@ def main() -> int:
             configure_semantic(ws)
         ditar(ws, "init", "--tag", "ladder")
         t0 = time.perf_counter()
-        print(ditar(ws, "baseline").stdout, flush=True)
+        print(ditar(ws, "baseline", *(["--accept-noise"] if args.accept_noise else [])).stdout, flush=True)
         state = {"flags": dict(DEFAULTS, LEAN=False), "rows": [], "baseline_s": time.perf_counter() - t0}
     else:
         state = json.loads(state_file.read_text())
