@@ -21,16 +21,28 @@ for _var in [k for k in os.environ if k.startswith("PYTEST_XDIST_")]:
 # and outputs (the tests that are about them set their own, tests/e2e/test_ci.py).
 for _var in ("GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
     os.environ.pop(_var, None)
-# Each test's runs start their own zygote: one kept warm per tag would outlive its test (the
-# product's default keeps it; tests/e2e/test_warm_zygote.py turns that on where it is the subject).
-os.environ.setdefault("DITAR_ZYGOTE_IDLE_S", "0")
+# The zygote (runtime.zygote): the main suite's runs each start their own (one kept warm per tag would
+# outlive its test). The long e2e and adversarial steps keep it warm between one test's gated runs, as
+# the product does (its default keeps it 1,800 s): each run after the first skips the torch and diffusers
+# imports (8 s of a 21 s run on a loaded 2-core box, 500 s of those steps' gated runs); each test's kept
+# zygotes are ended at its teardown (_kept_zygotes_end_with_their_test). Not shared between tests: each
+# pytester test has a HOME of its own, which the zygote's key holds. tests/e2e/test_warm_zygote.py and
+# tests/e2e/test_newcomer.py set their own.
+WARM_ZYGOTE_S = "300"
 pytest_plugins = ["pytester"]
 ADVERSARIAL = Path(__file__).resolve().parent / "adversarial"
 E2E = Path(__file__).resolve().parent / "e2e"
 NAMED_ONLY = (ADVERSARIAL, E2E)  # CI steps of their own; `pytest tests` leaves them out
 
 
+def _named_only(config: pytest.Config) -> bool:
+    """Whether this session names the e2e or adversarial folder (or a file in one)."""
+    named = [Path(a.split("::")[0]).resolve() for a in config.args]
+    return any(a == d or d in a.parents for a in named for d in NAMED_ONLY)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("DITAR_ZYGOTE_IDLE_S", WARM_ZYGOTE_S if _named_only(config) else "0")
     # the lower-bound smoke set: .ci/run runs it again in an environment of the oldest releases
     config.addinivalue_line("markers", "lowerbound: gated runs that .ci/run repeats at the dependencies' lower bounds")
     # timed under a load of its own making: .ci/run runs it alone, not beside another xdist worker's
@@ -84,6 +96,30 @@ def _documents_validate(tmp_path_factory: pytest.TempPathFactory):
                 found = jsonschemas.problems(doc, kind)
                 bad += [f"{path}: {p}" for p in found[:5]]
     assert not bad, "documents the test left break their schema:\n" + "\n".join(bad[:20])
+
+
+@pytest.fixture(autouse=True)
+def _kept_zygotes_end_with_their_test(tmp_path_factory: pytest.TempPathFactory):
+    """Ends, by its recorded pid and start time (runtime.zygote.retire), each zygote a run of this
+    test kept warm: every `.autoresearch/<tag>/zygote.json` under the folders the test made."""
+    if os.environ.get("DITAR_ZYGOTE_IDLE_S", "0") in ("0", ""):
+        yield
+        return
+    start = time.time() - 1.0
+    yield
+    from pytest_ditar.runtime import zygote
+
+    base = tmp_path_factory.getbasetemp()
+    for top in (d for d in base.iterdir() if d.is_dir() and not d.is_symlink() and d.stat().st_mtime >= start):
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+            if "zygote.json" in filenames and Path(dirpath).parent.name == ".autoresearch":
+                try:
+                    rec = json.loads(Path(dirpath, "zygote.json").read_text())
+                except (OSError, ValueError):
+                    continue
+                if isinstance(rec, dict):
+                    zygote.retire(rec)
 
 
 @pytest.fixture(scope="session")
@@ -145,11 +181,11 @@ class Project:
             sha, res, line = self.experiment(source, cls, subject + ", once more")
         return sha, res, line
 
-    def ditar(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """The console script, as a user runs it."""
+    def ditar(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """The console script, as a user runs it (`env`: variables set for this run only)."""
         exe = shutil.which("dit-ar") or str(Path(sys.executable).parent / "dit-ar")
         return subprocess.run([exe, "--config", "config/autoresearch.json", *args], cwd=self.root,
-                              capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+                              capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
     def pytest(self, *args: str) -> pytest.RunResult:
         return self.pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=300)
@@ -248,9 +284,11 @@ def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPat
     if key not in _TEMPLATES:
         root = tmp_path_factory.mktemp("research-template")
         proj = make_project(pytester, mutable_source=mutable_source, root=root, config=config)
-        res = proj.ditar("init", "--tag", "t")
+        # its baseline keeps no zygote: a record in the copies would name one that ended with this test
+        cold = {"DITAR_ZYGOTE_IDLE_S": "0"}
+        res = proj.ditar("init", "--tag", "t", env=cold)
         assert res.returncode == 0, res.stderr
-        res = proj.ditar("baseline")
+        res = proj.ditar("baseline", env=cold)
         assert res.returncode == 0, res.stdout + res.stderr
         _TEMPLATES[key] = root
     shutil.copytree(_TEMPLATES[key], pytester.path, symlinks=True, dirs_exist_ok=True)

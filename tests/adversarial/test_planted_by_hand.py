@@ -51,36 +51,55 @@ class Judge:
 class OwnProject(Project):
     judge: Judge
 
-    def ditar(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def ditar(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([str(self.judge.python), "-m", "pytest_ditar.cli", "--config", "config/autoresearch.json",
                                *args], cwd=self.root, capture_output=True, text=True, timeout=timeout,
-                              env=self.judge.env())
+                              env={**self.judge.env(), **(env or {})})
 
 
-@pytest.fixture
-def judge(tmp_path: Path) -> Judge:
-    env = tmp_path / "venv"
+def _make_judge(top: Path) -> Judge:
+    env = top / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
     python = env / "bin" / "python"
     site = Path(subprocess.check_output([str(python), "-c",
                                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                         text=True).strip())
-    copy = tmp_path / "judge"
+    copy = top / "judge"
     shutil.copytree(Path(pytest_ditar.__file__).parent, copy / "pytest_ditar",
                     ignore=shutil.ignore_patterns("__pycache__"))
     (site / "ditar-paths.pth").write_text(f"{copy}\n{sysconfig.get_paths()['purelib']}\n")
     # a model cache of its own to tamper with (the baseline builds the tiny model there)
-    return Judge(python, site, copy / "pytest_ditar", tmp_path / "cache")
+    return Judge(python, site, copy / "pytest_ditar", top / "cache")
+
+
+_BUILT: dict[Path, Judge] = {}
 
 
 @pytest.fixture
-def own(pytester: pytest.Pytester, judge: Judge) -> OwnProject:
-    base = make_project(pytester)
-    proj = OwnProject(base.root, base.pytester)
+def own(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory) -> OwnProject:
+    """The private environment, its model cache and a project with its baseline stored, under one
+    folder per xdist worker. Built and baselined once (the venv, the tiny model, the baseline: a
+    minute and more on a loaded box), saved beside it; each later test gets the saved copy back at
+    the same paths (what the baseline pinned), so what a test planted is gone for the next."""
+    work = tmp_path_factory.getbasetemp() / "planted-by-hand"
+    saved = work.with_name(work.name + "-saved")
+    if work in _BUILT:
+        shutil.rmtree(work)
+        shutil.copytree(saved, work, symlinks=True)
+        judge = _BUILT[work]
+    else:
+        work.mkdir()
+        judge = _make_judge(work)
+    proj = OwnProject(work / "project", pytester)
     proj.judge = judge
-    for step in (("init", "--tag", "t"), ("baseline",)):
-        res = proj.ditar(*step)
-        assert res.returncode == 0, res.stdout + res.stderr
+    if work not in _BUILT:
+        (work / "project").mkdir()
+        make_project(pytester, root=proj.root)
+        for step in (("init", "--tag", "t"), ("baseline",)):
+            res = proj.ditar(*step, env={"DITAR_ZYGOTE_IDLE_S": "0"})  # the copies name no zygote of this test's
+            assert res.returncode == 0, res.stdout + res.stderr
+        shutil.copytree(work, saved, symlinks=True)
+        _BUILT[work] = judge
     return proj
 
 

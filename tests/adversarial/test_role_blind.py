@@ -8,7 +8,7 @@ tell its role from any of these could slow itself there and get the next candida
 Then the attack of that class through `dit-ar experiment`: a real 2x that sandbags wherever its
 surroundings say "champion" (its working directory, its package's path, the project's git or
 state, the working tree's code beside its own). Role-blind, it cannot: it is never KEPT against a
-champion it slowed, in two variants."""
+champion it slowed, whichever of its tells would fire (one candidate carries them all)."""
 from __future__ import annotations
 
 import json
@@ -180,42 +180,47 @@ def test_a_probe_sees_the_same_world_in_every_role(pytester, model_cache):
 
 
 # The class of the hidden attacks: a real 2x (REDUNDANT's pass dropped) that sandbags wherever its
-# surroundings say it is the champion. Each variant reads what an honest judge used to show one
-# role and not the other.
+# surroundings say it is the champion. Each tell reads what an honest judge used to show one role and
+# not the other; the attack carries them all and sandbags where any one fires, so one judged pair of
+# runs (a fresh baseline at a 10 s lane, a KEEP, an A/A) covers the class.
 ROLE_TELLS = {
     # the working directory (a champion's was named after its commit) or the package's own path (a
     # champion's lay in a worktree under the state directory)
-    "cwd_or_path": ("        import os as _o\n"
-                    "        if 'commit-' in _o.getcwd() or '.autoresearch' in __file__ or 'worktrees' in __file__:\n"
-                    "            _t.sleep(1.5 * (_t.perf_counter() - _t0))\n"),
+    "cwd_or_path": "'commit-' in _o.getcwd() or '.autoresearch' in __file__ or 'worktrees' in __file__",
     # the working tree beside it: the candidate is HEAD, so a champion's own code differs from it
-    "working_tree": ("        import os as _o\n"
-                     "        _mine = open(__file__).read()\n"
-                     "        _tree = [p for p in @@CANDIDATES@@ if _o.path.isfile(p)]\n"
-                     "        if _tree and open(_tree[0]).read() != _mine:\n"
-                     "            _t.sleep(1.5 * (_t.perf_counter() - _t0))\n"),
+    "working_tree": "bool(_tree) and open(_tree[0]).read() != open(__file__).read()",
 }
 
 
-@pytest.mark.parametrize("tell", sorted(ROLE_TELLS))
-def test_a_champion_that_tells_its_role_gets_no_later_candidate_kept(pytester, model_cache, tell):
-    """Step 1: the 2x with its tell, KEPT (blind, it sandbags in neither role).
+def role_telling(candidates: list[str]) -> str:
+    """REDUNDANT's pass dropped, sleeping 1.5x the call's own time where any of ROLE_TELLS fires."""
+    from candidates import STOCK
+
+    fires = " or ".join(f"({cond})" for cond in ROLE_TELLS.values())
+    body = ("        import os as _o\n"
+            f"        _tree = [p for p in {candidates!r} if _o.path.isfile(p)]\n"
+            f"        if {fires}:\n"
+            "            _t.sleep(1.5 * (_t.perf_counter() - _t0))\n")
+    return sleeps_after(body, STOCK)
+
+
+def test_a_champion_that_tells_its_role_gets_no_later_candidate_kept(pytester, model_cache):
+    """Step 1: the 2x with its tells, KEPT (blind, it sandbags in neither role).
     Step 2: the same code again, a comment apart: an A/A against that champion, never KEPT."""
-    from candidates import REDUNDANT, STOCK
+    from candidates import REDUNDANT
 
     # the product's lane, twin on: without it one reference slowed for a lane's rounds on a loaded
     # box reads as a win, and step 2's A/A was once KEPT so (not through any tell)
     # (10 s, 48 rounds: three processes a round, and step 1's 2x must be judged beside a CPU hog)
     proj = make_project(pytester, mutable_source=REDUNDANT,
                         config={"perf": shared_perf(twin=True, max_rounds=48, lane_budget_s=10.0)})
-    body = ROLE_TELLS[tell].replace("@@CANDIDATES@@", repr([str(pytester.path / "mutable/pipeline.py")]))
-    attack = sleeps_after(body, STOCK)
+    attack = role_telling([str(pytester.path / "mutable/pipeline.py")])
     for args in (("init", "--tag", "t"), ("baseline",)):
         res = proj.ditar(*args)
         assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    # blind, the tell fires in neither role: a real 2x, KEPT (once more if not judged). Were it
-    # left unkept, step 2 would meet the baseline and be a real 2x too, not an A/A (seen beside a hog)
+    # blind, no tell fires in either role: a real 2x, KEPT (once more if not judged). Were it left
+    # unkept, step 2 would meet the baseline and be a real 2x too, not an A/A (seen beside a hog)
     first = experiment_judged(proj, attack, "Drop the redundant pass")
-    assert first.status == "KEEP", "the tell told the candidate its role" + first.show()
+    assert first.status == "KEEP", f"a tell ({' or '.join(ROLE_TELLS)}) told the candidate its role" + first.show()
     second = experiment(proj, attack + "\n# the same code: only the role could differ\n", "Same code, a new commit")
     assert second.status != "KEEP", "a champion that tells its role got the next candidate KEPT" + second.show()

@@ -14,8 +14,10 @@ REPO = Path(__file__).resolve().parents[2]
 def test_the_champion_is_timed_beside_torch_compile_with_the_compile_apart(tmp_path):
     ws, out = tmp_path / "ws", tmp_path / "out"
     # a ladder workspace with its baseline and no rung: the champion is the stock pipeline
-    res = subprocess.run([sys.executable, str(REPO / "benchmarks/ladder.py"), "--suite", "tiny", "--rungs", "",
-                          "--workdir", str(ws), "--out", str(out)], capture_output=True, text=True, timeout=600)
+    # (its baseline stored whatever the box's A/A noise: on a loaded CI box the bound refused it)
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks/ladder.py"), "--suite", "tiny", "--accept-noise",
+                          "--rungs", "", "--workdir", str(ws), "--out", str(out)],
+                         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     res = subprocess.run([sys.executable, str(REPO / "benchmarks/compile_reference.py"), "--workdir", str(ws),
                           "--rounds", "4", "--lanes", "latency_b1", "--out", str(out)],

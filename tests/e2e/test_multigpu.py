@@ -155,7 +155,10 @@ def group_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture
-def proj(pytester, model_cache, tmp_path_factory) -> Project:
+def proj(pytester, model_cache, tmp_path_factory, monkeypatch) -> Project:
+    # no zygote kept between its runs: _leftovers reads every process of the package whose environment
+    # names the project (a kept zygote's HOME is pytester's, the project's root)
+    monkeypatch.setenv("DITAR_ZYGOTE_IDLE_S", "0")
     return group_project(pytester, tmp_path_factory)
 
 
