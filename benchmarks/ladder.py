@@ -182,8 +182,6 @@ def main() -> int:
     ap.add_argument("--compile-reference", metavar="MODES", default=None,
                     help="after the rungs, time the champion beside torch.compile of the stock pipeline in these "
                          "comma-separated modes (reduce-overhead, max-autotune), side by side in this call")
-    ap.add_argument("--accept-noise", action="store_true",
-                    help="store the baseline whatever its A/A noise (dit-ar baseline --accept-noise)")
     ap.add_argument("--profile-lanes", metavar="LANES", default=None,
                     help="after the rungs, profile the champion through `dit-ar profile` on these comma-separated "
                          "lanes (the evidence for the next rung: where a call's time goes), into OUT/profile-LANE")
