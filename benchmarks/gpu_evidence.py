@@ -65,9 +65,10 @@ class Steps:
         return budget_s - (time.monotonic() - self.t0)
 
 
-def ladder(suite: str, ws: Path, raw: Path, rungs: str, budget_s: float) -> int:
+def ladder(suite: str, ws: Path, raw: Path, rungs: str, budget_s: float, rung_s: float | None) -> int:
     cmd = [sys.executable, str(ROOT / "benchmarks/ladder.py"), "--suite", suite, "--workdir", str(ws),
-           "--out", str(raw / "ladder"), "--rungs", rungs, "--budget-s", f"{budget_s:.0f}", "--accept-noise"]
+           "--out", str(raw / "ladder"), "--rungs", rungs, "--budget-s", f"{budget_s:.0f}", "--accept-noise",
+           *(["--rung-s", str(rung_s)] if rung_s else [])]
     return subprocess.run(cmd).returncode
 
 
@@ -248,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="reduce-overhead,max-autotune")
     ap.add_argument("--budget-s", type=float, default=530.0, help="the whole call's wall; steps that would end past "
                                                                    "it are skipped (default: %(default)s)")
+    ap.add_argument("--rung-s", type=float, default=None, help="each rung's expected wall (ladder.py --rung-s)")
+    ap.add_argument("--reserve-s", default=None, metavar="PROFILE,COMPILE",
+                    help="seconds kept for the profile and the compile reference after the ladder (default: "
+                         + ",".join(f"{v:.0f}" for v in RESERVE_S.values()) + ")")
     ap.add_argument("--workdir", default="/tmp/ditar-evidence")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -260,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     steps = Steps()
     ev: dict[str, Any] = {"suite": args.suite, "budget_s": args.budget_s, "gpu": gpu_info(), "ladder": {},
                           "aa_noise": {}, "judged_after_compiled_keep": (0, 0), "profile": None, "compile": {}}
-    ladder_budget = args.budget_s - sum(RESERVE_S.values())
-    steps.run("ladder", ladder, args.suite, ws, raw, args.rungs, ladder_budget)
+    reserve = [float(x) for x in args.reserve_s.split(",")] if args.reserve_s else list(RESERVE_S.values())
+    ladder_budget = args.budget_s - sum(reserve)
+    steps.run("ladder", ladder, args.suite, ws, raw, args.rungs, ladder_budget, args.rung_s)
     lj = raw / "ladder/ladder.json"
     ev["ladder"] = json.loads(lj.read_text()) if lj.is_file() else {}
     ev["judged_after_compiled_keep"] = judged_after_compiled_keep(ev["ladder"].get("rows", []))

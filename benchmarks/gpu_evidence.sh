@@ -10,4 +10,5 @@ mkdir -p "$OUT"
   python3 -c "import torch, diffusers; print('torch', torch.__version__, 'diffusers', diffusers.__version__)"
   nproc; } > "$OUT/gpu.txt"
 python3 benchmarks/gpu_evidence.py --suite "${SUITE:-dit-xl-2-256}" --budget-s "${BUDGET_S:-530}" \
-  ${RUNGS:+--rungs "$RUNGS"} ${MODES:+--modes "$MODES"} --out "$OUT" 2>&1 | tee "$OUT/run.log"
+  ${RUNGS:+--rungs "$RUNGS"} ${MODES:+--modes "$MODES"} ${RUNG_S:+--rung-s "$RUNG_S"} \
+  ${RESERVE_S:+--reserve-s "$RESERVE_S"} --out "$OUT" 2>&1 | tee "$OUT/run.log"

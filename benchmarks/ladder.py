@@ -173,6 +173,9 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=None,
                     help="wall-clock budget for this call: no rung starts that would likely end past it "
                          "(estimated from the last rung's wall, 90 s before the first)")
+    ap.add_argument("--rung-s", type=float, default=None,
+                    help="the wall --budget-s expects of each rung (default: the last rung's, which after the first "
+                         "rung, timed against the slow stock champion, overstates the next)")
     ap.add_argument("--accept-noise", action="store_true",
                     help="store the baseline whatever its A/A noise (`dit-ar baseline --accept-noise`): a call that "
                          "must not end at its first step; the noise is in the baseline's records and the table")
@@ -215,7 +218,8 @@ def main() -> int:
         _, cls, subject, updates, expected = BY_NAME[name]
         # the last rung's wall predicts the next (the first, against the slow stock champion, predicts none)
         walls = [r["wall_s"] for r in state["rows"]]
-        if args.budget_s and time.perf_counter() - t_call + (walls[-1] * 1.1 if walls else 90.0) > args.budget_s:
+        guess = args.rung_s or (walls[-1] * 1.1 if walls else 90.0)
+        if args.budget_s and time.perf_counter() - t_call + guess > args.budget_s:
             print(f"[ladder] {name}: skipped, --budget-s {args.budget_s:.0f} s would be exceeded", flush=True)
             state.setdefault("skipped", []).append(name)
             continue
