@@ -82,11 +82,11 @@ def profile(ws: Path, raw: Path, lane: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if res.returncode == 0 and path.is_file() else None
 
 
-def compile_reference(ws: Path, out: Path, modes: str, deadline: float) -> dict[str, Any]:
+def compile_reference(ws: Path, out: Path, modes: str, deadline: float, lanes: str | None) -> dict[str, Any]:
     """Rows written into `out` as each is timed: a call stopped at its limit keeps those it timed."""
     import compile_reference as cr
 
-    return cr.run(ws, modes.split(","), out, deadline=deadline)
+    return cr.run(ws, modes.split(","), out, deadline=deadline, lanes=lanes.split(",") if lanes else None)
 
 
 def aa_noise(ws: Path) -> dict[str, Any]:
@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reserve-s", default=None, metavar="PROFILE,COMPILE",
                     help="seconds kept for the profile and the compile reference after the ladder (default: "
                          + ",".join(f"{v:.0f}" for v in RESERVE_S.values()) + ")")
+    ap.add_argument("--compile-lanes", default=None, help="the lanes timed beside torch.compile (default: all)")
     ap.add_argument("--workdir", default="/tmp/ditar-evidence")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -279,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ev["profile"] = steps.run("profile", profile, ws, raw, PROFILE_LANE)
     save(ev, steps, ws, raw, out)
     deadline = time.monotonic() + steps.left(args.budget_s)
-    ev["compile"] = steps.run("compile reference", compile_reference, ws, out, args.modes, deadline)
+    ev["compile"] = steps.run("compile reference", compile_reference, ws, out, args.modes, deadline,
+                              args.compile_lanes)
     print("\n" + save(ev, steps, ws, raw, out), flush=True)
     return 0
 

@@ -11,4 +11,4 @@ mkdir -p "$OUT"
   nproc; } > "$OUT/gpu.txt"
 python3 benchmarks/gpu_evidence.py --suite "${SUITE:-dit-xl-2-256}" --budget-s "${BUDGET_S:-530}" \
   ${RUNGS:+--rungs "$RUNGS"} ${MODES:+--modes "$MODES"} ${RUNG_S:+--rung-s "$RUNG_S"} \
-  ${RESERVE_S:+--reserve-s "$RESERVE_S"} --out "$OUT" 2>&1 | tee "$OUT/run.log"
+  ${RESERVE_S:+--reserve-s "$RESERVE_S"} ${COMPILE_LANES:+--compile-lanes "$COMPILE_LANES"} --out "$OUT" 2>&1 | tee "$OUT/run.log"
