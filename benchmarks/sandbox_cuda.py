@@ -1,7 +1,8 @@
 """Whether CUDA initializes inside a worker's sandbox, and which of the sandbox's walls stops it
 where it does not: each variant enters a sandbox built as a CUDA worker's (runtime.sandbox_mounts.Spec with
 the /dev/nvidia* nodes, the host's folders shielded, an empty $HOME, /run masked, socket(AF_UNIX)
-refused until the driver is up) or less one wall, then loads the driver (cuInit) and asks torch.
+refused) less one wall, then loads the driver (cuInit) and asks torch. "unix_sockets" is what a CUDA
+worker gets since this found cuInit failing without it (runtime.sandbox_mounts.unix_sockets_needed).
 
     python benchmarks/sandbox_cuda.py            # on a GPU machine: one JSON line per variant
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-VARIANTS = ("cuda_first", "worker", "unix_sockets", "no_shield", "no_mask", "no_home", "bare")
+VARIANTS = ("worker", "unix_sockets", "no_shield", "no_mask", "no_home", "bare")
 
 
 def inside() -> dict:
@@ -73,8 +74,7 @@ def enter(variant: str) -> None:
         return
     spec = sandbox_mounts.Spec(bwrap=bwrap, devices=sandbox_mounts.device_nodes("cuda"), reads=hostview.needed_reads(),
                         unix_sockets=variant in ("unix_sockets", "bare"),
-                        shield=variant not in ("no_shield", "bare"), cwd=str(ROOT),
-                        cuda_first=0 if variant == "cuda_first" else -1)  # "cuda_first": what a CUDA worker gets
+                        shield=variant not in ("no_shield", "bare"), cwd=str(ROOT))
     try:
         sandbox.enter(spec)
     except Exception as exc:  # noqa: BLE001 - the diagnosis

@@ -133,33 +133,12 @@ def _sandboxed_child(libc: ctypes.CDLL, spec: Spec, keep_fds: Sequence[int]) -> 
     _close_fds_but({0, 1, 2, *keep_fds})
     fds = _renumber(list(keep_fds))
     _drop_capabilities(libc)
-    if seccomp.install(libc, spec.unix_sockets or spec.cuda_first >= 0) is not None:
+    if seccomp.install(libc, spec.unix_sockets) is not None:
         os._exit(121)  # never run candidate code without the filter (the selftest said why first)
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: dies with its keeper
     os.environ.update(spec.env)
-    if spec.cuda_first >= 0 and not spec.unix_sockets:
-        cuda_up(spec.cuda_first)
-        if seccomp.refuse_unix_sockets(libc) is not None:
-            os._exit(121)
     tempfile.tempdir = None  # chosen afresh from TMPDIR (its scratch), not the keeper's cached /tmp
     return fds
-
-def cuda_up(ordinal: int) -> int:
-    """Bring up the CUDA driver and device `ordinal`'s primary context (the one torch uses later)
-    through the driver's own library; returns CUresult (0: up). Failing is the candidate's to meet:
-    torch then reports CUDA as unavailable, as it would anyway."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return -1
-    rc = cuda.cuInit(0)
-    if rc == 0:
-        dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
-        rc = cuda.cuDeviceGet(ctypes.byref(dev), ordinal) or cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev)
-    with contextlib.suppress(OSError, AttributeError):  # NVML too (the worker's fingerprint reads it)
-        ctypes.CDLL("libnvidia-ml.so.1").nvmlInit_v2()
-    return int(rc)
-
 
 def _renumber(fds: list[int]) -> list[int]:
     """Move `fds` to 3, 4, ... in their order, parked above them all first so none is overwritten."""

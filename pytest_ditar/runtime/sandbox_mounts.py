@@ -50,9 +50,6 @@ class Spec:
     unix_sockets: bool = False
     # every folder of the host's it shows through an overlay of its own (shield_plan): where the kernel allows
     shield: bool = False
-    # the CUDA device ordinal whose driver and primary context the sandboxed process brings up before
-    # socket(AF_UNIX) is refused (the driver's init opens one: runtime.seccomp.refuse_unix_sockets); -1: none
-    cuda_first: int = -1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -65,15 +62,15 @@ class Spec:
                    binds=tuple((str(a), str(b), bool(w)) for a, b, w in d.get("binds", ())),
                    private_at=tuple(d.get("private_at", ())), cwd=str(d.get("cwd", "")),
                    reads=tuple(d.get("reads", ())), unix_sockets=bool(d.get("unix_sockets", False)),
-                   shield=bool(d.get("shield", False)), cuda_first=int(d.get("cuda_first", -1)))
+                   shield=bool(d.get("shield", False)))
 
 
-def cuda_ordinal(device: str) -> int:
-    """The CUDA device ordinal of a lane's `device` ("cuda" 0, "cuda:1" 1), -1 off CUDA."""
-    dev = str(device)
-    if not dev.startswith("cuda"):
-        return -1
-    return int(dev.split(":", 1)[1]) if ":" in dev and dev.split(":", 1)[1].isdigit() else 0
+def unix_sockets_needed(device: str) -> bool:
+    """Whether a worker on `device` needs socket(AF_UNIX) (runtime.seccomp): a CUDA one does. The
+    driver opens Unix sockets at cuInit (CUDA_ERROR_OPERATING_SYSTEM, 304, when refused) and after it
+    (a 4096^2 half-precision matmul failed with cudaErrorUnknown once the refusal came after torch's
+    first CUDA call): H100 and H200, driver 580, benchmarks/sandbox_cuda.py."""
+    return str(device).startswith("cuda")
 
 
 def device_nodes(device: str) -> tuple[str, ...]:

@@ -14,8 +14,8 @@ first argument, inspected): a read-only mount does not stop connect(2) to a sock
 worker's network namespace stops only abstract names, so a Unix socket was a channel from a role
 to a relay the agent runs, or to another role (issue 49). socketpair(2) stays (an unnamed pair
 reaches nothing; multiprocessing's pipes use it). `unix_sockets=True` leaves socket(AF_UNIX) to a
-multi-rank CUDA group, whose NCCL passes memory handles over Unix sockets (runtime.group); a
-single CUDA worker gets it only until its driver is up (refuse_unix_sockets). The
+multi-rank CUDA group, whose NCCL passes memory handles over Unix sockets (runtime.group), and to
+any CUDA worker: the driver opens Unix sockets at cuInit and later (docs/trust.md). The
 worker installs it on itself after it joined its sandbox and dropped its capabilities
 (no_new_privs is set then), before any candidate code runs;
 every thread and process it starts inherits it.
@@ -51,8 +51,6 @@ _X32_BIT = 0x40000000
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
 _RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-SECCOMP = {"x86_64": 317, "aarch64": 277}  # seccomp(2)
-_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -101,21 +99,3 @@ def install(libc: ctypes.CDLL, unix_sockets: bool = False) -> str | None:
         return f"prctl(PR_SET_SECCOMP) failed: {os.strerror(ctypes.get_errno())}"
     return None
 
-
-def refuse_unix_sockets(libc: ctypes.CDLL) -> str | None:
-    """Stack the whole filter, socket(AF_UNIX) refused, on every thread of this process at once
-    (seccomp(2) with TSYNC: the CUDA driver's threads too); None on success, else why not. A CUDA
-    worker calls it once its driver and context are up: cuInit opens a Unix socket (it fails with
-    CUDA_ERROR_OPERATING_SYSTEM, 304, when socket(AF_UNIX) is refused: seen on an H100 and an H200,
-    driver 580), so its sandbox allows one until then, before any candidate code runs."""
-    machine = platform.machine()
-    prog = program(unix_sockets=False)
-    if prog is None or machine not in SECCOMP:
-        return f"no seccomp table for {machine}"
-    fprog = _Fprog(len(prog) // 8, prog)
-    ret = libc.syscall(SECCOMP[machine], _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(fprog))
-    if ret != 0:
-        import os
-
-        return f"seccomp(TSYNC) failed: {os.strerror(ctypes.get_errno()) if ret < 0 else f'thread {ret} diverged'}"
-    return None

@@ -140,8 +140,9 @@ class WorkerProcess:
             private=tuple(private), kept=tuple(kept), private_at=(boxdir.CACHE,) * len(private),
             devices=sandbox_mounts.device_nodes(self.spec.device), overlay=avail.overlay,
             masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
-            reads=(str(self.spec.model_dir), *self.reads), unix_sockets=self.unix_sockets,
-            shield=avail.shield, cuda_first=sandbox_mounts.cuda_ordinal(self.spec.device))
+            reads=(str(self.spec.model_dir), *self.reads),
+            unix_sockets=self.unix_sockets or sandbox_mounts.unix_sockets_needed(self.spec.device),
+            shield=avail.shield)
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
         box = self._box.to_json() if self._box is not None else None

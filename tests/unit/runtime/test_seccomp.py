@@ -1,13 +1,7 @@
 """runtime.seccomp's filter, run by a small classic-BPF interpreter here (what a worker meets is
 tests/adversarial/test_sandbox.py's): the refused calls, the allowed, another architecture's."""
-import ctypes
 import errno
-import json
-import os
-import platform
-import socket
 import struct
-import threading
 
 import pytest
 
@@ -80,37 +74,3 @@ def test_a_cuda_group_keeps_unix_sockets():
     assert run(prog, ARCH["x86_64"], 41, arg0=1) == ALLOW
     assert run(prog, ARCH["x86_64"], 101) == REFUSE
 
-
-@pytest.mark.skipif(platform.machine() not in seccomp.SECCOMP, reason="no seccomp(2) number for this machine")
-def test_refusing_unix_sockets_later_reaches_threads_already_running():
-    """refuse_unix_sockets() stacks the filter on every thread at once (TSYNC): a thread the CUDA
-    driver started before it (here: any thread) meets the refusal too."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, as a worker has after dropping capabilities
-            go, seen = threading.Event(), {}
-
-            def early() -> None:
-                go.wait()
-                try:
-                    socket.socket(socket.AF_UNIX)
-                    seen["thread"] = "made"
-                except OSError as exc:
-                    seen["thread"] = exc.strerror
-
-            t = threading.Thread(target=early)
-            t.start()
-            seen["before"] = socket.socket(socket.AF_UNIX).family == socket.AF_UNIX
-            seen["why"] = seccomp.refuse_unix_sockets(libc)
-            go.set()
-            t.join()
-            os.write(w, json.dumps(seen).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    got = json.loads(os.read(r, 4096))
-    os.waitpid(pid, 0)
-    assert got == {"before": True, "why": None, "thread": "Operation not permitted"}, got
