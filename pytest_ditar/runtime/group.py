@@ -55,9 +55,8 @@ class GroupWorker(CandidateWorker):
         if ranks < 2:
             raise ValueError(f"a group has at least 2 ranks, got {ranks}")
         super().__init__(name, candidate_dir, spec, **kwargs)
-        # NCCL's ranks pass CUDA memory handles over Unix sockets (abstract names, within the group's
-        # own network namespace); gloo's meet over TCP on the loopback: a CPU group needs none
-        self.unix_sockets = backend_for(spec.device) == "nccl"
+        # NCCL's ranks pass CUDA memory handles over Unix sockets (allowed on CUDA:
+        # sandbox_mounts.unix_sockets_needed); gloo's meet over TCP on the loopback
         # wire endpoints only, their process the group's; each rank logs to a file of its own (the
         # launcher to the group's), so lines never interleave
         self.ranks = [_Rank(self, f"{name}.rank{r}", candidate_dir, replace(spec, device=rank_device(spec.device, r)),

@@ -53,7 +53,6 @@ class WorkerProcess:
     """One candidate pipeline's process: its configuration, its sandbox, its start, pause and end.
     runtime.worker.CandidateWorker adds the calls."""
 
-    unix_sockets = False  # socket(AF_UNIX) refused in its sandbox (runtime.seccomp); a CUDA group's NCCL needs it
 
     def __init__(self, name: str, candidate_dir: Path, spec: PipelineSpec, *, log_path: Path,
                  memory_budget_gib: float | None = None, cpu_threads: int | None = None, cwd: Path | None = None,
@@ -141,7 +140,7 @@ class WorkerProcess:
             devices=sandbox_mounts.device_nodes(self.spec.device), overlay=avail.overlay,
             masks=(*self.masks, *boxdir.hidden_outside_shm()), binds=tuple(binds), cwd=boxdir.WORK,
             reads=(str(self.spec.model_dir), *self.reads),
-            unix_sockets=self.unix_sockets or sandbox_mounts.unix_sockets_needed(self.spec.device),
+            unix_sockets=sandbox_mounts.unix_sockets_needed(self.spec.device),  # a CUDA group's NCCL too
             shield=avail.shield)
 
     def _launch(self, z: Any, child: socket.socket, env: dict[str, str]) -> None:
