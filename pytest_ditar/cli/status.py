@@ -142,7 +142,7 @@ def _chained(kept: Sequence[LedgerRow]) -> dict[str, Any] | None:
     if c is None:
         return None
     return {"speedup": c.speedup, "ci95": [c.ci_low, c.ci_high] if c.ci_low is not None else None,
-            "keeps": c.keeps, "text": c.text()}
+            "keeps": c.keeps, "text": c.text(), "net": c.net, "gross": c.gross, "basis": c.basis()}
 
 
 def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
@@ -205,6 +205,8 @@ class _StatusPrinter:
         # the other figure, said as what it is: two medians of different runs, each under its own load
         print(f"          stored medians ratio {direct}: baseline and champion each timed in its own run, under "
               "that run's load; not a speed-up to cite")
+        if cu and cu.get("basis"):
+            print(f"          the cited figure is {cu['basis']}")
 
     def counts(self) -> None:
         cnt, bound = self.st["counts"], self.st["bound"]

@@ -88,6 +88,8 @@ class LaneOutcome:
     drift: float | None = None  # the champion's drift against the anchor taken off a win (core.anchor, upper bound)
     threshold: float | None = None  # the bar a win must clear: 1 + threshold (the lane's min effect)
     figure: str | None = None  # what a lane with no speedup measured, in words, for tables (loop.perf.lanekinds)
+    # the speedup with the harness's round trip taken off (core.roundtrip): cited (core.cumulative), never deciding
+    net: float | None = None
 
     def __post_init__(self) -> None:
         if self.verdict not in LANE_VERDICTS:

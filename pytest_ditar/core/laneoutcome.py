@@ -132,7 +132,15 @@ def compose(ev: LaneEvidence) -> LaneOutcome:
         d = replace(d, verdict=stats.UNSTABLE, reason=ev.shared_device, cause=SHARED_DEVICE)
     judged = ev.statistic is not None and voided(ev) is None
     return LaneOutcome(ev.name, ev.objective, d.verdict, d.speedup, d.ci_low, d.ci_high, d.reason, ev.peak_vram_gib,
-                       cause=d.cause, drift=d.drift, threshold=ev.threshold if judged else None, figure=d.figure)
+                       cause=d.cause, drift=d.drift, threshold=ev.threshold if judged else None, figure=d.figure,
+                       net=_net(d.speedup, ev.net))
+
+
+def _net(speedup: float | None, net: Net | None) -> float | None:
+    """The decided speedup scaled by what taking the round trip off does to the medians' ratio."""
+    if speedup is None or net is None or not net.gross > 0:
+        return None
+    return speedup * net.net / net.gross
 
 
 def voided(ev: LaneEvidence) -> str | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from pytest_ditar.core.cumulative import chained
+from pytest_ditar.core.cumulative import chained, steps
 from pytest_ditar.core.vocabulary import STATUSES
 from pytest_ditar.store.ledger import Ledger
 from pytest_ditar.store.paths import TagPaths
@@ -134,14 +134,13 @@ def cumulative_best(exps: Sequence[Experiment]) -> list[tuple[float, float, floa
     """The champion's speedup over the baseline after each experiment: (value, low, high), chained
     over the KEEPs so far (core.cumulative: the product of their speedups and its 95% CI; the point
     itself where a kept row has no interval)."""
-    kept: list[tuple[float, float | None, float | None]] = []
+    kept: list[LedgerRow] = []
     out = []
     value = low = high = 1.0
     for e in exps:
-        m = e.metric
-        if e.status == "KEEP" and m is not None:
-            kept.append((m, num(e.row.ci_low), num(e.row.ci_high)))
-            value, lo, hi = chained(kept)
+        if e.status == "KEEP" and e.metric is not None:
+            kept.append(e.row)
+            value, lo, hi = chained(steps(kept)[0])  # what `status` cites (net where every KEEP has it)
             low, high = (lo, hi) if lo is not None and hi is not None else (value, value)
         out.append((value, low, high))
     return out

@@ -246,9 +246,10 @@ class GroupWorker(CandidateWorker):
         raise CandidateError("exception", f"{self.name}: profiling a {len(self.ranks)}-rank group is not supported; "
                                           "profile the lane's one-GPU pipeline")
 
-    def empty(self, timeout_s: float | None = 60.0) -> None:
-        """A call that does no work on every rank: the group's round trip, to the last rank's reply."""
-        self._call_all("empty", timeout_s)
+    def empty(self, timeout_s: float | None = 60.0) -> int:
+        """A call that does no work on every rank: the group's round trip, to the last rank's reply
+        (rank 0's carries its last call's arrays again, as a call's does: their bytes)."""
+        return sum(a.nbytes for _, arrays in self._call_all("empty", timeout_s) for a in arrays)
 
     def dtypes(self, timeout_s: float | None = None) -> set[str]:
         return set().union(*(set(h.get("dtypes", ())) for h, _ in self._call_all("dtypes", timeout_s)))

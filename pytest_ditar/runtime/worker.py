@@ -218,9 +218,11 @@ class CandidateWorker(WorkerProcess):
                                                          f"{[trace, data]}"))
         return where / str(trace), where / str(data)
 
-    def empty(self, timeout_s: float | None = 60.0) -> None:
-        """A call that does no work (runtime.calls.empty_call times its round trip)."""
-        self._call("empty", timeout_s)
+    def empty(self, timeout_s: float | None = 60.0) -> int:
+        """A call that does no work (runtime.calls.empty_call times its round trip); its reply carries
+        the last call's arrays again: their bytes."""
+        _, arrays = self._call("empty", timeout_s)
+        return sum(a.nbytes for a in arrays)
 
     def dtypes(self, timeout_s: float | None = None) -> set[str]:
         reply, _ = self._call("dtypes", timeout_s)

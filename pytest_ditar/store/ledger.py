@@ -68,11 +68,12 @@ COLUMNS: tuple[str, ...] = (
     "judged",  # 1, or 0 where the gate could not judge the change (an UNSTABLE objective lane: core.rerun)
     "rerun_of",  # the run that first tried this change on this champion unjudged, or ""
     "unjudged",  # why it was not judged (core.rerun: host, candidate, champion), "" where it was
+    "net",  # the objective lane's speedup net of the harness's round trip (core.roundtrip), cited chained
 )
 CHAIN_KEYS: tuple[str, ...] = ("prev_hash", "hash")
 # Columns added after the first release: a row written before one existed lacks it (its hash covers
 # the row as written) and reads as "" in results.tsv; a TSV with the older header is regenerated.
-LATER_COLUMNS: tuple[str, ...] = ("sandbox", "patch", "judged", "rerun_of", "unjudged")
+LATER_COLUMNS: tuple[str, ...] = ("sandbox", "patch", "judged", "rerun_of", "unjudged", "net")
 GENESIS_HASH = "0" * 64
 # Keys the ledger assigns itself; a caller supplying them would forge sequence or chain.
 _ASSIGNED = ("run", "prev_hash", "hash", "schema_version")

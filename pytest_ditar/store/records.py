@@ -149,6 +149,7 @@ class LedgerRow:
     judged: Cell = 1
     rerun_of: Cell = ""
     unjudged: str = ""
+    net: Cell = ""  # the speedup net of the harness's round trip (core.roundtrip), where the run measured it
     schema_version: int = 0
     prev_hash: str = ""
     hash: str = ""
@@ -171,7 +172,7 @@ class LedgerRow:
                    reason=text("reason"), cumulative_class=text("cumulative_class"), device=text("device"),
                    off_target=cell("off_target"), sandbox=text("sandbox"), patch=text("patch"),
                    judged=_cell(data.get("judged", 1)), rerun_of=cell("rerun_of"), unjudged=text("unjudged"),
-                   schema_version=version, prev_hash=text("prev_hash"), hash=text("hash"))
+                   net=cell("net"), schema_version=version, prev_hash=text("prev_hash"), hash=text("hash"))
 
 
 @dataclass(frozen=True)

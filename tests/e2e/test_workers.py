@@ -158,6 +158,8 @@ def test_paused_worker_runs_nothing_until_resumed(tmp_path, monkeypatch):
 
         out = w.generate(Request(labels=(1, 2), seeds=(3, 4), steps=1), timeout_s=30)  # a call resumes it
         assert out.images.shape == (2, 8, 8, 3) and out.latents.dtype.name == "float32"
+        # an empty call's reply carries that call's arrays again: its round trip is a call's, less the work
+        assert w.empty() == out.images.nbytes + out.latents.nbytes
         time.sleep(0.2)
         assert int(ticks.read_text()) > int(frozen)
         assert w.info["pid"] != os.getpid()

@@ -400,7 +400,7 @@ def act(gate: RunFacts, d: Decision, moved: str | None = None) -> Recorded:
         "quality_pass": passed, "quality_total": total, "peak_vram_gib": peak, "status": d.status,
         "reason": d.reason, "cumulative_class": s.judged_class, "device": s.resolved_device(), "off_target": int(off),
         "sandbox": s.cfg.sandbox, "patch": key, "judged": int(d.judged), "rerun_of": d.rerun_of,
-        "unjudged": d.unjudged,
+        "unjudged": d.unjudged, "net": oc.net if oc else None,
     })
     settled, mark = _settle_recorded(gate, verdict, run_dir, moved)
     return Recorded(verdict, tuple(notes + settled), mark)

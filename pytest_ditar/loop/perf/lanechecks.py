@@ -117,9 +117,12 @@ def guard_statistic(m: LaneMeasurement, looks: list[guard.Look], tolerance: floa
 
 
 def net(m: LaneMeasurement) -> roundtrip.Net | None:
-    """The lane's speed-up net of the harness's round trip (each side's empty calls), or None."""
+    """The lane's speed-up net of the harness's round trip (core.roundtrip: the anchor's empty calls
+    where it ran, the champion's where it is the baseline's code), or None."""
+    trusted = (("anchor", m.empty_s["anchor"]) if m.empty_s.get("anchor")
+               else ("champion", m.empty_s.get("champion", [])) if m.anchor_is_champion else None)
     return roundtrip.net_speedup(m.champion_samples, m.samples, m.empty_s.get("champion", []),
-                                 m.empty_s.get(SIDE_CANDIDATE, []))
+                                 m.empty_s.get(SIDE_CANDIDATE, []), trusted)
 
 
 def total(champion_samples: Sequence[float], samples: Sequence[float], perf_cfg: PerfConfig) -> TotalCheck:

@@ -31,3 +31,17 @@ def test_cite_chains_the_kept_rows_and_says_so():
     two = cite([Row(1, metric=2.0, ci_low=1.9, ci_high=2.1), Row(2, metric="1.5", ci_low="", ci_high="")])
     assert two.speedup == pytest.approx(3.0) and two.ci_low is None and two.text() == "3.000x chained over 2 KEEP(s)"
     assert cite([Row(1, metric="")]) is None  # a kept row without a speedup: nothing to cite
+
+
+def test_cite_chains_the_net_figures_where_every_kept_row_has_one_and_states_the_gross_beside():
+    """Issue 49: the round trip in every call shrinks each gross ratio; the net ones are chained, each
+    interval scaled with its figure, and a ledger with one row lacking it stays gross throughout."""
+    rows = [Row(1, metric=1.5, ci_low=1.4, ci_high=1.6, net=1.6), Row(2, metric=2.0, ci_low=1.8, ci_high=2.2, net=2.5)]
+    c = cite(rows)
+    assert c.net and c.speedup == pytest.approx(4.0) and c.gross == pytest.approx(3.0)
+    single = cite(rows[1:])
+    assert (single.ci_low, single.ci_high) == (pytest.approx(1.8 * 1.25), pytest.approx(2.2 * 1.25))
+    assert c.text().startswith("4.000x ci95=") and c.text().endswith("chained over 2 KEEP(s)")
+    assert c.basis().startswith("net of the harness's round trip") and "through the harness 3.000x" in c.basis()
+    mixed = cite([rows[0], Row(2, metric=2.0, ci_low=1.8, ci_high=2.2, net="")])
+    assert not mixed.net and mixed.speedup == pytest.approx(3.0) and mixed.basis() == ""

@@ -151,6 +151,8 @@ def test_notes_never_change_a_verdict():
     net = Net(gross=1.3, net=1.35, empty_s=1e-4, champion_empty_s=1e-4, candidate_empty_s=1e-4)
     out = compose(_lane(net=net, throttled="2 of 30 rounds throttled"))
     assert (out.verdict, out.cause, out.speedup) == ("FASTER", None, 1.30)
+    # the net figure rides beside the decided one, scaled by what the round trip did to the medians
+    assert out.net == pytest.approx(1.30 * 1.35 / 1.3) and compose(_lane()).net is None
 
 
 def test_a_timing_that_stands_needs_its_statistic():

@@ -411,10 +411,10 @@ def test_a_ledger_written_before_a_later_column_still_verifies_and_grows(tmp_pat
     after = ledger.verify()
     assert after.ok and not after.repairable, (after.problems, after.repairable)
     header = (tmp_path / "results.tsv").read_text().splitlines()[0]
-    assert header.endswith("\tsandbox\tpatch\tjudged\trerun_of\tunjudged")
+    assert header.endswith("\tsandbox\tpatch\tjudged\trerun_of\tunjudged\tnet")
 
     # a results.tsv of the release with `sandbox` but not the re-run columns is repairable as well
-    mid = [c for c in COLUMNS if c not in ("patch", "judged", "rerun_of", "unjudged")]
+    mid = [c for c in COLUMNS if c not in ("patch", "judged", "rerun_of", "unjudged", "net")]
     rows = [json.loads(line) for line in ledger.jsonl_path.read_text().splitlines()]
     (tmp_path / "results.tsv").write_text("\t".join(mid) + "\n" + "".join(
         "\t".join(str(r.get(c, "")) for c in mid) + "\n" for r in rows))
