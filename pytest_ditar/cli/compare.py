@@ -69,6 +69,8 @@ class LaneDoc(TypedDict, total=False):
     threshold: float
     kind: str
     cited: str
+    gross: float | None  # the chained verdicts' own figures, where `speedup` is net of the round trip
+    basis: str
     timed_apart: dict[str, object]
 
 
@@ -276,7 +278,8 @@ def _cited_row(row: LaneDoc, cited: Cited, bar: float) -> LaneDoc:
     lo, hi = cited.ci_low, cited.ci_high
     verdict = stats.FASTER if lo is not None and lo > 1.0 + bar else stats.NOT_FASTER
     return {**row, "speedup": cited.speedup, "ci95": [lo, hi], "p_value": None, "verdict": verdict, "threshold": bar,
-            "reason": f"chained over {cited.keeps} KEEP(s)", "cited": cited.text(),
+            "reason": f"chained over {cited.keeps} KEEP(s)", "cited": cited.text(), "gross": cited.gross,
+            "basis": cited.basis(),
             "timed_apart": {"speedup": row["speedup"], "ci95": row["ci95"], "verdict": row["verdict"]},
             "kind": "chained",
             "how": f"chained: {cited.keeps} KEEP(s), each paired in its own run (cite this); timed apart: "
@@ -321,7 +324,8 @@ def text(doc: CompareDoc) -> list[str]:
 
 
 WHY = {  # what each kind of row is, so that two comparisons of the same commits are told apart (issue 50)
-    "chained": "chained: the KEEPs' own paired speedups multiplied, each from the rounds that kept it",
+    "chained": "chained: the KEEPs' own paired speedups multiplied, each from the rounds that kept it and net of "
+               "the harness's round trip where each KEEP measured it",
     "paired": "paired: B's run's own rounds of A and B (that run alone, at the bar its plan used)",
     "unpaired": "unpaired: medians stored by different runs, each under its own load and at the baseline's noise bar",
 }

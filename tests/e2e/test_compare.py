@@ -53,7 +53,8 @@ def test_compare_baseline_champion_runs_and_hosts(pytester, model_cache, tmp_pat
     assert objective["verdict"] == "FASTER" and abs(objective["speedup"] - judged["outcome"]["speedup"]) < 0.02, \
         (objective, judged["outcome"])
     assert objective["threshold"] == judged["min_effect"], (objective, judged["min_effect"])  # the gate's own bar
-    assert abs(objective["speedup"] - cited["speedup"]) < 0.02  # one KEEP: the chain is its paired figure
+    # one KEEP: the chain is its paired figure, cited net of the harness's round trip, the gross beside
+    assert abs(objective["speedup"] - (cited["gross"] or cited["speedup"])) < 0.02, (objective, cited)
 
     res = proj.ditar("compare", f"run:{keep}", str(crash))
     assert res.returncode == 0 and "not timed on B (the run never reached its lanes)" in res.stdout, res.stdout
