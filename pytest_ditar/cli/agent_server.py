@@ -15,7 +15,6 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import jsonschema
@@ -43,7 +42,7 @@ class Judge:
         self.slot = agent_tools.RunSlot()
 
     # ---- tools ---------------------------------------------------------------------------------
-    async def list_tools(self, ctx: ServerRequestContext, params: Any) -> types.ListToolsResult:
+    async def list_tools(self, ctx: ServerRequestContext, params: object) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[
             types.Tool(name=t.name, description=t.description, input_schema=t.input_schema(),
                        output_schema=agent_tools.output_schema(t)) for t in agent_tools.TOOLS])
@@ -66,7 +65,8 @@ class Judge:
         finally:
             self.slot.release()
 
-    async def _run(self, ctx: ServerRequestContext, tool: agent_tools.Tool, args: dict[str, Any]) -> types.CallToolResult:
+    async def _run(self, ctx: ServerRequestContext, tool: agent_tools.Tool,
+                   args: dict[str, object]) -> types.CallToolResult:
         cmd = agent_tools.command(tool, args, self.config, self.tag)
         err_lines: list[str] = []
         out = bytearray()
@@ -110,7 +110,7 @@ class Judge:
                 found[f"ditar://handbook/{rel}"] = (page, f"research handbook page {rel} (the search tool's corpus)")
         return found
 
-    async def list_resources(self, ctx: ServerRequestContext, params: Any) -> types.ListResourcesResult:
+    async def list_resources(self, ctx: ServerRequestContext, params: object) -> types.ListResourcesResult:
         listed = [types.Resource(uri=uri, name=uri.removeprefix("ditar://"), description=what,
                                  mime_type="text/markdown") for uri, (_, what) in self._resources().items()]
         listed.append(types.Resource(uri=REPORT, name="report/latest", mime_type="text/plain",
@@ -181,7 +181,7 @@ def _result(tool: agent_tools.Tool, out: bytes, rc: int, err_lines: list[str]) -
                                 structured_content=structured)
 
 
-def _schema_problems(doc: Any, kind: str) -> Iterator[str]:
+def _schema_problems(doc: object, kind: str) -> Iterator[str]:
     validator = jsonschema.Draft202012Validator(agent_tools.schema(kind))
     for e in validator.iter_errors(doc):
         yield f"/{'/'.join(map(str, e.absolute_path))}: {e.message}"
@@ -194,7 +194,7 @@ def _error(text: str) -> types.CallToolResult:
 def serve(config: Path, tag: str | None) -> None:
     """Serve on stdio until the client closes it."""
     judge = Judge(config, tag)
-    server: Server[Any] = Server("pytest-ditar", instructions=INSTRUCTIONS, on_list_tools=judge.list_tools,
+    server: Server = Server("pytest-ditar", instructions=INSTRUCTIONS, on_list_tools=judge.list_tools,
                                  on_call_tool=judge.call_tool, on_list_resources=judge.list_resources,
                                  on_read_resource=judge.read_resource)
 

@@ -78,7 +78,7 @@ def stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def print_document(make: Callable[[], tuple[Mapping[str, Any], int]]) -> int:
+def print_document(make: Callable[[], tuple[Mapping[str, object], int]]) -> int:
     """Run `make` (the command's work, returning its document and exit status) with stdout sent to
     stderr, then print the document alone on stdout; returns the status."""
     with stdout_to_stderr():

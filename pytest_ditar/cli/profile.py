@@ -47,7 +47,7 @@ class Profile(Command):
         return cls.document(args)[1]
 
     @classmethod
-    def document(cls, args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    def document(cls, args: argparse.Namespace) -> tuple[dict[str, object], int]:
         """Profile, print the table (on stderr under --json: print_document's), and return the
         document (core.documents.profile_document) and the exit status."""
         import sys

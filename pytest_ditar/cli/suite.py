@@ -104,7 +104,7 @@ def describe(cfg: Config, suite: suites.Suite) -> list[str]:
     return lines
 
 
-def document(cfg: Config, suite: suites.Suite) -> dict[str, Any]:
+def document(cfg: Config, suite: suites.Suite) -> dict[str, object]:
     """`dit-ar suite --json`: describe()'s facts as values (its sentences where they are prose)."""
     p, m = suite.pipeline, suite.model
     where = suite.path.relative_to(cfg.root) if suite.path.is_relative_to(cfg.root) else suite.path

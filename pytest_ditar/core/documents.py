@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_ditar.core.vocabulary import SCHEMA_VERSION
 
@@ -44,7 +43,7 @@ def doctor_next(checks: Sequence[Check], host: str | None) -> str:
     return FIRST_HYPOTHESIS + (f"; the host now: {host}" if host else "")
 
 
-def doctor_document(checks: Sequence[Check], host: str | None, exit_status: int) -> dict[str, Any]:
+def doctor_document(checks: Sequence[Check], host: str | None, exit_status: int) -> dict[str, object]:
     failed = [c.name for c in checks if c.result == FAIL]
     return {"schema_version": SCHEMA_VERSION, "kind": "doctor", "exit_status": exit_status,
             "checks": [{"name": c.name, "result": c.result, "detail": c.detail} for c in checks],
@@ -52,8 +51,8 @@ def doctor_document(checks: Sequence[Check], host: str | None, exit_status: int)
             "next": doctor_next(checks, host)}
 
 
-def profile_document(summary: Mapping[str, Any] | None, out_dir: str | None, exit_status: int,
-                     error: str | None = None, logs: Sequence[str] = ()) -> dict[str, Any]:
+def profile_document(summary: Mapping[str, object] | None, out_dir: str | None, exit_status: int,
+                     error: str | None = None, logs: Sequence[str] = ()) -> dict[str, object]:
     """`dit-ar profile --json`: the profile's summary.json as it was written, where it lies, and the
     next step; a candidate that failed: its error and the workers' last lines instead."""
     return {"schema_version": SCHEMA_VERSION, "kind": "profile", "exit_status": exit_status, "out_dir": out_dir,
