@@ -61,10 +61,10 @@ class Agent:
         return res.content[0].text
 
 
-def _server(proj) -> StdioServerParameters:
+def _server(proj, env: dict | None = None) -> StdioServerParameters:
     exe = shutil.which("dit-ar") or str(Path(sys.executable).parent / "dit-ar")
     # the host passes the user's environment, as a shell that started dit-ar would
-    return StdioServerParameters(command=exe, args=["mcp"], cwd=str(proj.root), env=dict(os.environ))
+    return StdioServerParameters(command=exe, args=["mcp"], cwd=str(proj.root), env={**os.environ, **(env or {})})
 
 
 async def _scenario(proj, rows_before: list[dict]) -> None:
@@ -158,6 +158,25 @@ async def _scenario(proj, rows_before: list[dict]) -> None:
         assert (await agent.ok("doctor", {"no_probe": True}))["document"]["failed"] == ["clean tree"]
 
 
+async def _environment(proj, env: dict) -> str:
+    """A server started where the CLI would refuse the environment: the same refusal, as a tool error."""
+    async with stdio_client(_server(proj, env)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        agent = Agent(session)
+        text = await agent.error("try_change", {"classification": "exact", "description": "In that environment"})
+        assert (await agent.ok("status"))["exit_status"] == 0  # and it keeps serving
+        return text
+
+
 def test_an_agent_runs_the_loop_through_the_mcp_server(pytester, model_cache, tmp_path_factory):
     proj = research_project(pytester, tmp_path_factory, mutable_source=REDUNDANT)
     anyio.run(_scenario, proj, proj.ledger())
+
+    # the server adds nothing to the CLI's environment and takes nothing away: a variable the judge
+    # refuses reaches it and is refused with the CLI's own words
+    proj.git("clean", "-fdq")  # the untracked handbook copy: a clean tree again
+    env = {"PYTEST_ADDOPTS": "--rootdir=/"}
+    text = anyio.run(_environment, proj, env)
+    cli = json.loads(proj.ditar("try", "--classification", "exact", "--json", env=env).stdout)
+    assert cli["outcome"] == "REFUSED" and "PYTEST_ADDOPTS" in cli["reason"], cli
+    assert text == f"REFUSED: {cli['reason']}\nnext: {cli['next']}", (text, cli)
