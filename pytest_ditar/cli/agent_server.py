@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from mcp.server.stdio import stdio_server
 from pytest_ditar.cli import agent_tools
 from pytest_ditar.config.project import load_config
 from pytest_ditar.core.errors import DitarError
+from pytest_ditar.loop.integrity.tags import resolve_tag
 from pytest_ditar.store.paths import TagPaths
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # a checkout's root (program.md, docs/) where installed editable
@@ -71,7 +73,7 @@ class Judge:
         err_lines: list[str] = []
         out = bytearray()
         # the environment the server was started with, as a user's shell gives it to dit-ar: nothing added
-        async with await anyio.open_process(cmd, stdin=None, env=dict(os.environ)) as proc:
+        async with await anyio.open_process(cmd, stdin=subprocess.DEVNULL, env=dict(os.environ)) as proc:
             if tool.gated:
                 self.slot.started(proc.pid)
             try:
@@ -97,8 +99,8 @@ class Judge:
         try:
             cfg = load_config(self.config)
             roots, handbook = [cfg.root, PACKAGE_ROOT], cfg.root / cfg.knowledge_dir
-        except DitarError:
-            cfg, roots, handbook = None, [Path.cwd(), PACKAGE_ROOT], Path.cwd() / "knowledge/handbook"
+        except DitarError:  # no project config here: what the checkout holds
+            roots, handbook = [Path.cwd(), PACKAGE_ROOT], Path.cwd() / "knowledge/handbook"
         for root in roots:
             if (root / "program.md").is_file() and "ditar://program.md" not in found:
                 found["ditar://program.md"] = (root / "program.md", "the loop, step by step: read it before a session")
@@ -132,8 +134,6 @@ class Judge:
     def _report_path(self) -> str:
         try:
             cfg = load_config(self.config)
-            from pytest_ditar.loop.integrity.tags import resolve_tag  # git: only where the report is asked for
-
             index = TagPaths.of(cfg.root, cfg.state_dir, resolve_tag(cfg, self.tag)).report / "index.html"
         except DitarError as exc:
             return f"no report: {exc}"
