@@ -3,8 +3,8 @@ own client, as an agent host drives it, on the tiny suite. One project and one s
 scenario (CI's e2e budget): doctor, try_change (FASTER), a commit, experiment (KEEP) with a second
 experiment called while the first is in flight (busy, no second ledger row), status (the champion's
 figure is `dit-ar status --json`'s), profile, search; then malformed calls (an unknown argument, a
-class the judge does not know, a class this session cannot judge, a dirty tree), each a tool error
-that names the fix, after which the server still serves. Every result's document validates against
+class the judge does not know, a class this session cannot judge, the wrong branch, a dirty tree),
+each a tool error that names the fix, after which the server still serves. Every result's document validates against
 its shipped schema (the client also checks it against the tool's output schema)."""
 import json
 import os
@@ -58,6 +58,7 @@ class Agent:
         """A tool error (isError): its text."""
         res = await self.call(tool, args)
         assert res.is_error, res.structured_content
+        print(f"{tool} error: {res.content[0].text}")  # shown with a failure (or -s)
         return res.content[0].text
 
 
@@ -76,6 +77,9 @@ async def _scenario(proj, rows_before: list[dict]) -> None:
         assert {"ditar://program.md", "ditar://docs/verdict-json.md", "ditar://report/latest"} <= listed, listed
         program = (await session.read_resource("ditar://program.md")).contents[0].text
         assert program == (REPO / "program.md").read_text()
+        report = (await session.read_resource("ditar://report/latest")).contents[0].text
+        index = proj.root / ".autoresearch/t/report/index.html"
+        assert report == f"no report yet at {index}: `dit-ar report` writes it", report
 
         doctor = await agent.ok("doctor", {"no_probe": True})
         assert doctor["exit_status"] == 0 and doctor["document"]["failed"] == [], doctor["document"]["checks"]
@@ -146,6 +150,11 @@ async def _scenario(proj, rows_before: list[dict]) -> None:
         assert "'lossless' is not a class this judge knows: one of exact, numerical" in text, text
         text = await agent.error("try_change", {"classification": "approximate", "description": "Fewer steps"})
         assert text.startswith("REFUSED: ") and "approximate" in text and "\nnext: " in text, text
+        branch = proj.git("rev-parse", "--abbrev-ref", "HEAD")
+        proj.git("checkout", "-q", "main")  # the wrong branch
+        text = await agent.error("experiment", {"classification": "exact", "description": "On main"})
+        assert text.startswith("REFUSED: ") and "'main'" in text and "\nnext: " in text, text
+        proj.git("checkout", "-q", branch)
         shutil.copytree(REPO / "knowledge", proj.root / "knowledge")  # the handbook, left untracked: a dirty tree
         text = await agent.error("experiment", {"classification": "exact", "description": "On a dirty tree"})
         assert text.startswith("REFUSED: ") and "knowledge" in text and "\nnext: " in text, text
