@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,8 +73,10 @@ class Judge:
         cmd = agent_tools.command(tool, args, self.config, self.tag)
         err_lines: list[str] = []
         out = bytearray()
-        # the environment the server was started with, as a user's shell gives it to dit-ar: nothing added
-        async with await anyio.open_process(cmd, stdin=subprocess.DEVNULL, env=dict(os.environ)) as proc:
+        # the environment the server was started with, as a user's shell gives it to dit-ar: nothing added;
+        # a process group of its own, so that a cancelled call reaches pytest and the workers as a Ctrl-C does
+        async with await anyio.open_process(cmd, stdin=subprocess.DEVNULL, env=dict(os.environ),
+                                            start_new_session=True) as proc:
             if tool.gated:
                 self.slot.started(proc.pid)
             try:
@@ -84,12 +87,8 @@ class Judge:
                         out += chunk
                 rc = await proc.wait()
             finally:
-                if proc.returncode is None:  # the caller cancelled: the child does not outlive its call
-                    proc.terminate()
-                    with anyio.move_on_after(10, shield=True):
-                        await proc.wait()
-                    if proc.returncode is None:
-                        proc.kill()
+                if proc.returncode is None:  # the caller cancelled: the run does not outlive its call
+                    await _interrupt(proc)
         return _result(tool, bytes(out), rc, err_lines)
 
     # ---- resources -----------------------------------------------------------------------------
@@ -141,6 +140,20 @@ class Judge:
 
 
 REPORT = "ditar://report/latest"
+INTERRUPT_GRACE_S = 30  # a gated run interrupted records no verdict and reverts nothing; then it is killed
+
+
+async def _interrupt(proc: anyio.abc.Process) -> None:
+    """The child's process group, as a user's Ctrl-C reaches it (SIGINT), then killed if still there."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        with anyio.move_on_after(INTERRUPT_GRACE_S, shield=True):
+            await proc.wait()
+        if proc.returncode is not None:
+            return
 
 
 async def _progress(ctx: ServerRequestContext, stream: ByteReceiveStream | None, keep: list[str]) -> None:

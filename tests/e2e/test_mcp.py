@@ -168,12 +168,42 @@ async def _scenario(proj, rows_before: list[dict]) -> None:
         assert (await agent.ok("doctor", {"no_probe": True}))["document"]["failed"] == ["clean tree"]
 
 
+def _children(proj) -> list[int]:
+    """The pids of the `dit-ar` commands the server started for this project (their command lines)."""
+    mine = f"--config={proj.root / 'config/autoresearch.json'}"
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pytest_ditar.cli" in args and mine.encode() in args:
+            out.append(int(pid))
+    return out
+
+
 async def _environment(proj, env: dict) -> str:
-    """A server started where the CLI would refuse the environment: the same refusal, as a tool error."""
+    """A server started where the CLI would refuse the environment: the same refusal, as a tool error.
+    And a call the client cancels: its child is interrupted (Ctrl-C's SIGINT to its process group) and
+    the gated slot is free again."""
     async with stdio_client(_server(proj, env)) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         agent = Agent(session)
+        profiles = proj.root / ".autoresearch/t/profiles"
+        before = set(profiles.iterdir())
+        async with anyio.create_task_group() as tg:  # profile runs no pytest: PYTEST_ADDOPTS does not stop it
+            tg.start_soon(agent.call, "profile", {})
+            with anyio.fail_after(60):
+                while not (running := _children(proj)):
+                    await anyio.sleep(0.2)
+            await anyio.sleep(1)
+            tg.cancel_scope.cancel()  # the client gives up on the call
+        with anyio.fail_after(60):
+            while any(Path(f"/proc/{pid}").exists() for pid in running):
+                await anyio.sleep(0.5)
+        assert not [d for d in set(profiles.iterdir()) - before if (d / "summary.json").exists()]  # it never finished
         text = await agent.error("try_change", {"classification": "exact", "description": "In that environment"})
+        assert not text.startswith("busy"), text
         assert (await agent.ok("status"))["exit_status"] == 0  # and it keeps serving
         return text
 
@@ -183,7 +213,7 @@ def test_an_agent_runs_the_loop_through_the_mcp_server(pytester, model_cache, tm
     anyio.run(_scenario, proj, proj.ledger())
 
     # the server adds nothing to the CLI's environment and takes nothing away: a variable the judge
-    # refuses reaches it and is refused with the CLI's own words
+    # refuses reaches it and is refused with the CLI's own words (and a cancelled call ends its child)
     proj.git("clean", "-fdq")  # the untracked handbook copy: a clean tree again
     env = {"PYTEST_ADDOPTS": "--rootdir=/"}
     text = anyio.run(_environment, proj, env)
