@@ -6,7 +6,8 @@ A tool call runs the CLI's own `--json` entry point as a child process and retur
 (checked against the shipped schema) as structured content with its exit status and next step.
 Each line the child writes on stderr goes to the caller as a progress notification. A refusal
 (nothing judged), bad arguments, a busy gated slot or a CLI error are tool errors (`isError`)
-whose text names the fix; the server keeps serving. Resources: program.md, the docs and the
+whose text names the fix; the server keeps serving. A call the client cancels interrupts its child
+as a Ctrl-C would (nothing judged, nothing reverted). Resources: program.md, the docs and the
 handbook's pages where this project or this checkout has them, and the latest report's path.
 """
 from __future__ import annotations

@@ -90,8 +90,9 @@ TOOLS: tuple[Tool, ...] = (
           "description": Param("string", True, "the idea in a few words (noted in tried.jsonl)")},
          lambda a: ["try", f"--classification={a['classification']}", f"--description={a['description']}", "--json"],
          "verdict", gated=True),
-    Tool("experiment", "`dit-ar experiment --json`: the full gate on the committed candidate: KEEP, DISCARD "
-         "(reverted), CRASH (reverted) or REFUSED; recorded in the ledger.",
+    Tool("experiment", "`dit-ar experiment --json`: the full gate on the committed candidate (one hypothesis, "
+         "committed with its `Ditar-Class:` trailer): KEEP, DISCARD (reverted), CRASH (reverted) or REFUSED; "
+         "recorded in the ledger.",
          {"classification": CLASS_ARG,
           "description": Param("string", True, "the hypothesis in one line (ledger, summary, report)")},
          lambda a: ["experiment", f"--classification={a['classification']}", f"--description={a['description']}",
