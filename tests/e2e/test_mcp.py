@@ -2,10 +2,12 @@
 own client, as an agent host drives it, on the tiny suite. One project and one server for the whole
 scenario (CI's e2e budget): doctor, try_change (FASTER), a commit, experiment (KEEP) with a second
 experiment called while the first is in flight (busy, no second ledger row), status (the champion's
-figure is `dit-ar status --json`'s), profile, search; then malformed calls (an unknown argument, a
-class the judge does not know, a class this session cannot judge, the wrong branch, a dirty tree),
-each a tool error that names the fix, after which the server still serves. Every result's document validates against
-its shipped schema (the client also checks it against the tool's output schema)."""
+figure is `dit-ar status --json`'s), compare (the CLI's document), profile, search; then malformed
+calls (an unknown argument, a class the judge does not know, a class this session cannot judge, the
+wrong branch, a dirty tree), each a tool error that names the fix, after which the server still
+serves. A second server in an environment the judge refuses gives the CLI's own refusal, and a call
+the client cancels interrupts its child. Every result's document validates against its shipped
+schema (the client also checks it against the tool's output schema)."""
 import json
 import os
 import shutil
@@ -138,6 +140,10 @@ async def _scenario(proj, rows_before: list[dict]) -> None:
         assert status["document"]["champion"] == cli["champion"] and cli["champion"]["commit"] == row["commit"]
         assert status["document"]["champion"]["cumulative"]["speedup"] == cli["champion"]["cumulative"]["speedup"]
         assert status["next"] == cli["next"]
+        compared = await agent.ok("compare", {"a": "baseline", "b": "champion"})
+        lane = compared["document"]["lanes"][cli["objective_lane"]]
+        assert lane["kind"] == "chained" and lane["speedup"] == cli["champion"]["cumulative"]["speedup"], lane
+        assert compared["document"] == json.loads(proj.ditar("compare", "baseline", "champion", "--json").stdout)
 
         profiled = await agent.ok("profile", {"against": "baseline"})
         summary = profiled["document"]["summary"]
