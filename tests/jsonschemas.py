@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-KINDS = ("verdict", "summary", "config")
+KINDS = ("verdict", "summary", "config", "doctor", "suite", "profile", "status", "compare", "search")
 
 
 @cache

@@ -9,6 +9,11 @@ fast).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -56,3 +61,27 @@ def light_session(args: argparse.Namespace) -> tuple[Any, Any, str]:
     """Config, suite and tag without touching torch (status and report must be quick)."""
     cfg = load_config(config_path(args))
     return cfg, load_suite(cfg.suite_dir), resolve_tag(cfg, args.tag)
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Under `--json` stdout is the document's: what the command (or a process it starts) writes
+    there meanwhile goes to stderr, at the file descriptor, so a child's output cannot slip in."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def print_document(make: Callable[[], tuple[Mapping[str, object], int]]) -> int:
+    """Run `make` (the command's work, returning its document and exit status) with stdout sent to
+    stderr, then print the document alone on stdout; returns the status."""
+    with stdout_to_stderr():
+        doc, code = make()
+    print(json.dumps(doc, indent=1, default=str))
+    return code

@@ -6,11 +6,12 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_ditar.cli.command import Command, config_path, open_session
+from pytest_ditar.cli.command import Command, config_path, open_session, print_document
 from pytest_ditar.cli.suite import cpu_threads, model_where
 from pytest_ditar.config.project import load_config
 from pytest_ditar.config.semantic import OWNER, availability, needed
 from pytest_ditar.config.suite import load_suite
+from pytest_ditar.core.documents import FAIL, PASS, WARN, Check, doctor_document
 from pytest_ditar.core.errors import DitarError
 from pytest_ditar.core.hostcheck import CHAMPION, NOISY, NOISY_BASELINE, SLOW_HOST
 from pytest_ditar.hardware import devstate
@@ -25,8 +26,6 @@ from pytest_ditar.store.paths import TagPaths
 from pytest_ditar.store.snapshot import load_snapshot
 from pytest_ditar.vcs import queries
 
-PASS, FAIL, WARN = "pass", "FAIL", "warn"
-
 
 class Doctor(Command):
     name = "doctor"
@@ -36,15 +35,16 @@ class Doctor(Command):
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--no-probe", action="store_true",
                             help="skip the host probe (a few seconds of A/A rounds of the objective lane)")
+        parser.add_argument("--json", action="store_true",
+                            help="print the checks as one JSON document on stdout "
+                                 "(pytest_ditar/schemas/doctor.schema.json)")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
-        rows = _checks(config_path(args), args.tag)
+        if getattr(args, "json", False):
+            return print_document(lambda: cls.document(args))
+        rows, host = cls.table(args)
         failed = [r for r in rows if r[1] == FAIL]
-        host = None
-        if not getattr(args, "no_probe", False):
-            probed, host = host_rows(args, rows)
-            rows += probed
         width = max(len(r[0]) for r in rows)
         for name, result, detail in rows:
             print(f"{name:<{width}}  {result:<4}  {detail}")
@@ -53,6 +53,23 @@ class Doctor(Command):
         if host is not None:
             print(f"host: {host}")
         return 1 if failed else 0
+
+    @classmethod
+    def table(cls, args: argparse.Namespace) -> tuple[list[tuple[str, str, str]], str | None]:
+        """The checks' rows, then the host probe's (unless --no-probe), and the host's sentence."""
+        rows = _checks(config_path(args), args.tag)
+        host = None
+        if not getattr(args, "no_probe", False):
+            probed, host = host_rows(args, rows)
+            rows += probed
+        return rows, host
+
+    @classmethod
+    def document(cls, args: argparse.Namespace) -> tuple[dict[str, object], int]:
+        """`--json`: the same rows as one document (core.documents.doctor_document) and the status."""
+        rows, host = cls.table(args)
+        code = 1 if any(r[1] == FAIL for r in rows) else 0
+        return doctor_document([Check(*r) for r in rows], host, code), code
 
 
 def host_rows(args: argparse.Namespace, rows: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]],

@@ -18,12 +18,12 @@ from typing import Callable
 from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.config.project import load_config
 from pytest_ditar.core.errors import DitarError
-from pytest_ditar.core.verdict_json import record
+from pytest_ditar.core.verdict_json import record, try_record
 from pytest_ditar.core.vocabulary import CLASSES
 from pytest_ditar.loop.integrity import hermetic, judgetree, stamps
 from pytest_ditar.loop.integrity.guards import config_refusal
 from pytest_ditar.loop.integrity.tags import resolve_tag
-from pytest_ditar.loop.judge.nextstep import PREFIX as NEXT
+from pytest_ditar.loop.judge.nextstep import PREFIX as NEXT, REFUSED as REFUSED_NEXT
 from pytest_ditar.loop.perf.bound import bound_refusal
 from pytest_ditar.loop.run.options import Exit
 from pytest_ditar.loop.run.phases import run_two_phase
@@ -73,7 +73,8 @@ class Experiment(Command):
             refusal = _space_refusal(cfg) or hermetic_refusal(cfg, args.pytest_args, args.tag, gated=True)
             code = Exit.REFUSED
         if refusal:
-            print(_dumps(record(None, code, refusal=refusal)) if args.json else f"DITAR REFUSED: {refusal}")
+            print(_dumps(record(None, code, refusal=refusal, next_step=_refusal_next(code)))
+                  if args.json else f"DITAR REFUSED: {refusal}")
             return code
         # every git command of the gate's pytest runs no repository code, whoever starts it
         # (pytest-benchmark runs plain git while it adds its options, before any hook of ours)
@@ -128,6 +129,11 @@ class _Tee:
             return proc.wait()
 
 
+def _refusal_next(code: int) -> str:
+    """A refusal's next step: stop at the session's bound, else fix what it names (loop.judge.nextstep)."""
+    return "stop: the session's bound is reached" if code == Exit.BOUND_REACHED else REFUSED_NEXT
+
+
 def _document(path: Path, rc: int, last: str | None) -> Mapping[str, object]:
     """The --json document: the one the gate wrote (`path`, its --ditar-json), with the process's exit
     status; where it wrote none (pytest failed before the gate decided or refused), the run's last
@@ -159,18 +165,30 @@ def pytest_command(args: argparse.Namespace, cfg: Path, *flags: str, ini_dir: Pa
     return cmd
 
 
-def run_judge(cfg: Path, args: argparse.Namespace, prefix: str, command: Callable[[Path], list[str]]) -> int:
+def run_judge(cfg: Path, args: argparse.Namespace, prefix: str, command: Callable[[Path], list[str]],
+              as_json: bool = False) -> int:
     """A report-only judge (`try`, `guard`): refused before pytest reads a file of the project
     (hermetic_refusal), else `command(ini_dir)` run from the project root, git hardened, the
-    judge's ini written in a temporary folder of `prefix`."""
+    judge's ini written in a temporary folder of `prefix`. `as_json` (`try --json`): one document
+    on stdout (core.verdict_json.try_record, the run writing it itself), pytest's output on stderr."""
     refusal = hermetic_refusal(cfg, args.pytest_args, args.tag)
     if refusal:
-        print(f"DITAR REFUSED: {refusal}")
+        print(_dumps(try_record(None, Exit.REFUSED, line=None, next_step=REFUSED_NEXT, refusal=refusal))
+              if as_json else f"DITAR REFUSED: {refusal}")
         return int(Exit.REFUSED)
     root = load_config(cfg).root
     os.environ.update(judge_env(root))
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
-        return subprocess.call(command(Path(tmp)), cwd=root)
+        if not as_json:
+            return subprocess.call(command(Path(tmp)), cwd=root)
+        doc = Path(tmp) / "try.json"
+        rc = subprocess.call([*command(Path(tmp)), f"--ditar-json={doc}"], cwd=root, stdout=sys.stderr)
+        try:
+            out = {**json.loads(doc.read_text()), "exit_status": int(rc)}
+        except (OSError, ValueError):  # pytest ended before the try had an outcome
+            out = dict(try_record(None, int(rc), line=None, next_step=None))
+        print(_dumps(out))
+        return rc
 
 
 def judge_pytest(cfg: Path, tag: str | None, ini_dir: Path) -> list[str]:

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("profile", "Profile"), "status": ("status", "Status"), "compare": ("compare", "Compare"),
     "demo": ("demo", "Demo"), "verify": ("verify", "Verify"), "recover": ("recover", "Recover"),
     "fetch-state": ("fetchstate", "FetchState"), "fleet": ("fleet", "Fleet"),
-    "report": ("report", "Report"), "search": ("search", "Search"),
+    "report": ("report", "Report"), "search": ("search", "Search"), "mcp": ("agent", "Mcp"),
 }
 
 

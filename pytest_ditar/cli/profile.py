@@ -7,8 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_ditar.cli.command import Command, open_session
+from pytest_ditar.cli.command import Command, open_session, print_document
 from pytest_ditar.core.attribution import BYPASSED, UNMARKED_WHY
+from pytest_ditar.core.documents import PROFILE_NEXT, profile_document
 from pytest_ditar.core.errors import CandidateError
 from pytest_ditar.core.kernels import REST, REST_LABEL
 from pytest_ditar.core.launches import EXTRA_ROWS, IDLE, ROWS, DeviceDeltas, DeviceDict
@@ -35,9 +36,20 @@ class Profile(Command):
                             help="also profile REF (a commit, `champion` or `baseline`) on the same request, and "
                                  "show the difference per phase and per kernel family")
         parser.add_argument("--device", default=None)
+        parser.add_argument("--json", action="store_true",
+                            help="print the summary as one JSON document on stdout (pytest_ditar/schemas/"
+                                 "profile.schema.json), the table going to stderr")
 
     @classmethod
     def run(cls, args: argparse.Namespace) -> int:
+        if getattr(args, "json", False):
+            return print_document(lambda: cls.document(args))
+        return cls.document(args)[1]
+
+    @classmethod
+    def document(cls, args: argparse.Namespace) -> tuple[dict[str, object], int]:
+        """Profile, print the table (on stderr under --json: print_document's), and return the
+        document (core.documents.profile_document) and the exit status."""
         import sys
 
         sess = open_session(args, args.device)
@@ -46,14 +58,15 @@ class Profile(Command):
                           warmup=args.warmup, against=args.against)
         except CandidateError as exc:
             print(f"dit-ar: profile: the candidate failed: {exc}", file=sys.stderr)
-            for line in logs_of(sess):
+            logs = logs_of(sess)
+            for line in logs:
                 print(line, file=sys.stderr)
-            return 1
+            return profile_document(None, None, 1, error=str(exc), logs=logs[-40:]), 1
         finally:
             sess.close()
         for line in describe(res.summary, res.out_dir):
             print(line)
-        return 0
+        return profile_document(res.summary, str(res.out_dir), 0), 0
 
 
 def kernel_lines(s: dict[str, Any], cuda: bool, n: int = 10) -> list[str]:
@@ -153,8 +166,7 @@ def describe(s: dict[str, Any], out_dir: Path) -> list[str]:
         lines.append(f"trace    {_where(out_dir / s['against']['summary']['trace'])}  (the reference's call)")
     lines.append(f"summary  {_where(out_dir / 'summary.json')}")
     lines.append("ditar: profile: no lane timed, nothing recorded, git untouched")
-    lines.append("ditar: next: the largest phase above is the bottleneck: `dit-ar search \"<that phase> <mechanism> "
-                 "<model/hardware>\"`, then one hypothesis against it (program.md section 2)")
+    lines.append(f"ditar: next: {PROFILE_NEXT}")
     return lines
 
 

@@ -150,19 +150,24 @@ def status(light: tuple, n: int = 10, as_json: bool = False) -> int:
     st = collect_status(cfg, suite, tag, n)
     healthy = st["initialised"] and not st["problems"] and st["ledger"]["verifies"] \
         and (not st["baseline"] or st["baseline"]["verifies"])
-    if as_json:
+    if as_json:  # its next step a field, as the text's `ditar: next:` line (or the line that stands for it)
+        st["next"] = _next_step(st) if st["initialised"] else _not_started(cfg, tag)
         print(json.dumps(st, indent=1, default=str))
         return 0 if healthy else 1
     print(f"tag {tag}  suite {suite.name}  objective {cfg.objective_lane}  cumulative class {st['cumulative_class']}")
     if not st["initialised"]:
-        off = off_research_branch(cfg, tag)
-        print(off or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
+        print(_not_started(cfg, tag))
         return 1
     _StatusPrinter(st).sections()
     for line in st["problems"]:
         print(f"state     {line}")
     print("ditar: next: " + _next_step(st))
     return 0 if healthy else 1
+
+
+def _not_started(cfg, tag: str) -> str:
+    return (off_research_branch(cfg, tag)
+            or f"tag {tag} not started: run `dit-ar init --tag {tag}`, then `dit-ar baseline`")
 
 
 class _StatusPrinter:

@@ -9,12 +9,13 @@ import os
 from typing import Any
 
 from pytest_ditar import interface
-from pytest_ditar.cli.command import Command, light_session
+from pytest_ditar.cli.command import Command, light_session, print_document
 from pytest_ditar.config import suite as suites
 from pytest_ditar.config.project import Config
 from pytest_ditar.config.semantic import OWNER, availability
+from pytest_ditar.core.documents import SUITE_NEXT
 from pytest_ditar.core.errors import ConfigError
-from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS
+from pytest_ditar.core.vocabulary import CLASSES, ENV_CPU_THREADS, SCHEMA_VERSION
 from pytest_ditar.runtime.models import model_location
 from pytest_ditar.runtime.worker_process import BUILDS_AT_ONCE, worker_threads
 
@@ -24,8 +25,15 @@ class Suite(Command):
     help = "the active suite: model, steps, dtypes, corpus, lanes, contract types, what it can judge"
 
     @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true",
+                            help="the same as one JSON document on stdout (pytest_ditar/schemas/suite.schema.json)")
+
+    @classmethod
     def run(cls, args: argparse.Namespace) -> int:
         cfg, suite, _ = light_session(args)
+        if getattr(args, "json", False):
+            return print_document(lambda: (document(cfg, suite), 0))
         for line in describe(cfg, suite):
             print(line)
         return 0
@@ -94,6 +102,31 @@ def describe(cfg: Config, suite: suites.Suite) -> list[str]:
         lines.append(f"  {cls:<12}  {_floors(cfg.thresholds_for(cls))}  [{state}]")
     lines += [f"resolves  {line}" for line in resolution(cfg, suite)]
     return lines
+
+
+def document(cfg: Config, suite: suites.Suite) -> dict[str, object]:
+    """`dit-ar suite --json`: describe()'s facts as values (its sentences where they are prose)."""
+    p, m = suite.pipeline, suite.model
+    where = suite.path.relative_to(cfg.root) if suite.path.is_relative_to(cfg.root) else suite.path
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "suite", "name": suite.name, "path": str(where),
+        "model": {"source": m.source, "arch": m.arch, "seed": m.seed, "weights_dir": m.weights_dir,
+                  "where": model_where(suite)},
+        "worker_threads": cpu_threads(),
+        "pipeline": {"scheduler": p.scheduler, "steps": p.steps, "guidance": p.guidance, "resolution": p.resolution,
+                     "batch": p.batch, "dtype_cpu": p.dtype_cpu, "dtype_cuda": p.dtype_cuda},
+        "corpus": {"items": len(suite.corpus), "labels": [i.label for i in suite.corpus],
+                   "seeds": [i.seed for i in suite.corpus], "holdout_seeds": cfg.holdout.count},
+        "objective_lane": cfg.objective_lane,
+        "lanes": [{"name": ln.name, "objective": ln.name == cfg.objective_lane, "batch": ln.batch,
+                   "repeats": ln.repeats, "warmup": ln.warmup, "steps": ln.steps, "gpus": ln.gpus}
+                  for ln in suite.lanes],
+        "contract": {name: {"fields": [f.name for f in fields], "what": TYPES[name]} for name, fields in _types()},
+        "classes": {cls: {"available": why is None, "why": why, "floors": _floors(cfg.thresholds_for(cls))}
+                    for cls, why in availability(cfg)},
+        "resolves": resolution(cfg, suite),
+        "next": SUITE_NEXT,
+    }
 
 
 def _types() -> list[tuple[str, tuple]]:

@@ -15,6 +15,9 @@ from pytest_ditar.cli.command import Command, config_path
 from pytest_ditar.cli.experiment import BENCHMARK_QUIET, CLASS_HELP, pytest_command, run_judge
 from pytest_ditar.core.vocabulary import CLASSES
 
+JSON_HELP = ("print the outcome as one JSON document on stdout (kind \"try\" of pytest_ditar/schemas/"
+             "verdict.schema.json), pytest's output going to stderr")
+
 
 class Try(Command):
     name = "try"
@@ -30,6 +33,7 @@ class Try(Command):
         parser.add_argument("--description", default=None,
                             help="the idea in a few words: noted with the outcome in tried.jsonl, listed by `status`")
         parser.add_argument("--device", default=None)
+        parser.add_argument("--json", action="store_true", help=JSON_HELP)
         parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="extra pytest arguments after --")
 
     @classmethod
@@ -39,4 +43,5 @@ class Try(Command):
                  *([] if args.benchmark_tables else [BENCHMARK_QUIET])]
         # the outcome's status (loop.run.tryout.EXIT: 0 FASTER, 1 not worth a commit, 10 CRASH, 11 undecided),
         # 4 refused, pytest's own code for a run that could not happen
-        return run_judge(cfg, args, "ditar-try-", lambda ini_dir: pytest_command(args, cfg, *flags, ini_dir=ini_dir))
+        return run_judge(cfg, args, "ditar-try-", lambda ini_dir: pytest_command(args, cfg, *flags, ini_dir=ini_dir),
+                         as_json=args.json)

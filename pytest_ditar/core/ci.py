@@ -45,7 +45,8 @@ VerdictDoc = TypedDict("VerdictDoc", {
     "quality": "dict[str, int | None] | None", "class": "str | None", "reason": str, "unmeasured": "list[str]",
     "off_target": bool, "run_dir": "str | None", "reasons": "list[str]", "judged": bool, "rerun_of": "int | None",
     "lanes": "dict[str, LaneDoc]", "errors": "list[ErrorDoc]", "tolerance": float, "failures": "list[str]",
-    "failing_lanes": "list[str]", "unresolved": "list[str]"}, total=False)
+    "failing_lanes": "list[str]", "unresolved": "list[str]", "next": "str | None", "outcome": "str | None"},
+    total=False)
 OUTPUT_KEYS = ("verdict", "lane", "speedup", "ci_low", "ci_high", "exit_status", "kind", "reason")
 _WHERE = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+)\b")  # RunError.where: "mutable/pipeline.py:57 in generate"
 

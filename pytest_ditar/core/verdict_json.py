@@ -92,11 +92,13 @@ class Verdict:
 
 def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, LaneData] | None = None,
            run_dir: str | None = None, refusal: str | None = None, line: str | None = None,
-           errors: Sequence[ErrorDoc] = ()) -> VerdictDoc:
+           errors: Sequence[ErrorDoc] = (), next_step: str | None = None) -> VerdictDoc:
     """The run's JSON document (kind "gate"): a decided run's from its `verdict` (`lanes`: name -> a
     LaneResult's dict, as summary.json holds them), a refusal's from its reason, and otherwise (the
     run ended before it decided) the last line it printed, if any; `errors`: the candidate's failures
-    ({kind, message, where}) where the caller has them."""
+    ({kind, message, where}) where the caller has them; `next_step`: the run's `ditar: next:` step
+    (its text), where the caller has it (`--ditar-json` and `experiment --json`; not the run's own
+    verdict.json, written before the step is known)."""
     d = verdict.decision if verdict is not None else None
     doc: VerdictDoc = {
         "schema_version": SCHEMA_VERSION,
@@ -126,7 +128,38 @@ def record(verdict: Verdict | None, exit_status: int, *, lanes: Mapping[str, Lan
         doc["lanes"] = {name: _lane(data) for name, data in (lanes or {}).items()}
     if errors:
         doc["errors"] = [ErrorDoc(**e) for e in errors]
+    if next_step is not None:
+        doc["next"] = next_step
     return doc
+
+
+@dataclass(frozen=True)
+class TryFigures:
+    """`dit-ar try`'s outcome as the document shows it (loop.run.tryout.TryOutcome's fields)."""
+
+    outcome: str
+    lane: str
+    speedup: float | None
+    ci_low: float | None
+    ci_high: float | None
+    passed: int | None
+    total: int | None
+    judged_class: str | None
+
+
+def try_record(out: TryFigures | None, exit_status: int, *, line: str | None, next_step: str | None,
+               lanes: Mapping[str, LaneData] | None = None, refusal: str | None = None) -> VerdictDoc:
+    """`dit-ar try --json`'s document (kind "try"): the outcome, never a verdict (nothing recorded);
+    a refusal's from its reason; `out` None and no refusal: the run ended before it had an outcome."""
+    return {"schema_version": SCHEMA_VERSION, "kind": "try",
+            "outcome": out.outcome if out is not None else "REFUSED" if refusal is not None else None,
+            "exit_status": exit_status, "line": f"DITAR REFUSED: {refusal}" if refusal is not None else line,
+            "lane": out.lane if out is not None else None, "speedup": out.speedup if out is not None else None,
+            "ci95": [out.ci_low, out.ci_high] if out is not None else None,
+            "quality": ({"passed": out.passed, "total": out.total}
+                        if out is not None and out.passed is not None and out.total is not None else None),
+            "class": out.judged_class if out is not None else None, "reason": refusal or "",
+            "lanes": {name: _lane(data) for name, data in (lanes or {}).items()}, "next": next_step}
 
 
 def guard_record(line: str | None, exit_status: int, *, tolerance: float, failures: Sequence[str],

@@ -20,6 +20,7 @@ from typing import Callable
 
 from pytest_ditar.core import ci, guard, verdict_json
 from pytest_ditar.loop.judge.gate import Gate
+from pytest_ditar.loop.judge.nextstep import PREFIX, next_step
 from pytest_ditar.store.atomic import write_json_atomic, write_text_atomic
 
 
@@ -48,10 +49,23 @@ def document(gate: Gate, exit_status: int) -> ci.VerdictDoc:
             unresolved=guard.unresolved(outcomes, tol),
             run_dir=str(s.run_dir()) if gate.guard_failures else None)  # a PASS's folder is removed
     errors = _errors(gate) if gate.gated else ()
+    step = _next(gate)
+    if gate.opts.try_only:  # `dit-ar try --json`: its outcome, no verdict
+        out = gate.try_outcome
+        return verdict_json.try_record(out, exit_status, line=out.line() if out is not None else gate.final_line(),
+                                       next_step=step, lanes=gate.results.lanes_dict() if out is not None else None,
+                                       refusal=gate.refusal)
     if gate.result is not None:
         return verdict_json.record(gate.result, exit_status, lanes=gate.results.lanes_dict(), run_dir=str(s.run_dir()),
-                                   errors=errors)
-    return verdict_json.record(None, exit_status, refusal=gate.refusal, line=gate.final_line(), errors=errors)
+                                   errors=errors, next_step=step)
+    return verdict_json.record(None, exit_status, refusal=gate.refusal, line=gate.final_line(), errors=errors,
+                               next_step=step)
+
+
+def _next(gate: Gate) -> str | None:
+    """The run's `ditar: next:` step, its text (loop.judge.nextstep)."""
+    line = next_step(gate)
+    return line[len(PREFIX):] if line and line.startswith(PREFIX) else line
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,13 @@ class Published:
 def publish(gate: Gate, exit_status: int, *, json_path: Path | None, junit_path: Path | None,
             env: Mapping[str, str]) -> Published:
     """Write what CI reads; returns the annotations to print and a note per file not written."""
+    if gate.opts.try_only and json_path is not None:  # `dit-ar try --json`: the outcome's document, nothing else
+        doc = document(gate, exit_status)
+        try:
+            write_json_atomic(json_path, doc, indent=1, default=str)
+        except (OSError, ValueError) as exc:
+            return Published(notes=(f"ditar: --ditar-json {json_path} not written: {type(exc).__name__}: {exc}",))
+        return Published()
     if gate.opts.guard is None and not gate.gated and gate.refusal is None:  # a report-only run decides nothing
         return Published(notes=(f"ditar: --ditar-json {json_path} not written: a report-only run decides nothing "
                                 "(a gated run, a guard or a refusal writes it)",) if json_path is not None else ())

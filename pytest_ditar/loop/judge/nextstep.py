@@ -28,6 +28,7 @@ RUN_ONCE_MORE = "run it once more as it is"
 LEAVE_IT = ("not judged twice for the candidate's or the champion's doing: leave the idea on this champion (a new "
             "baseline or a new champion lifts that); `dit-ar doctor` says whether this host can judge a modest win now")
 NOT_JUDGED_RULE = rerun.RULE
+REFUSED = "nothing was judged or recorded; fix what the DITAR REFUSED line names, then run it again"
 
 
 def next_step(gate: Gate) -> str | None:
@@ -41,7 +42,7 @@ def next_step(gate: Gate) -> str | None:
         if gate.refused_class:  # the class gate: nothing to fix, only to choose
             return PREFIX + ("nothing was judged; pick a class this session can judge (`dit-ar doctor` lists them) "
                              "or stop")
-        return PREFIX + "nothing was judged or recorded; fix what the DITAR REFUSED line names, then run it again"
+        return PREFIX + REFUSED
     return _after_smoke(gate)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditar.core.quality import aggregate
+from pytest_ditar.core.verdict_json import TryFigures
 from pytest_ditar.loop.run.results import RunResults
 from pytest_ditar.loop.run.session import DitarSession
 from pytest_ditar.store import tried
@@ -28,15 +29,8 @@ EXIT = {"FASTER": 0, "NOT_FASTER": 1, "SLOWER": 1, "REJECTED": 1, "QUALITY_FAILE
 
 
 @dataclass(frozen=True)
-class TryOutcome:
-    outcome: str
-    lane: str
-    speedup: float | None
-    ci_low: float | None
-    ci_high: float | None
-    passed: int | None
-    total: int | None
-    judged_class: str | None
+class TryOutcome(TryFigures):
+    """The outcome's figures (core.verdict_json.TryFigures: what `try --json` shows), its status and line."""
 
     @property
     def exit_status(self) -> int:

@@ -57,6 +57,9 @@ INDIRECT = {
     "pytest_ditar.cli.report": "tests/e2e/test_report_render.py::test_report_renders_plot_and_image_grid",
     "pytest_ditar.cli.status": "tests/integration/loop/test_loop_integrity.py::"
                                "test_edited_ledger_row_is_detected_by_status_and_the_next_run",
+    # `dit-ar mcp`: its command without the SDK (its server: tests/e2e/test_mcp.py, the SDK's own client)
+    "pytest_ditar.cli.agent": "tests/integration/cli/test_mcp_not_imported.py::"
+                              "test_dit_ar_mcp_without_the_sdk_names_the_extra",
     "pytest_ditar.cli.trial": "tests/e2e/test_try.py::test_try_reports_lanes_quality_and_margins_and_records_nothing",
     "pytest_ditar.cli.verify": "tests/e2e/test_firewall.py::"
                                "test_verify_catches_an_edited_snapshot_file_and_an_edited_ledger_row",

@@ -43,7 +43,7 @@ def test_a_report_only_run_writes_no_document_and_says_so(tmp_path):
 
     from pytest_ditar.loop.judge.ci import publish
 
-    gate = SimpleNamespace(opts=SimpleNamespace(guard=None), gated=False, refusal=None)
+    gate = SimpleNamespace(opts=SimpleNamespace(guard=None, try_only=False), gated=False, refusal=None)
     env = {"GITHUB_OUTPUT": str(tmp_path / "out"), "GITHUB_ACTIONS": "true"}
     done = publish(gate, 0, json_path=tmp_path / "x.verdict.json", junit_path=None, env=env)
     assert done.notes == (f"ditar: --ditar-json {tmp_path / 'x.verdict.json'} not written: a report-only run "
