@@ -33,6 +33,7 @@ SHORT_VALUED = "nrmkp"  # -n 2, -rA, -m perf, -k expr, -p (only the two forms be
 DITAR_VALUED = frozenset({"--ditar-config", "--ditar-tag", "--ditar-device", "--ditar-class", "--ditar-description",
                           "--ditar-phase", "--ditar-guard-tolerance", "--ditar-json"})
 OWN_PLUGIN = "pytest_ditar.plugin.hooks"  # `dit-ar` names it where the package has no entry point
+OWN_NAMES = frozenset({"ditar", OWN_PLUGIN})  # the judge's names to pytest: its entry point's, its module's
 ALLOWED = ("-q -v -x -s -l -r -n -m -k --tb --color --maxfail --capture --durations --deselect --numprocesses --dist "
            "--collect-only --no-header --no-summary --showlocals --strict-markers --disable-warnings "
            "--benchmark-quiet, -p no:NAME, "
@@ -172,6 +173,9 @@ class _OptionScan:
             if c == "p" and not (value.startswith("no:") or value == OWN_PLUGIN):
                 return (f"pytest option -p {value} is not allowed in a gated run: it imports that module "
                         "into the judge (only -p no:NAME is; drop it)")
+            if c == "p" and value[3:] in OWN_NAMES:
+                return (f"pytest option -p {value} is not allowed in a gated run: it turns the judge off "
+                        "(drop it)")
             return None
         return None
 

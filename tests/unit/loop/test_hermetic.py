@@ -35,6 +35,7 @@ def test_allowed(args):
     (("--tx", "popen//python=/x"), "--tx"), (("--junitxml=.autoresearch/t/ledger.jsonl",), "--junitxml"),
     (("--basetemp=.",), "--basetemp"), (("--basetemp=.autoresearch",), "--basetemp"),
     (("--basetemp", "mutable"), "--basetemp"), (("--lf",), "--lf"),
+    (("-p", "no:ditar"), "turns the judge off"), (("-pno:pytest_ditar.plugin.hooks",), "turns the judge off"),
 ])
 def test_refused_naming_the_option(args, named):
     why = refusal(*args)
@@ -54,3 +55,6 @@ def test_environment_classes():
     assert "PYTEST_PLUGINS" in str(hermetic.env_refusal({"PYTEST_PLUGINS": "m"}, ROOT, SUITES, ROOT / ".a"))
     assert "-p m" in str(hermetic.env_refusal({"PYTEST_ADDOPTS": "-q -p m"}, ROOT, SUITES, ROOT / ".a"))
     assert hermetic.env_refusal({"PYTEST_ADDOPTS": "-q -x"}, ROOT, SUITES, ROOT / ".a") is None
+    # a gated run whose judge is turned off ended as pytest's usage error (exit 4, as a refusal) with no outcome
+    assert "turns the judge off" in str(hermetic.env_refusal({"PYTEST_ADDOPTS": "-p no:ditar"}, ROOT, SUITES,
+                                                             ROOT / ".a"))
