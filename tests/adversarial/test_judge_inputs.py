@@ -104,6 +104,9 @@ def test_pytest_plugins_and_addopts_naming_code_are_refused(research, scratch):
     j = ditar_env(research, env={"PYTEST_ADDOPTS": "-q -p mutable.evil"})
     assert_refused_naming(research, j, rows, "PYTEST_ADDOPTS", "-p mutable.evil")
     assert not marker.exists(), "the planted plugin ran"
+    # the judge turned off: pytest's usage error was exit 4 too, with no outcome; now a refusal naming it
+    j = ditar_env(research, env={"PYTEST_ADDOPTS": "-p no:ditar"})
+    assert_refused_naming(research, j, rows, "PYTEST_ADDOPTS", "turns the judge off")
 
 
 @pytest.mark.parametrize(("extra", "said"), [
