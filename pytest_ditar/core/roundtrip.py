@@ -23,7 +23,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Net:
     gross: float  # median(champion) / median(candidate)
-    net: float  # the same, the pooled median empty call taken off each
+    net: float  # the same, the round trip (empty_s) taken off each
     empty_s: float  # the median empty call taken off: the trusted side's, else both sides pooled
     champion_empty_s: float  # each side's own median, for the record
     candidate_empty_s: float
@@ -31,9 +31,8 @@ class Net:
 
     def describe(self) -> str:
         return (f"net of the harness's round trip (an empty call {self.empty_s * 1e3:.2f} ms, the {self.source}'s; "
-                f"champion "
-                f"{self.champion_empty_s * 1e3:.2f}, candidate {self.candidate_empty_s * 1e3:.2f}) {self.net:.3f}x, "
-                f"gross {self.gross:.3f}x (the gross figure decides)")
+                f"champion {self.champion_empty_s * 1e3:.2f}, candidate {self.candidate_empty_s * 1e3:.2f}) "
+                f"{self.net:.3f}x, gross {self.gross:.3f}x (the gross figure decides)")
 
 
 def net_speedup(champion: Sequence[float], candidate: Sequence[float], champion_empty: Sequence[float],
