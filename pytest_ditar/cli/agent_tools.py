@@ -10,6 +10,7 @@ around this module; the plugin and the rest of the CLI never import either.
 """
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -139,9 +140,9 @@ def command(tool: Tool, args: Args, config: Path, tag: str | None) -> list[str]:
             *tool.argv(args)]
 
 
+@functools.cache  # read once per server: every listing and every result reads it (callers never mutate it)
 def schema(kind: str) -> Json:
-    loaded: Json = json.loads((resources.files("pytest_ditar") / "schemas" / f"{kind}.schema.json")
-                                        .read_text())
+    loaded: Json = json.loads((resources.files("pytest_ditar") / "schemas" / f"{kind}.schema.json").read_text())
     return loaded
 
 
