@@ -32,7 +32,10 @@ def test_the_walk_and_the_full_scan_see_the_same_trees():
         assert len(want) == 5  # the root, two children, a grandchild under each
         walked = proctree.scan([root.pid])
         assert walked.tree(root.pid) == want
-        assert {p: walked.procs[p] for p in want} == {p: full.procs[p] for p in want}
+        # parent, group and session as the full pass read them; the state letter is the moment's (a child
+        # still starting reads R in one pass and S in the next on a loaded host)
+        assert {p: walked.procs[p][1:] for p in want} == {p: full.procs[p][1:] for p in want}
+        assert all(walked.alive(p) for p in want)
         assert proctree.descendants([root.pid]) == want
         mine = proctree.descendants([os.getpid()])
         assert want <= mine and os.getpid() in mine
