@@ -42,12 +42,51 @@ def _named_only(config: pytest.Config) -> bool:
     return any(a == d or d in a.parents for a in named for d in NAMED_ONLY)
 
 
+# The long tier (marker `long`, .ci/run-long): the soaks, the tests under a load of their own (solo),
+# the documented commands run verbatim, and the heavy runs of features the core tier reaches more cheaply
+# (compile caches, fleet, xdist sharding, disk full, the report's rendering). .ci/run runs the rest of
+# e2e/ and adversarial/, the core tier, inside 30 minutes beside a CPU hog on a 2-core box (issue 50);
+# .ci/run-long runs this tier, and a change to what a file here tests runs it before it lands.
+LONG = {  # a test file, or one test of a file
+    "tests/e2e/test_aa_runs.py": "ten A/A runs and a twin's: the false-KEEP soak",
+    "tests/e2e/test_loop_agent.py": "ten experiments in a row, and the agent's scripted sessions",
+    "tests/e2e/test_doc_commands.py": "every documented command, run in order as written",
+    "tests/e2e/test_fleet.py": "two hosts and a remote sharing a champion",
+    "tests/e2e/test_fleet_launch.py": "experiments as submitit jobs",
+    "tests/e2e/test_compiled_rung.py": "the ladder's compiled rung",
+    "tests/e2e/test_compile_cache.py": "the compile cache across roles and runs",
+    "tests/e2e/test_compile_reference.py": "a compiled reference",
+    "tests/e2e/test_disk_full.py": "a disk that fills mid-run",
+    "tests/e2e/test_report_render.py": "the report rendered in a browser",
+    "tests/e2e/test_memory_lane.py": "the memory lane's runs",
+    "tests/e2e/test_multigpu.py": "two-rank CFG splits",
+    "tests/e2e/test_xdist.py": "gated runs sharded over xdist workers",
+    "tests/e2e/test_workers_xdist.py": "workers under xdist",
+    "tests/e2e/test_lower_bound_smoke.py": "the smoke set .ci/run runs at the lower bounds (core there)",
+    "tests/e2e/test_ci.py": "the CI guard from a shallow clone (its outputs: tests/integration/plugin)",
+    "tests/e2e/test_mcp.py": "the loop through the MCP server (its tools: tests/unit/cli)",
+    "tests/e2e/test_compare.py": "compare across runs and hosts",
+    "tests/adversarial/test_heavy_tail.py": "heavy-tailed timing noise: a statistical soak",
+    "tests/adversarial/test_noisy_guard.py": "a noisy guard lane: a statistical soak",
+    "tests/adversarial/test_sandbag.py::test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_"
+    "guard_lane": "a baseline stored under a load of the test's making",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("DITAR_ZYGOTE_IDLE_S", WARM_ZYGOTE_S if _named_only(config) else "0")
     # the lower-bound smoke set: .ci/run runs it again in an environment of the oldest releases
     config.addinivalue_line("markers", "lowerbound: gated runs that .ci/run repeats at the dependencies' lower bounds")
-    # timed under a load of its own making: .ci/run runs it alone, not beside another xdist worker's
-    config.addinivalue_line("markers", "solo: a test that makes its own host load; CI runs it without -n")
+    # timed under a load of its own making: .ci/run-long runs it alone, not beside another xdist worker's
+    config.addinivalue_line("markers", "solo: a test that makes its own host load; run without -n, in the long tier")
+    config.addinivalue_line("markers", "long: the long tier of e2e/ and adversarial/ (tests/conftest.py LONG): "
+                                       ".ci/run-long runs it, .ci/run the rest")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::")[0] in LONG or item.nodeid.split("[")[0] in LONG or item.get_closest_marker("solo"):
+            item.add_marker(pytest.mark.long)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

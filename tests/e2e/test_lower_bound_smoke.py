@@ -1,7 +1,8 @@
 """The lower-bound smoke set (marker `lowerbound`): gated runs that end KEEP, DISCARD and CRASH,
-one sharded over `-n 2`, and pytest-benchmark's JSON filed with them. It runs in the main
-environment with `pytest tests`, and .ci/run runs it again in an environment installed at the
-lower bound of every range pyproject.toml declares (.ci/lower-bounds.txt)."""
+one sharded over `-n 2`, and pytest-benchmark's JSON filed with them. .ci/run runs it in an
+environment installed at the lower bound of every range pyproject.toml declares
+(.ci/lower-bounds.txt); in the main environment it is in the long tier (.ci/run-long), where the
+rest of the e2e runs cover the same at the current releases."""
 import importlib.metadata as md
 import json
 import subprocess
