@@ -9,9 +9,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+import shared_zygote
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,7 +142,7 @@ def _documents_validate(tmp_path_factory: pytest.TempPathFactory):
 def _kept_zygotes_end_with_their_test(tmp_path_factory: pytest.TempPathFactory):
     """Ends, by its recorded pid and start time (runtime.zygote.retire), each zygote a run of this
     test kept warm: every `.autoresearch/<tag>/zygote.json` under the folders the test made. The
-    worker's shared one (_SHARED_ZYGOTE) stays; a live one of its key takes its place once it is gone."""
+    worker's shared one (tests/shared_zygote.py) stays; a live one of its key takes its place once it is gone."""
     if os.environ.get("DITAR_ZYGOTE_IDLE_S", "0") in ("0", ""):
         yield
         return
@@ -159,85 +159,14 @@ def _kept_zygotes_end_with_their_test(tmp_path_factory: pytest.TempPathFactory):
                     rec = json.loads(Path(dirpath, "zygote.json").read_text())
                 except (OSError, ValueError):
                     continue
-                if isinstance(rec, dict) and not _shares(rec):
+                if isinstance(rec, dict) and not shared_zygote.shares(rec):
                     zygote.retire(rec)
-
-
-# One zygote per xdist worker, kept warm from test to test (each gated run after the worker's first
-# skips the torch and diffusers imports: 4 s quiet, 8 s loaded): the record a research template's
-# baseline handed over, written into each research project's state backup the way the judge's record
-# step writes it (loop.integrity.backup.save), so the project's first run adopts it as a tag's next run
-# does. Its key holds the environment, so every project of the worker gets one $HOME (_one_home).
-_SHARED_ZYGOTE: dict[str, Any] = {}  # "rec": the shared zygote's record; "key": the worker's own key
-
-
-def _alive(rec: dict) -> bool:
-    from pytest_ditar.runtime import zygote
-
-    try:
-        return zygote.start_ticks(int(rec["pid"])) == int(rec["start"])
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-def _shares(rec: dict) -> bool:
-    """Whether `rec` is (now) the worker's shared zygote: the one already shared, or, where none is
-    alive, a live one of the key a gated run of this worker's own environment computes (a template's
-    baseline or a test's run started it)."""
-    held = _SHARED_ZYGOTE.get("rec")
-    if held is not None and rec.get("pid") == held.get("pid") and rec.get("start") == held.get("start"):
-        return True
-    if (held is None or not _alive(held)) and _alive(rec) and rec.get("key") == _SHARED_ZYGOTE.get("key"):
-        _SHARED_ZYGOTE["rec"] = rec
-        return True
-    return False
-
-
-def _keep_or_end(root: Path) -> None:
-    """The zygote a template's baseline handed over: shared from now on (_shares), else ended."""
-    from pytest_ditar.runtime import zygote
-
-    try:
-        rec = json.loads((root / ".autoresearch/t/zygote.json").read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(rec, dict) and not _shares(rec):
-        zygote.retire(rec)
-
-
-def _hand_shared_zygote(root: Path) -> None:
-    """Name the worker's shared zygote in `root`'s tag t, as a recorded run hands its zygote over."""
-    held = _SHARED_ZYGOTE.get("rec")
-    if held is None or not _alive(held):
-        return
-    from pytest_ditar.loop.integrity import backup
-    from pytest_ditar.store.paths import TagPaths
-
-    paths = TagPaths.of(root, ".autoresearch", "t")
-    paths.zygote_file.write_text(json.dumps(held))
-    backup.save(root, paths, "ditar: the test worker's shared zygote")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _shared_zygote_ends_with_the_session():
     yield
-    held = _SHARED_ZYGOTE.get("rec")
-    if held is not None:
-        from pytest_ditar.runtime import zygote
-
-        zygote.retire(held)
-
-
-def _one_home(pytester: pytest.Pytester) -> None:
-    """Every project of this worker under one $HOME, the session's temporary root that holds each
-    test's folder (pytester makes each test's folder its $HOME, and a kept zygote's key holds the
-    environment); pytester puts back the outer one at teardown. The projects still lie under $HOME,
-    as a user's do."""
-    os.environ["HOME"] = os.environ["USERPROFILE"] = str(pytester.path.parent)
-    if "key" not in _SHARED_ZYGOTE:  # what a gated run started from this environment computes
-        from pytest_ditar.runtime import zygote
-
-        _SHARED_ZYGOTE["key"] = zygote.daemon_key()
+    shared_zygote.retire_shared()
 
 
 @pytest.fixture(scope="session")
@@ -355,7 +284,7 @@ def shared_perf(**overrides: object) -> dict:
 def make_project(pytester: pytest.Pytester, *, full_suite: bool = False, config: dict | None = None,
                  mutable_source: str | None = None, root: Path | None = None) -> Project:
     root = root or pytester.path
-    _one_home(pytester)
+    shared_zygote.one_home(pytester)
     shutil.copytree(REPO / "mutable", root / "mutable", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "suites" / "tiny", root / "suites" / "tiny", ignore=shutil.ignore_patterns("__pycache__"))
     if not full_suite:
@@ -398,14 +327,14 @@ def research_project(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPat
     all xdist workers (_template); later ones copy that repo and state (the baseline is
     deterministic), which keeps the suite inside CI's time budget.
     """
-    _one_home(pytester)
+    shared_zygote.one_home(pytester)
     # per dit-ar too: a test may put an environment of its own first on PATH (tests/venvs.py)
     key = (str(shutil.which("dit-ar")) + (mutable_source or "stock")
            + (json.dumps(config, sort_keys=True) if config else ""))
     if key not in _TEMPLATES:
         _TEMPLATES[key] = _template(pytester, tmp_path_factory, key, mutable_source, config)
     shutil.copytree(_TEMPLATES[key], pytester.path, symlinks=True, dirs_exist_ok=True)
-    _hand_shared_zygote(pytester.path)
+    shared_zygote.hand_over(pytester.path)
     return Project(pytester.path, pytester)
 
 
@@ -429,10 +358,10 @@ def _template(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactor
             proj = make_project(pytester, mutable_source=mutable_source, root=root, config=config)
             res = proj.ditar("init", "--tag", "t")
             assert res.returncode == 0, res.stderr
-            _hand_shared_zygote(root)  # the baseline forks from the worker's zygote, or starts the one shared
+            shared_zygote.hand_over(root)  # the baseline forks from the worker's zygote, or starts the one shared
             res = proj.ditar("baseline")
             assert res.returncode == 0, res.stdout + res.stderr
-            _keep_or_end(root)
+            shared_zygote.keep_or_end(root)
             done.touch()
     return root
 

@@ -116,7 +116,7 @@ INDIRECT = {
 PROJECT_FIXTURES = {"pytester", "project", "research", "model_cache", "slow_research", "semantic_research",
                     "with_own_tests", "session_with_history"}
 # tests/'s shared fixtures and helpers
-TOP_LEVEL_OK = {"conftest.py", "candidates.py", "jsonschemas.py", "venvs.py", "README.md"}
+TOP_LEVEL_OK = {"conftest.py", "candidates.py", "jsonschemas.py", "venvs.py", "shared_zygote.py", "README.md"}
 KINDS = ("unit", "integration", "e2e", "adversarial")
 
 
