@@ -66,6 +66,12 @@ LONG = {  # a test file, or one test of a file
     "tests/e2e/test_ci.py": "the CI guard from a shallow clone (its outputs: tests/integration/plugin)",
     "tests/e2e/test_mcp.py": "the loop through the MCP server (its tools: tests/unit/cli)",
     "tests/e2e/test_compare.py": "compare across runs and hosts",
+    "tests/e2e/test_sequential_lanes.py": "the twin and the sequential plan in real runs (tests/unit/core: the plan)",
+    "tests/e2e/test_guard.py": "the CI guard's gated runs (its outputs: tests/integration/plugin)",
+    "tests/e2e/test_config_precedence.py": "--ditar-config through the plugin and the CLI",
+    "tests/e2e/test_semantic_verdicts.py": "CLIP/LPIPS verdicts (the gates: tests/integration/loop)",
+    "tests/e2e/test_experiment_json.py": "experiment --json (the other --json flags: tests/integration/cli)",
+    "tests/e2e/test_undecided_runs.py": "interrupted runs and plugins that raise, in a layered environment",
     "tests/adversarial/test_heavy_tail.py": "heavy-tailed timing noise: a statistical soak",
     "tests/adversarial/test_noisy_guard.py": "a noisy guard lane: a statistical soak",
     "tests/adversarial/test_sandbag.py::test_a_sandbag_whose_stored_samples_were_taken_under_load_is_caught_on_a_"
