@@ -26,8 +26,8 @@ for _var in ("GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY"):
 # outlive its test). The long e2e and adversarial steps keep it warm between one test's gated runs, as
 # the product does (its default keeps it 1,800 s): each run after the first skips the torch and diffusers
 # imports (8 s of a 21 s run on a loaded 2-core box, 500 s of those steps' gated runs); each test's kept
-# zygotes are ended at its teardown (_kept_zygotes_end_with_their_test). Not shared between tests: each
-# pytester test has a HOME of its own, which the zygote's key holds. tests/e2e/test_warm_zygote.py and
+# zygotes are ended at its teardown (_kept_zygotes_end_with_their_test), but for one per xdist worker
+# that every research project is handed (tests/shared_zygote.py). tests/e2e/test_warm_zygote.py and
 # tests/e2e/test_newcomer.py set their own.
 WARM_ZYGOTE_S = "300"
 pytest_plugins = ["pytester"]
@@ -89,9 +89,14 @@ def pytest_configure(config: pytest.Config) -> None:
                                        ".ci/run-long runs it, .ci/run the rest")
 
 
+def listed_long(nodeid: str) -> bool:
+    """Whether LONG names the test's file, or the test (any of its parameters)."""
+    return nodeid.split("::")[0] in LONG or nodeid.split("[")[0] in LONG
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.split("::")[0] in LONG or item.nodeid.split("[")[0] in LONG or item.get_closest_marker("solo"):
+        if listed_long(item.nodeid) or item.get_closest_marker("solo"):
             item.add_marker(pytest.mark.long)
 
 
@@ -154,19 +159,12 @@ def _kept_zygotes_end_with_their_test(tmp_path_factory: pytest.TempPathFactory):
         return
     start = time.time() - 1.0
     yield
-    from pytest_ditar.runtime import zygote
-
     base = tmp_path_factory.getbasetemp()
     for top in (d for d in base.iterdir() if d.is_dir() and not d.is_symlink() and d.stat().st_mtime >= start):
         for dirpath, dirnames, filenames in os.walk(top):
             dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
             if "zygote.json" in filenames and Path(dirpath).parent.name == ".autoresearch":
-                try:
-                    rec = json.loads(Path(dirpath, "zygote.json").read_text())
-                except (OSError, ValueError):
-                    continue
-                if isinstance(rec, dict) and not shared_zygote.shares(rec):
-                    zygote.retire(rec)
+                shared_zygote.end_unless_shared(Path(dirpath, "zygote.json"))
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -367,7 +365,7 @@ def _template(pytester: pytest.Pytester, tmp_path_factory: pytest.TempPathFactor
             shared_zygote.hand_over(root)  # the baseline forks from the worker's zygote, or starts the one shared
             res = proj.ditar("baseline")
             assert res.returncode == 0, res.stdout + res.stderr
-            shared_zygote.keep_or_end(root)
+            shared_zygote.end_unless_shared(root / ".autoresearch/t/zygote.json")  # else shared from now on
             done.touch()
     return root
 

@@ -40,12 +40,12 @@ def shares(rec: dict) -> bool:
     return False
 
 
-def keep_or_end(root: Path) -> None:
-    """The zygote a template's baseline handed over: shared from now on (_shares), else ended."""
+def end_unless_shared(record: Path) -> None:
+    """End the zygote a tag's `zygote.json` names, unless it is (now) the worker's shared one (shares)."""
     from pytest_ditar.runtime import zygote
 
     try:
-        rec = json.loads((root / ".autoresearch/t/zygote.json").read_text())
+        rec = json.loads(record.read_text())
     except (OSError, ValueError):
         return
     if isinstance(rec, dict) and not shares(rec):

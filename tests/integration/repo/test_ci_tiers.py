@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import LONG
+from conftest import LONG, listed_long
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -50,7 +50,7 @@ def test_long_is_the_listed_files_and_every_solo_test_and_nothing_else(tmp_path)
     solo = {t for t, m in tiers.items() if "solo" in m}
     assert len(tiers) > len(long_) > 0 and solo  # the core tier is the larger
     assert solo <= long_
-    assert long_ == {t for t in tiers if t.split("::")[0] in LONG or t.split("[")[0] in LONG} | solo
+    assert long_ == {t for t in tiers if listed_long(t)} | solo
     # .ci/run's `-m 'not long'` and .ci/run-long's `long` then split every test once
 
 
