@@ -3,6 +3,7 @@ summary.json (on this CPU host: the load average and, where the host says it, th
 NVML's clocks, reasons, power and energy on a GPU: core.devstate, hardware.devstate); and the
 next-step line after a DISCARD names `dit-ar profile --against champion`."""
 import json
+import math
 
 from pytest_ditar.hardware.devstate import cpu_mhz
 
@@ -52,7 +53,9 @@ def test_status_says_the_smallest_win_each_lane_resolves_from_the_baselines_aa(r
         want = lane_reach(lanes[lane.name]["measurement"], lane, cfg.perf)  # recomputed from what was stored
         got = st["baseline"]["lanes"][lane.name]["resolvable"]
         assert want is not None and got["effect"] == want.effect and got["rounds"] == want.rounds
-        assert 0.01 < got["effect"] < 10 and got["sides"] == (3 if cfg.perf.twin else 2)
+        # no upper bound: the template's baseline ran beside the other worker's tests, and on a loaded
+        # 2-core box its A/A can be that noisy (11.4, a 12x win, once beside a CPU hog)
+        assert got["effect"] > 0.01 and math.isfinite(got["effect"]) and got["sides"] == (3 if cfg.perf.twin else 2)
     text = proj.ditar("status").stdout
     line = next(ln for ln in text.splitlines() if ln.startswith("  lane latency_b1: median"))
     assert Reach(**st["baseline"]["lanes"]["latency_b1"]["resolvable"]).text() in line, line
